@@ -1,0 +1,252 @@
+"""Every stage's settings in one pydantic tree: the single source of truth.
+
+The field defaults ARE the paper (Radford et al., 2018, and its original code release where the paper is silent);
+named presets in `gpt1/presets/<name>.yaml` override only what differs (e.g. `smoke`: a tiny model on sample
+data). Anything derived (the DeepSpeed config, a stage's cache key) is computed from this tree, never kept beside it.
+
+    cfg = load_config("smoke", overrides=["pretrain.lr=1e-3", "finetune.aux_lm_weight=0"])
+
+Unknown keys and bad values raise `ConfigError` naming the dotted path of the offending field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "snli", "scitail", "race", "storycloze")
+SPECIAL_TOKENS = ("_start_", "_delimiter_", "_classify_")
+
+
+class ConfigError(ValueError):
+    """A config problem, with the dotted path of each offending field in the message."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(_Section):
+    """The transformer (paper section 4.1 and the released code)."""
+
+    vocab_size: int = Field(40478 + len(SPECIAL_TOKENS), gt=0, description="BPE vocab + the 3 specials")
+    n_ctx: int = Field(512, gt=0)
+    n_layer: int = Field(12, gt=0)
+    n_head: int = Field(12, gt=0)
+    n_embd: int = Field(768, gt=0)
+    d_ff: int = Field(3072, gt=0)
+    embd_pdrop: float = Field(0.1, ge=0, lt=1)
+    attn_pdrop: float = Field(0.1, ge=0, lt=1)
+    resid_pdrop: float = Field(0.1, ge=0, lt=1)
+    layer_norm_eps: float = Field(1e-5, gt=0)
+    init_std: float = Field(0.02, gt=0)
+    # Systems choices, not hyperparameters: they change speed/memory, never the function computed.
+    attention: Literal["auto", "sdpa", "manual"] = "auto"
+    activation_checkpointing: bool = False
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "ModelConfig":
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        return self
+
+
+class TokenizerConfig(_Section):
+    merges: int = Field(40000, gt=0, description="BPE merges to learn (paper: 40,000)")
+    min_frequency: int = Field(2, ge=1)
+    max_train_chars: int | None = Field(None, gt=0, description="cap on corpus characters fed to BPE training")
+
+
+class DataConfig(_Section):
+    """Ingestion and tokenization. The block length is model.n_ctx + 1 (inputs and shifted targets)."""
+
+    source: str = Field(
+        "hf:bookcorpus/bookcorpus:train",
+        description="dir/glob of .txt, .jsonl/.parquet, hf:id[@rev][:split], or 'sample' (generated offline corpus)",
+    )
+    sample_seed: int = 0
+    text_column: str = "text"
+    val_fraction: float = Field(0.01, ge=0, lt=1, description="share of documents held out for validation")
+    split_seed: int = 0
+    min_doc_chars: int = Field(1, ge=0)
+    shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
+    workers: int = Field(2, gt=0)
+
+
+class PretrainConfig(_Section):
+    """Unsupervised pre-training (paper 4.1; Adam settings from the released code)."""
+
+    lr: float = Field(2.5e-4, gt=0)
+    warmup_steps: int = Field(2000, ge=0)
+    schedule: Literal["cosine", "linear", "constant"] = "cosine"
+    epochs: int = Field(100, gt=0)
+    max_steps: int | None = Field(None, gt=0, description="stop after this many optimizer updates")
+    global_batch_size: int = Field(64, gt=0, description="sequences per optimizer update, all ranks")
+    micro_batch_size: int | None = Field(None, gt=0, description="per rank per forward; default: global / world")
+    weight_decay: float = Field(0.01, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, ge=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    zero_stage: int = Field(1, ge=0, le=3)
+    offload_optimizer: bool = False
+    seed: int = 0
+    log_every: int = Field(10, gt=0)
+    eval_every: int = Field(1000, gt=0)
+    eval_batches: int = Field(50, gt=0)
+    probe_every: int = Field(1000, gt=0)
+    save_every: int = Field(1000, gt=0)
+    keep_last: int = Field(3, gt=0)
+
+
+class FinetuneConfig(_Section):
+    """Supervised fine-tuning (paper 4.1 "Fine-tuning details")."""
+
+    tasks: list[str] = Field(default_factory=lambda: list(TASKS))
+    data: str = Field("hf", description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs")
+    lr: float = Field(6.25e-5, gt=0)
+    batch_size: int = Field(32, gt=0)
+    epochs: int = Field(3, gt=0)
+    warmup_fraction: float = Field(0.002, ge=0, lt=1)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(1.0, ge=0)
+    clf_pdrop: float = Field(0.1, ge=0, lt=1)
+    aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")
+    transfer_layers: int | None = Field(None, gt=0, description="keep only the first k pre-trained blocks")
+    from_scratch: bool = Field(False, description="ablation: random init instead of the pre-trained weights")
+    max_train_examples: int | None = Field(None, gt=0)
+    max_eval_examples: int | None = Field(None, gt=0)
+    eval_batch_size: int = Field(64, gt=0)
+    max_bad_row_fraction: float = Field(0.01, ge=0, le=1, description="malformed rows tolerated per file")
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = 0
+
+
+class TrackingConfig(_Section):
+    experiment: str = "gpt1"
+    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else local sqlite")
+    upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
+
+
+class PipelineConfig(_Section):
+    preset: str = "paper"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+
+    @model_validator(mode="after")
+    def _known_tasks(self) -> "PipelineConfig":
+        unknown = sorted(set(self.finetune.tasks) - set(TASKS))
+        if unknown:
+            raise ValueError(f"finetune.tasks: unknown task(s) {unknown}; known: {list(TASKS)}")
+        return self
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a","b","c"], value); the value is parsed as YAML (numbers, bools, lists)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r}: expected key.path=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"override {item!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return path, value
+
+
+def merge(base: dict, update: dict) -> dict:
+    """Recursive dict merge; `update` wins. Neither input is modified."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _overrides_to_dict(overrides: list[str] | dict | None) -> dict:
+    if not overrides:
+        return {}
+    if isinstance(overrides, dict):
+        return overrides
+    nested: dict = {}
+    for item in overrides:
+        path, value = parse_override(item)
+        node = nested
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: {part} is both a value and a section")
+        node[path[-1]] = value
+    return nested
+
+
+def _format_errors(err: ValidationError, origin: str) -> str:
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(root)"
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        lines.append(f"  {where}: {e['msg']}{got}")
+    return f"invalid config from {origin}:\n" + "\n".join(lines)
+
+
+def load_preset_dict(name_or_path: str) -> dict:
+    """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+        if not path.exists():
+            raise ConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()}")
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    data.setdefault("preset", path.stem)
+    return data
+
+
+def load_config(preset: str = "paper", overrides: list[str] | dict | None = None) -> PipelineConfig:
+    """Preset (name or YAML path) + overrides (`["a.b=1"]` or a nested dict) -> validated config."""
+    data = merge(load_preset_dict(preset), _overrides_to_dict(overrides))
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, f"preset {preset!r} + overrides")) from None
+
+
+def config_from_dict(data: dict) -> PipelineConfig:
+    """Validate a full config dict (e.g. one saved beside a checkpoint)."""
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, "dict")) from None
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}: how configs are logged as MLflow params."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out

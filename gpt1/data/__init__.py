@@ -1,0 +1,1 @@
+"""Corpus ingestion, the offline sample-data generator, and Arrow shards (writer and training reader)."""

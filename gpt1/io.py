@@ -1,0 +1,84 @@
+"""Small file helpers every stage shares: crash-safe writes and content hashes.
+
+Stages write through `atomic_path`/`write_json` so a crash never leaves a half-written file under its final
+name, and name their outputs by `stable_hash` of their inputs so a re-run can skip finished work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+_CHUNK = 1 << 20
+
+
+@contextlib.contextmanager
+def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `final`; rename it into place only if the block succeeds."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        if tmp.exists():
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def sha256_tree(root: str | os.PathLike, pattern: str = "**/*") -> str:
+    """Hash of every file's relative path and bytes under `root` (sorted, so order-independent)."""
+    root = Path(root)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.glob(pattern) if p.is_file() and not p.name.startswith(".")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """Order-independent hash of a JSON-able object (configs, input hashes); names content-addressed outputs."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+class InputError(ValueError):
+    """Bad user input, located: `InputError("bad score", file="dev.tsv", line=12, field="score")`."""
+
+    def __init__(self, message: str, *, file: str | os.PathLike | None = None, line: int | None = None,
+                 field: str | None = None):
+        self.file, self.line, self.field = (str(file) if file else None), line, field
+        where = ":".join(str(x) for x in (self.file, line) if x is not None)
+        if field:
+            where = f"{where} [{field}]" if where else f"[{field}]"
+        super().__init__(f"{where}: {message}" if where else message)
