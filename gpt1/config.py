@@ -133,6 +133,26 @@ class TrackingConfig(_Section):
     upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
 
 
+class OrchestrationConfig(_Section):
+    """How the stages are run (Prefect): never changes what is computed, so it is not part of any cache key."""
+
+    finetune_concurrency: int = Field(2, gt=0, description="local fan-out: fine-tunes running at once")
+    fanout: Literal["local", "deployment"] = Field(
+        "local", description="local: subprocesses on this worker; deployment: one flow run per task on a work pool"
+    )
+    finetune_deployment: str = Field("gpt1-finetune/gpu", description="used when fanout=deployment")
+    pretrain_nproc: int = Field(1, gt=0, description="processes per node for the DeepSpeed launcher")
+    ablations: list[Literal["no_pretrain", "no_aux_lm", "transfer_layers"]] = Field(
+        default_factory=list, description="extra fine-tune fan-outs beside the full run (paper Table 5)"
+    )
+    ablation_transfer_layers: int = Field(6, gt=0)
+    retries: dict[str, int] = Field(
+        default_factory=lambda: {"sample": 0, "ingest": 2, "tokenizer": 1, "shards": 2, "pretrain": 2,
+                                 "finetune": 1, "report": 1}
+    )
+    retry_delay_seconds: float = Field(10.0, ge=0, description="first retry delay; doubles each retry")
+
+
 class PipelineConfig(_Section):
     preset: str = "paper"
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -141,6 +161,7 @@ class PipelineConfig(_Section):
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     @model_validator(mode="after")
     def _known_tasks(self) -> "PipelineConfig":

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# `make demo`: the offline gpt1/smoke pipeline through local Prefect + MLflow servers, end to end.
+# A second invocation reuses running services; `make down` stops them (data in .demo/ is kept).
+source "$(dirname "$0")/services.sh"
+cd "$ROOT"
+services_up
+"$BIN/prefect" --no-prompt deploy --prefect-file pipelines.yaml --all >"$STATE/logs/deploy.log" 2>&1 \
+  || { tail -30 "$STATE/logs/deploy.log"; exit 1; }
+started=$(date +%s)
+"$BIN/prefect" deployment run gpt1/smoke --watch | tee "$STATE/logs/last-run.log"
+status=${PIPESTATUS[0]}
+echo
+echo "smoke pipeline finished in $(( $(date +%s) - started )) s (exit $status)"
+report=$(ls -t "$GPT1_WORK_DIR"/report/*/report.md 2>/dev/null | head -1 || true)
+[[ -n $report ]] && cat "$report"
+exp_id=$("$BIN/python" - <<'PY'
+from mlflow.tracking import MlflowClient
+exp = MlflowClient().get_experiment_by_name("gpt1-smoke")
+print(exp.experiment_id if exp else "0")
+PY
+)
+echo "MLflow runs:  $MLFLOW_TRACKING_URI/#/experiments/$exp_id/runs"
+echo "Prefect UI:   http://$HOST:$PREFECT_PORT/runs"
+exit "$status"

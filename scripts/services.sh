@@ -1,0 +1,77 @@
+# Local services for the offline demo and the end-to-end test: Prefect server, MLflow server, process worker.
+# Sourced by demo.sh / down.sh. All bind 127.0.0.1; state lives in $GPT1_STATE (default .demo/), data stays on down.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${GPT1_VENV:-$ROOT/.venv}/bin
+STATE=${GPT1_STATE:-$ROOT/.demo}
+PREFECT_PORT=${GPT1_PREFECT_PORT:-4200}
+MLFLOW_PORT=${GPT1_MLFLOW_PORT:-5000}
+HOST=${GPT1_HOST:-127.0.0.1}
+POOL=gpt1-local
+
+export PREFECT_HOME=$STATE/prefect
+export PREFECT_API_URL=http://$HOST:$PREFECT_PORT/api
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+export PREFECT_RESULTS_PERSIST_BY_DEFAULT=true
+export MLFLOW_TRACKING_URI=http://$HOST:$MLFLOW_PORT
+export MLFLOW_DISABLE_TELEMETRY=true
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
+export DS_ACCELERATOR=cpu
+export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$ROOT/.cache/torch_extensions}
+export GPT1_WORK_DIR=${GPT1_WORK_DIR:-$STATE/work}
+mkdir -p "$STATE/pids" "$STATE/logs" "$PREFECT_HOME" "$STATE/mlflow" "$GPT1_WORK_DIR"
+
+up() { curl -fsS -m 2 "$1" >/dev/null 2>&1; }
+
+wait_for() {  # url name seconds
+  for _ in $(seq "$3"); do up "$1" && return 0; sleep 1; done
+  echo "$2 did not come up; see $STATE/logs/$2.log" >&2; tail -20 "$STATE/logs/$2.log" >&2; return 1
+}
+
+start() {  # name cmd...: own session => own process group, so down.sh can stop the whole tree
+  local name=$1; shift
+  setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$STATE/pids/$name.pgid"
+}
+
+alive() { [[ -f $STATE/pids/$1.pgid ]] && kill -0 -- "-$(cat "$STATE/pids/$1.pgid")" 2>/dev/null; }
+
+services_up() {
+  if up "$PREFECT_API_URL/health"; then echo "prefect server: reusing $PREFECT_API_URL"
+  else
+    start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
+    wait_for "$PREFECT_API_URL/health" prefect-server 120
+  fi
+  if up "$MLFLOW_TRACKING_URI/health"; then echo "mlflow server: reusing $MLFLOW_TRACKING_URI"
+  else
+    start mlflow-server "$BIN/mlflow" server --host "$HOST" --port "$MLFLOW_PORT" --workers 1 \
+      --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" --artifacts-destination "$STATE/mlflow/artifacts"
+    wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 120
+  fi
+  "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 \
+    || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
+  if alive worker; then echo "worker: reusing"
+  else
+    (cd "$ROOT" && start worker "$BIN/prefect" worker start --pool "$POOL" --type process)
+  fi
+}
+
+stop_group() {  # name signal... : signal the process group, wait for it to go
+  local name=$1; shift
+  alive "$name" || { rm -f "$STATE/pids/$name.pgid"; return 0; }
+  local pgid; pgid=$(cat "$STATE/pids/$name.pgid")
+  for sig in "$@"; do
+    kill "-$sig" -- "-$pgid" 2>/dev/null || true
+    for _ in $(seq 20); do kill -0 -- "-$pgid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 -- "-$pgid" 2>/dev/null || break
+  done
+  kill -KILL -- "-$pgid" 2>/dev/null || true
+  rm -f "$STATE/pids/$name.pgid"
+  echo "stopped $name"
+}
+
+services_down() {
+  stop_group worker TERM INT   # worker first, so no flow run is left half-submitted
+  stop_group mlflow-server TERM
+  stop_group prefect-server TERM
+}
