@@ -1,0 +1,205 @@
+"""Prefect flows: orchestration only. Every stage is a thin task over `gpt1.pipeline`.
+
+- `gpt1` (deployments gpt1/smoke, gpt1/full, ablations): sample -> ingest -> train-tokenizer -> tokenize ->
+  pretrain -> fan-out of the fine-tunes (x variants) -> report, under one MLflow parent run.
+- `gpt1-finetune` (deployments gpt1-finetune/gpu, /local): one task; the cluster fan-out target.
+- `gpt1-finetune-all`: fine-tune every task (and report) from a given checkpoint.
+
+Caching: each task's Prefect cache key is the stage's content key from `gpt1.pipeline.Plan`, and the stage
+directories carry `.done` markers, so a re-run skips finished stages even when Prefect's result store is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.runtime import deployment, flow_run
+from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.tasks import exponential_backoff
+
+from gpt1 import pipeline as P
+from gpt1.config import PipelineConfig, load_config
+from gpt1.tracking import RunLogger
+
+WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
+# Bounds the local fan-out (orchestration.finetune_concurrency); tasks run in threads of the flow's process.
+_finetune_slots: dict[str, threading.Semaphore] = {}
+
+
+def _key(stage: str):
+    return lambda _ctx, params: f"gpt1-{stage}-{params['plan'].keys[stage]}"
+
+
+def _stage_task(stage: str, fn):
+    """A Prefect task for an in-process stage: cached by content key, logged as an MLflow child run."""
+
+    @task(name=stage, cache_key_fn=_key(stage), persist_result=True)
+    def run(plan: P.Plan, parent_run_id: str | None, *inputs: Path) -> Path:
+        cached = P.is_done(plan.dir(stage))
+        out = fn(plan, *inputs)
+        P.log_stage(plan, stage, out, tracking_uri=_uri(plan.cfg), parent_run_id=parent_run_id, cached=cached)
+        return out
+
+    return run
+
+
+def _uri(cfg: PipelineConfig) -> str | None:
+    return cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+
+
+def _retrying(t, cfg: PipelineConfig, stage: str):
+    n = cfg.orchestration.retries.get(stage, 0)
+    return t.with_options(retries=n, retry_delay_seconds=exponential_backoff(cfg.orchestration.retry_delay_seconds)
+                          if n else 0)
+
+
+sample_task = _stage_task("sample", lambda plan: P.run_sample_data(plan))
+ingest_task = _stage_task("ingest", lambda plan: P.run_ingest(plan))
+tokenizer_task = _stage_task("tokenizer", P.run_train_tokenizer)
+shards_task = _stage_task("shards", P.run_tokenize)
+
+
+@task(name="pretrain", cache_key_fn=_key("pretrain"), persist_result=True)
+def pretrain_task(plan: P.Plan, parent_run_id: str | None, shards: Path, tokenizer_dir: Path) -> Path:
+    logger = get_run_logger()
+    return P.run_pretrain(plan, shards, tokenizer_dir, tracking_uri=_uri(plan.cfg), parent_run_id=parent_run_id,
+                          log_line=logger.info)
+
+
+@task(name="finetune", task_run_name="finetune-{variant}-{name}")
+def finetune_task(plan: P.Plan, name: str, variant: str, checkpoint: Path, tokenizer_dir: Path,
+                  parent_run_id: str | None) -> dict:
+    logger = get_run_logger()
+    with _finetune_slots.setdefault(str(flow_run.id), threading.Semaphore(plan.cfg.orchestration.finetune_concurrency)):
+        return P.run_finetune(plan, name, checkpoint, tokenizer_dir, variant, tracking_uri=_uri(plan.cfg),
+                              parent_run_id=parent_run_id, log_line=logger.info)
+
+
+@task(name="report")
+def report_task(plan: P.Plan, parent_run_id: str | None) -> Path:
+    return P.run_report(plan, tracking_uri=_uri(plan.cfg), parent_run_id=parent_run_id,
+                        log_line=get_run_logger().info)
+
+
+def _fan_out(plan: P.Plan, checkpoint: Path, tokenizer_dir: Path, parent_run_id: str | None) -> dict[str, str]:
+    """Run every (variant, task); one failure never stops the others. Returns failures by name."""
+    cfg, failures = plan.cfg, {}
+    if cfg.orchestration.fanout == "deployment":
+        return _fan_out_deployments(plan, checkpoint, tokenizer_dir, parent_run_id)
+    ft = _retrying(finetune_task, cfg, "finetune")
+    futures = {
+        f"{variant}/{name}": ft.submit(plan, name, variant, checkpoint, tokenizer_dir, parent_run_id)
+        for variant in plan.variants
+        for name in cfg.finetune.tasks
+    }
+    for label, future in futures.items():
+        future.wait()
+        if not future.state.is_completed():
+            failures[label] = str(future.state.message or future.state.name)
+    return failures
+
+
+def _fan_out_deployments(plan: P.Plan, checkpoint: Path, tokenizer_dir: Path,
+                         parent_run_id: str | None) -> dict[str, str]:
+    """Cluster: one flow run of the gpt1-finetune deployment per (variant, task), all at once."""
+    import asyncio
+
+    from prefect.deployments import run_deployment
+
+    async def one(variant: str, name: str):
+        run = await run_deployment(
+            plan.cfg.orchestration.finetune_deployment,
+            parameters={"preset": plan.cfg.preset, "config": plan.variant_config(variant).model_dump(mode="json"),
+                        "task_name": name, "variant": variant, "checkpoint": str(checkpoint),
+                        "tokenizer_dir": str(tokenizer_dir), "work_dir": str(plan.work),
+                        "parent_run_id": parent_run_id},
+            idempotency_key=f"{flow_run.id}-{variant}-{name}",
+            flow_run_name=f"finetune-{variant}-{name}",
+            timeout=None,
+        )
+        return f"{variant}/{name}", run.state
+
+    async def all_runs():
+        jobs = [one(v, n) for v in plan.variants for n in plan.cfg.finetune.tasks]
+        return await asyncio.gather(*jobs)
+
+    results = asyncio.run(all_runs())
+    return {label: str(state.message or state.name) for label, state in results if not state.is_completed()}
+
+
+def _parent_run(cfg: PipelineConfig, name: str) -> RunLogger:
+    from gpt1.config import flatten
+
+    run = RunLogger(name, experiment=cfg.tracking.experiment, uri=_uri(cfg), tags={
+        "prefect.flow_run_id": str(flow_run.id), "prefect.deployment": str(deployment.name or "(none)"),
+        "gpt1.preset": cfg.preset})
+    run.log_params(flatten(cfg.model_dump(mode="json")))
+    return run
+
+
+def _finish(plan: P.Plan, run: RunLogger, failures: dict[str, str]) -> None:
+    if failures:
+        run.log_dict(failures, "failures.json")
+        run.set_tags({"gpt1.failed_tasks": ",".join(sorted(failures))})
+    run.end("FAILED" if failures else "FINISHED")
+    if failures:
+        lines = "\n".join(f"  {k}: {v}" for k, v in sorted(failures.items()))
+        raise RuntimeError(f"{len(failures)} fine-tune run(s) failed (the rest completed and were logged):\n{lines}")
+
+
+@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
+def gpt1_pipeline(preset: str = "smoke", overrides: list[str] | None = None, work_dir: str = WORK_DIR) -> str:
+    """The whole GPT-1 recipe for one preset + overrides; returns the report directory."""
+    cfg = load_config(preset, overrides)  # bad parameters fail here, before any stage runs
+    plan = P.Plan.make(cfg, work_dir)
+    run = _parent_run(cfg, f"gpt1-{cfg.preset}")
+    try:
+        stages = {s: _retrying(t, cfg, s) for s, t in
+                  [("sample", sample_task), ("ingest", ingest_task), ("tokenizer", tokenizer_task),
+                   ("shards", shards_task), ("pretrain", pretrain_task)]}
+        needs_sample = cfg.data.source == "sample" or cfg.finetune.data == "sample"
+        if needs_sample:
+            stages["sample"](plan, run.run_id)
+        corpus = stages["ingest"](plan, run.run_id)
+        tok = stages["tokenizer"](plan, run.run_id, corpus)
+        shards = stages["shards"](plan, run.run_id, corpus, tok)
+        checkpoint = stages["pretrain"](plan, run.run_id, shards, tok)
+        failures = _fan_out(plan, checkpoint, tok, run.run_id)
+        report = _retrying(report_task, cfg, "report")(plan, run.run_id)
+    except BaseException:
+        run.end("FAILED")
+        raise
+    _finish(plan, run, failures)
+    return str(report)
+
+
+@flow(name="gpt1-finetune", log_prints=True)
+def finetune_one(config: dict, task_name: str, checkpoint: str, tokenizer_dir: str, work_dir: str = WORK_DIR,
+                 variant: str = "full", parent_run_id: str | None = None, preset: str = "paper") -> dict:
+    """One task: the unit the cluster fan-out runs on its own GPU."""
+    cfg = load_config(preset, config)
+    plan = P.Plan.make(cfg, work_dir)
+    return P.run_finetune(plan, task_name, Path(checkpoint), Path(tokenizer_dir), variant,
+                          tracking_uri=_uri(cfg), parent_run_id=parent_run_id, log_line=get_run_logger().info)
+
+
+@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
+def finetune_all(checkpoint: str, tokenizer_dir: str, preset: str = "paper", overrides: list[str] | None = None,
+                 work_dir: str = WORK_DIR) -> str:
+    """Re-run the fine-tune fan-out and the report from an existing pre-trained checkpoint."""
+    cfg = load_config(preset, overrides)
+    plan = P.Plan.make(cfg, work_dir, checkpoint=checkpoint)
+    run = _parent_run(cfg, f"gpt1-{cfg.preset}-finetune")
+    try:
+        if cfg.finetune.data == "sample":
+            _retrying(sample_task, cfg, "sample")(plan, run.run_id)
+        failures = _fan_out(plan, Path(checkpoint), Path(tokenizer_dir), run.run_id)
+        report = report_task(plan, run.run_id)
+    except BaseException:
+        run.end("FAILED")
+        raise
+    _finish(plan, run, failures)
+    return str(report)

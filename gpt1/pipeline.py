@@ -1,0 +1,335 @@
+"""The whole recipe as content-addressed stages, runnable without Prefect.
+
+Each stage's output directory is `WORK/<stage>/<key>`, where the key hashes the stage's own config and its
+upstream keys. A stage whose directory holds a `.done` marker is finished and skipped; changing a parameter
+changes only the keys downstream of it (a fine-tune setting re-runs fine-tuning only). `flows/` wraps these
+functions as Prefect tasks and uses the same keys as Prefect cache keys.
+
+    plan = Plan.make(load_config("smoke"), "runs/")
+    corpus = run_ingest(plan, sample_dir=run_sample_data(plan)) ...
+
+Source hashing: a local source is hashed by content (so editing a book re-runs ingestion); a hub source
+(`hf:id@revision`) by its id and revision, which is why pinning a revision matters for reproducibility.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.io import read_json, sha256_file, sha256_tree, stable_hash, write_json
+
+log = logging.getLogger(__name__)
+
+DONE = ".done"
+STAGES = ("sample", "ingest", "tokenizer", "shards", "pretrain", "finetune", "report")
+
+
+def _source_fingerprint(source: str) -> str:
+    """Content hash of a local source; the spec itself for a hub id (pin @revision to make it stable)."""
+    if source.startswith("hf:") or source == "sample":
+        return source
+    path = Path(source)
+    if path.is_dir():
+        return sha256_tree(path)
+    files = sorted(glob.glob(source)) if not path.exists() else [source]
+    if not files:
+        raise FileNotFoundError(f"data.source: nothing matches {source!r}")
+    return stable_hash([(f, sha256_file(f)) for f in files], length=64)
+
+
+@dataclass
+class Plan:
+    """Every stage's key and directory for one config, computed before anything runs."""
+
+    cfg: PipelineConfig
+    work: Path
+    keys: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, cfg: PipelineConfig, work: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> "Plan":
+        """`checkpoint`: fine-tune from an existing pre-trained model instead of this plan's pretrain stage."""
+        plan = cls(cfg, Path(work).resolve())
+        d, k = cfg.data, plan.keys
+        k["sample"] = stable_hash({"seed": d.sample_seed, "generator": _sample_version()})
+        source = k["sample"] if d.source == "sample" else _source_fingerprint(d.source)
+        k["ingest"] = stable_hash(
+            {"source": source, "text_column": d.text_column, "val": d.val_fraction, "seed": d.split_seed,
+             "min_chars": d.min_doc_chars}
+        )
+        k["tokenizer"] = stable_hash({"corpus": k["ingest"], "tok": cfg.tokenizer.model_dump()})
+        k["shards"] = stable_hash(
+            {"corpus": k["ingest"], "tok": k["tokenizer"], "n_ctx": cfg.model.n_ctx, "rows": d.shard_rows}
+        )
+        model = cfg.model.model_dump(exclude={"vocab_size"})  # vocab size comes from the tokenizer
+        k["pretrain"] = stable_hash({"shards": k["shards"], "model": model, "pretrain": cfg.pretrain.model_dump()})
+        if checkpoint is not None:
+            k["pretrain"] = "external-" + stable_hash(str(Path(checkpoint).resolve()))
+        for variant in ("full", *cfg.orchestration.ablations):
+            ft = plan.finetune_config(variant).model_dump(exclude={"tasks"})
+            k[f"finetune/{variant}"] = stable_hash(
+                {"pretrain": k["pretrain"], "finetune": ft, "tasks_data": _task_data_key(plan)}
+            )
+        k["report"] = stable_hash(sorted((n, v) for n, v in k.items() if n.startswith("finetune/")))
+        return plan
+
+    def finetune_config(self, variant: str) -> FinetuneConfig:
+        """The fine-tune settings of a Table 5 variant: the configured run, or one ablation of it."""
+        changes = {
+            "full": {},
+            "no_pretrain": {"from_scratch": True},
+            "no_aux_lm": {"aux_lm_weight": 0.0},
+            "transfer_layers": {"transfer_layers": self.cfg.orchestration.ablation_transfer_layers},
+        }[variant]
+        return self.cfg.finetune.model_copy(update=changes)
+
+    def variant_config(self, variant: str) -> PipelineConfig:
+        return self.cfg.model_copy(update={"finetune": self.finetune_config(variant)})
+
+    @property
+    def variants(self) -> list[str]:
+        return ["full", *self.cfg.orchestration.ablations]
+
+    def dir(self, stage: str) -> Path:
+        """`finetune/<variant>` stages live under WORK/finetune/<key>, like every other stage."""
+        return self.work / stage.split("/")[0] / self.keys[stage]
+
+    def task_dir(self, task: str, variant: str = "full") -> Path:
+        return self.dir(f"finetune/{variant}") / task
+
+    def task_data(self, task: str) -> Path | str:
+        """Where a task's files are: generated sample data, a folder of official layouts, or `hf:` ids."""
+        from gpt1.tasks import get
+
+        spec = get(task)
+        source = self.cfg.finetune.data
+        if source == "hf":
+            return spec.hf_id
+        root = self.dir("sample") / "tasks" if source == "sample" else Path(source)
+        return root / spec.folder
+
+
+def _sample_version() -> str:
+    from gpt1.data import sample
+
+    return getattr(sample, "GENERATOR_VERSION", "1")
+
+
+def _task_data_key(plan: Plan) -> str:
+    source = plan.cfg.finetune.data
+    if source == "sample":
+        return plan.keys["sample"]
+    return source if source == "hf" else _source_fingerprint(source)
+
+
+def is_done(path: Path) -> bool:
+    return (path / DONE).exists()
+
+
+def mark_done(path: Path, info: dict[str, Any]) -> None:
+    write_json(path / DONE, {"finished": time.time(), **info})
+
+
+def _once(plan: Plan, stage: str, build: Callable[[Path], dict[str, Any] | None]) -> Path:
+    """Run `build(out_dir)` unless the stage's content-addressed directory is already finished."""
+    out = plan.dir(stage)
+    if is_done(out):
+        log.info("%s: up to date (%s)", stage, out)
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    info = build(out) or {}
+    mark_done(out, {"stage": stage, "key": plan.keys[stage], "seconds": round(time.time() - started, 3), **info})
+    return out
+
+
+# -- stages ---------------------------------------------------------------------------------------------------
+def run_sample_data(plan: Plan) -> Path:
+    from gpt1.data.sample import write_sample_data
+
+    return _once(plan, "sample", lambda out: {"summary": write_sample_data(out, seed=plan.cfg.data.sample_seed)})
+
+
+def run_ingest(plan: Plan) -> Path:
+    from gpt1.data.ingest import ingest
+
+    d = plan.cfg.data
+    source = str(plan.dir("sample") / "books") if d.source == "sample" else d.source
+
+    def build(out: Path) -> dict:
+        stats = ingest(source, out / "corpus", text_column=d.text_column, val_fraction=d.val_fraction,
+                       split_seed=d.split_seed, min_doc_chars=d.min_doc_chars)
+        return {"stats": stats}
+
+    return _once(plan, "ingest", build) / "corpus"
+
+
+def run_train_tokenizer(plan: Plan, corpus: Path) -> Path:
+    from gpt1 import tokenizer
+    from gpt1.data.corpus import iter_texts
+
+    t = plan.cfg.tokenizer
+
+    def build(out: Path) -> dict:
+        texts = iter_texts(corpus, "train")
+        if t.max_train_chars:
+            texts = _cap_chars(texts, t.max_train_chars)
+        tok = tokenizer.train(texts, merges=t.merges, min_frequency=t.min_frequency)
+        tok.save(out)
+        return {"vocab_size": tok.vocab_size, "sha256": tok.sha256}
+
+    return _once(plan, "tokenizer", build)
+
+
+def _cap_chars(texts, limit: int):
+    seen = 0
+    for text in texts:
+        if seen >= limit:
+            return
+        seen += len(text)
+        yield text
+
+
+def run_tokenize(plan: Plan, corpus: Path, tokenizer_dir: Path) -> Path:
+    from gpt1.data.shards import tokenize_corpus
+
+    d = plan.cfg.data
+
+    def build(out: Path) -> dict:
+        manifest = tokenize_corpus(corpus, tokenizer_dir, out, n_ctx=plan.cfg.model.n_ctx, shard_rows=d.shard_rows,
+                                   workers=d.workers)
+        return {"tokens": {s: v.get("tokens") for s, v in manifest.get("splits", {}).items()}}
+
+    return _once(plan, "shards", build)
+
+
+def stream_subprocess(cmd: list[str], log_line: Callable[[str], None] = print, env: dict | None = None) -> None:
+    """Run a command, forwarding its output line by line (into Prefect's logs when called from a flow)."""
+    merged = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=merged,
+                            start_new_session=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        log_line(line.rstrip())
+    if proc.wait() != 0:
+        raise RuntimeError(f"command failed with exit code {proc.returncode}: {' '.join(cmd)}")
+
+
+def gpt1_command(*args: str) -> list[str]:
+    """`gpt1 ...` run with this interpreter (works inside any venv, no PATH assumptions)."""
+    return [sys.executable, "-m", "gpt1.cli", *args]
+
+
+def stage_info(path: Path) -> dict:
+    return read_json(path / DONE) if is_done(path) else {}
+
+
+def _tracking_args(uri: str | None, parent_run_id: str | None) -> list[str]:
+    args = ["--tracking-uri", uri] if uri else []
+    return args + (["--parent-run-id", parent_run_id] if parent_run_id else [])
+
+
+def write_resolved_config(cfg: PipelineConfig, path: Path) -> Path:
+    """The exact config a subprocess stage runs with, as YAML beside its outputs (also its `--preset`)."""
+    import yaml
+
+    from gpt1.io import write_text
+
+    return write_text(path, yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+
+
+def run_pretrain(plan: Plan, shards: Path, tokenizer_dir: Path, *, tracking_uri: str | None = None,
+                 parent_run_id: str | None = None, log_line: Callable[[str], None] = print) -> Path:
+    """DeepSpeed pre-training as a subprocess (`gpt1 pretrain`); resumes from its latest checkpoint on re-run."""
+    out = plan.dir("pretrain")
+    final = out / "final"
+    if is_done(out):
+        log_line(f"pretrain: up to date ({out})")
+        return final
+    vocab = read_json(shards / "manifest.json")["vocab_size"]
+    cfg = plan.cfg.model_copy(update={"model": plan.cfg.model.model_copy(update={"vocab_size": vocab})})
+    resolved = write_resolved_config(cfg, out / "config.yaml")
+    cmd = gpt1_command(
+        "pretrain", "--preset", str(resolved), "--shards", str(shards), "--out", str(out), "--resume", "auto",
+        "--tokenizer", str(tokenizer_dir), "--nproc", str(plan.cfg.orchestration.pretrain_nproc),
+        *_task_data_args(plan), *_tracking_args(tracking_uri, parent_run_id),
+    )
+    started = time.time()
+    stream_subprocess(cmd, log_line)
+    mark_done(out, {"stage": "pretrain", "key": plan.keys["pretrain"], "seconds": round(time.time() - started, 3)})
+    return final
+
+
+def _task_data_args(plan: Plan) -> list[str]:
+    source = plan.cfg.finetune.data
+    if source == "hf":
+        return []
+    return ["--task-data", str(plan.dir("sample") / "tasks" if source == "sample" else Path(source))]
+
+
+def finetune_command(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
+                     tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[str]:
+    out = plan.task_dir(task, variant)
+    out.mkdir(parents=True, exist_ok=True)
+    resolved = write_resolved_config(plan.variant_config(variant), out.parent / "config.yaml")
+    return gpt1_command(
+        "finetune", "--task", task, "--data", str(plan.task_data(task)), "--checkpoint", str(checkpoint),
+        "--out", str(out), "--preset", str(resolved), "--tokenizer", str(tokenizer_dir),
+        "--run-name", f"{variant}/{task}", *_tracking_args(tracking_uri, parent_run_id),
+    )
+
+
+def run_finetune(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
+                 tracking_uri: str | None = None, parent_run_id: str | None = None,
+                 log_line: Callable[[str], None] = print) -> dict:
+    """One task's fine-tune + eval (`gpt1 finetune` subprocess); returns its metrics.json."""
+    out = plan.task_dir(task, variant)
+    if is_done(out):
+        log_line(f"finetune {variant}/{task}: up to date ({out})")
+        return read_json(out / "metrics.json")
+    cmd = finetune_command(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
+                           parent_run_id=parent_run_id)
+    started = time.time()
+    stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"))
+    mark_done(out, {"stage": "finetune", "task": task, "variant": variant, "seconds": round(time.time() - started, 3)})
+    return read_json(out / "metrics.json")
+
+
+def run_report(plan: Plan, *, tracking_uri: str | None = None, parent_run_id: str | None = None,
+               log_line: Callable[[str], None] = print) -> Path:
+    """Results table of every variant beside the paper's numbers; logged on the parent run."""
+    out = plan.dir("report")
+    results = [str(plan.dir(f"finetune/{v}")) for v in plan.variants]
+    cmd = gpt1_command("report", "--results", *results, "--labels", *plan.variants, "--out", str(out))
+    if parent_run_id:
+        cmd += ["--run-id", parent_run_id] + (["--tracking-uri", tracking_uri] if tracking_uri else [])
+    stream_subprocess(cmd, log_line)
+    return out
+
+
+def log_stage(plan: Plan, stage: str, path: Path, *, tracking_uri: str | None, parent_run_id: str | None,
+              cached: bool) -> None:
+    """A child MLflow run per in-process stage: its config, numeric stats, lineage and the stage key."""
+    from gpt1.config import flatten
+    from gpt1.tracking import RunLogger
+
+    info = stage_info(path if path.name != "corpus" else path.parent)
+    section = {"sample": "data", "ingest": "data", "tokenizer": "tokenizer", "shards": "data"}[stage]
+    run = RunLogger(stage, experiment=plan.cfg.tracking.experiment, uri=tracking_uri, parent_run_id=parent_run_id,
+                    tags={"gpt1.stage": stage, "gpt1.key": plan.keys[stage], "gpt1.cached": str(cached).lower()})
+    run.log_params({f"{section}.{k}": v for k, v in flatten(getattr(plan.cfg, section).model_dump()).items()})
+    numbers = {k: v for k, v in flatten(info).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    run.log_metrics({k.replace("[", "_").replace("]", ""): v for k, v in numbers.items()})
+    run.log_dataset(f"{stage}-output", plan.keys[stage], str(path), context="output")
+    for name in ("stats.json", "manifest.json", "tokenizer_stats.json"):
+        if (path / name).exists():
+            run.log_artifact(path / name)
+    run.end()
