@@ -71,6 +71,9 @@ class DataConfig(_Section):
     )
     sample_seed: int = 0
     text_column: str = "text"
+    rows_per_doc: int | None = Field(
+        None, ge=1, description="rows joined per document for row sources; None = 1000 for hub BooksCorpus, else 1"
+    )
     val_fraction: float = Field(0.01, ge=0, lt=1, description="share of documents held out for validation")
     split_seed: int = 0
     min_doc_chars: int = Field(1, ge=0)

@@ -1,0 +1,406 @@
+"""Corpus ingestion (gpt1/data/ingest.py, gpt1/data/clean.py): the shared books in one pass, then small cases."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+
+import ftfy
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import shared_path
+from ftfy.badness import is_bad
+
+from gpt1.cli import main as cli_main
+from gpt1.data import clean as C
+from gpt1.data import ingest as I
+from gpt1.data.corpus import iter_texts, split_files
+from gpt1.io import InputError, read_json
+
+CP1252_BOOKS = {"pg2641.txt", "pg64317.txt", "pg84.txt"}  # per ../shared/data/README.md
+BOILERPLATE = ("project gutenberg", "*** start", "*** end", "full license", "gutenberg-tm", "www.gutenberg.org")
+
+
+def rows(corpus, split=None):
+    """Every stored row of a corpus (both splits unless one is named)."""
+    out = []
+    for s in [split] if split else ["train", "val"]:
+        for path in split_files(corpus, s):
+            out += pq.read_table(path).to_pylist()
+    return out
+
+
+def write(folder, files: dict):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        data = content.encode() if isinstance(content, str) else content
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def book(i: int) -> str:
+    return f"Book {i}.\n\nIt was a dark and stormy night, number {i}.\n"
+
+
+# -- the shared books, one pass ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def books_corpus(tmp_path_factory):
+    books = shared_path("books")
+    out = tmp_path_factory.mktemp("books") / "corpus"
+    stats = I.ingest(str(books), out, show_progress=False)
+    docs = {r["source"]: r for r in rows(out)}
+    return books, out, stats, docs
+
+
+def _body_lines(raw: str) -> tuple[str, str]:
+    """First and last body lines of a Gutenberg file with markers, by a rule independent of clean.py: after the
+    START line (skipping a "Produced by" credit paragraph), before the first "End of ... Project Gutenberg" line."""
+    lines = raw.replace("\r\n", "\n").split("\n")
+    start = next((i for i, line in enumerate(lines) if "START OF" in line.upper() and "GUTENBERG" in line.upper()), -1)
+    end = next(i for i, line in enumerate(lines) if i > start and "end of" in line.lower()
+               and "project gutenberg" in line.lower())
+    paragraphs = [p for p in "\n".join(lines[start + 1:end]).split("\n\n") if p.strip()]
+    if start >= 0 and paragraphs[0].strip().startswith("Produced by"):
+        paragraphs = paragraphs[1:]
+    first = next(line for line in paragraphs[0].split("\n") if line.strip())
+    last = [line for line in paragraphs[-1].split("\n") if line.strip()][-1]
+    return first, last
+
+
+def _normalized(line: str) -> str:
+    return " ".join(ftfy.fix_text(line).split())
+
+
+def test_books_all_decode_with_cp1252_fallbacks_reported(books_corpus):
+    books, out, stats, docs = books_corpus
+    names = sorted(p.name for p in books.glob("*.txt"))
+    assert sorted(docs) == names and len(names) == 40
+    assert stats["rejects"] == {} and stats["duplicates"]["count"] == 0
+    assert set(stats["decode_fallbacks"]["cp1252"]["examples"]) == CP1252_BOOKS
+    assert stats["decode_fallbacks"]["cp1252"]["count"] == 3
+    # every cp1252 book decoded its curly quotes (0x93/0x94), which ftfy then straightened
+    for name in CP1252_BOOKS:
+        assert '"' in docs[name]["text"] and "\ufffd" not in docs[name]["text"]
+
+
+def test_books_counts_and_layout_agree(books_corpus):
+    _, out, stats, docs = books_corpus
+    assert stats["documents"]["train"] + stats["documents"]["val"] == len(docs) == 40
+    assert stats["documents"]["val"] >= 1  # 1% of 40 rounds to none: the floor gives val one book
+    for split in ("train", "val"):
+        split_rows = rows(out, split)
+        assert len(split_rows) == stats["documents"][split] == sum(p["rows"] for p in stats["parts"][split])
+        assert sum(len(r["text"]) for r in split_rows) == stats["characters"][split]
+    for r in docs.values():
+        assert r["id"] == hashlib.sha256(r["text"].encode()).hexdigest()
+    assert list(iter_texts(out, "val")) == [r["text"] for r in rows(out, "val")]
+    # the README: 25 header+licence books and pg105 (footer only) carry markers, the 14 stripped ones do not
+    assert stats["boilerplate_removed"]["header"] == 25 and stats["boilerplate_removed"]["footer"] == 26
+    assert read_json(out / "stats.json") == stats
+
+
+def test_books_lose_all_gutenberg_boilerplate(books_corpus):
+    _, _, _, docs = books_corpus
+    for name, r in docs.items():
+        text = r["text"].lower()
+        found = [marker for marker in BOILERPLATE if marker in text]
+        assert not found, f"{name}: {found}"
+
+
+def test_books_keep_first_and_last_body_lines(books_corpus):
+    books, _, _, docs = books_corpus
+    stripped = 0
+    for path in sorted(books.glob("*.txt")):
+        raw, _ = C.decode(path.read_bytes())
+        text = docs[path.name]["text"]
+        if "project gutenberg" in raw.lower():
+            first, last = _body_lines(raw)
+        else:  # a stripped book must come through whole
+            stripped += 1
+            kept = [line for line in raw.replace("\r\n", "\n").split("\n") if line.strip()]
+            first, last = kept[0], kept[-1]
+        assert text.startswith(_normalized(first)), (path.name, first, text[:80])
+        assert text.endswith(_normalized(last)), (path.name, last, text[-80:])
+    assert stripped == 14
+    assert docs["pg2701.txt"]["text"].startswith("ETYMOLOGY.")
+    assert docs["pg730.txt"]["text"].startswith("CHAPTER I\n")
+    emma = docs["158-0.txt"]["text"]
+    chapter_1 = emma.index("CHAPTER I\n")
+    assert emma.index("Emma Woodhouse, handsome, clever, and rich") > chapter_1
+    assert emma.index("CHAPTER II\n") > chapter_1 and emma.startswith("EMMA")
+
+
+# -- clean.py ---------------------------------------------------------------------------------------------------
+def test_decode_bom_utf8_cp1252_utf16_and_rejects():
+    assert C.decode(b"\xef\xbb\xbfCaf\xc3\xa9") == ("Café", "utf-8")
+    assert C.decode(b"\x93Hi\x94 \x96 there") == ("\u201cHi\u201d \u2013 there", "cp1252")
+    assert C.decode(b"\xff\xfe" + "hé".encode("utf-16-le")) == ("hé", "utf-16")
+    with pytest.raises(C.UndecodableError) as err:
+        C.decode(b"text\x00\x01\x02")
+    assert err.value.reason == "binary"
+    with pytest.raises(C.UndecodableError) as err:
+        C.decode(b"\x81\x81 not utf-8, 0x81 undefined in cp1252")
+    assert err.value.reason == "undecodable"
+
+
+def test_strip_gutenberg_marker_variants():
+    licence = "*** START: FULL LICENSE ***\nTHE FULL PROJECT GUTENBERG LICENSE\nterms..."
+    header = "The Project Gutenberg EBook of X\n\nTitle: X\n\n"
+    variants = {
+        "this/EBOOK": "*** START OF THIS PROJECT GUTENBERG EBOOK X ***",
+        "the/EBook": "***START OF THE PROJECT GUTENBERG EBook X***",
+        "wrapped title": "*** START OF THE PROJECT GUTENBERG EBOOK A VERY\n    LONG TITLE ***",
+    }
+    for label, start in variants.items():
+        text = (f"{header}{start}\n\nProduced by Someone\n\nCHAPTER 1\n\nBody text.\n\n"
+                f"End of the Project Gutenberg EBook of X\n\n*** END OF THE PROJECT GUTENBERG EBOOK X ***\n{licence}")
+        body, removed = C.strip_gutenberg(text)
+        assert body.strip() == "CHAPTER 1\n\nBody text.", label
+        assert (removed.header, removed.footer, removed.notes) == (True, True, 1), label
+    footer_only = "Chapter 1\n\nProduced by chance, the body.\n\n*** END OF THIS PROJECT GUTENBERG EBOOK X ***\nlicence"
+    body, removed = C.strip_gutenberg(footer_only)
+    assert body.strip() == "Chapter 1\n\nProduced by chance, the body." and not removed.header and removed.footer
+    plain = "No markers here.\n\nA book about Project Gutenberg would stay whole."
+    assert C.strip_gutenberg(plain) == (plain, C.Boilerplate())
+
+
+@pytest.mark.parametrize("text", [
+    "â€œquotedâ€\x9d and cafÃ© and Ã  la",  # UTF-8 read as cp1252/latin-1
+    "Fish &amp; chips &mdash; &lt;b&gt;",  # HTML entities
+    "ＬＯＵＤ ﬂubber \x07bell\x1b[31mred\x1b[0m",  # width, ligature, control char, terminal escape
+    "curly ‘single’ and “double”\r\nline\u2028sep\x85end",  # quotes and line breaks
+    "e\u0301 composed, \ufeffBOM inside, Ω Greek, \x80\x93c1",  # NFC, BOM, C1 controls
+])
+def test_fix_text_matches_ftfy(text):
+    assert C.fix_text(text) == ftfy.fix_text(text)
+
+
+def test_html_entities_kept_only_on_lines_with_markup():
+    text = "&lt;b&gt; &amp;\n<b>keeps &amp;</b>\nnext &amp; line"
+    assert C.fix_text(text) == "<b> &\n<b>keeps &amp;</b>\nnext & line"
+
+
+def test_mojibake_prefilter_never_hides_a_bad_line():
+    """Lines without a _MOJIBAKE_CLUE character are never passed to ftfy's repair; show ftfy's detector cannot
+    fire on them: every string of up to 3 characters over one representative of each ASCII class the detector
+    distinguishes plus all the exempted common characters (checked to length 4 when written)."""
+    alphabet = "aZ .1#\n\u00a0\u00ad\u00b4\u00b7\u2013\u2014\u2015\u2018\u2019\u201c\u201d\u2026"
+    assert not C._MOJIBAKE_CLUE.search(alphabet)
+    for n in (1, 2, 3):
+        assert not any(is_bad("".join(s)) for s in itertools.product(alphabet, repeat=n))
+    assert C._MOJIBAKE_CLUE.search("cafÃ©")  # while a real clue is found
+
+
+def test_normalize_whitespace_keeps_paragraphs():
+    text = "\n\n  Title \t here\u00a0now  \n\n\n\n  first line\nsecond   line \n \n\nlast\n\n"
+    assert C.normalize_whitespace(text) == "Title here now\n\nfirst line\nsecond line\n\nlast"
+
+
+# -- small sources ----------------------------------------------------------------------------------------------
+def test_duplicates_are_dropped_after_cleaning(tmp_path):
+    src = write(tmp_path / "src", {"a.txt": book(1), "b.txt": book(1), "c.txt": book(2),
+                                   "d.txt": b"\xef\xbb\xbf" + book(1).replace("\n", "\r\n").encode()})
+    stats = I.ingest(str(src), tmp_path / "out", show_progress=False)
+    assert stats["duplicates"]["count"] == 2 and stats["duplicates"]["examples"] == ["b.txt", "d.txt"]
+    assert sorted(r["source"] for r in rows(tmp_path / "out")) == ["a.txt", "c.txt"]
+    stats = I.ingest(str(src / "[bc].txt"), tmp_path / "glob", show_progress=False)  # a glob picks files
+    assert stats["duplicates"]["count"] == 0 and sum(stats["documents"].values()) == 2
+
+
+def test_unusable_files_are_rejected_and_the_run_continues(tmp_path):
+    src = write(tmp_path / "src", {"good.txt": book(1), "bin.txt": b"PK\x03\x04\x00\x00binary",
+                                   "bad.txt": b"\x81\x81\x81", "blank.txt": " \n\r\n\t", "short.txt": "Hi."})
+    stats = I.ingest(str(src), tmp_path / "out", min_doc_chars=10, show_progress=False)
+    assert {r: t["examples"] for r, t in stats["rejects"].items()} == {
+        "binary": ["bin.txt"], "undecodable": ["bad.txt"], "empty": ["blank.txt"], "too_short": ["short.txt"]}
+    assert [r["source"] for r in rows(tmp_path / "out")] == ["good.txt"]
+
+
+def test_a_source_without_documents_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no input files"):
+        I.ingest(str(write(tmp_path / "empty", {})), tmp_path / "out", show_progress=False)
+    with pytest.raises(FileNotFoundError):
+        I.ingest(str(tmp_path / "missing" / "*.txt"), tmp_path / "out", show_progress=False)
+    with pytest.raises(InputError, match="no documents.*binary: 1"):
+        I.ingest(str(write(tmp_path / "bin", {"x.txt": b"\x00\x01"})), tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_jsonl_rows_with_malformed_lines_counted(tmp_path):
+    lines = [json.dumps({"text": f"row {i} " * 5, "id": i}) for i in range(200)]
+    lines[50] = '{"text": "unterminated'
+    lines[120] = json.dumps({"body": "no text field"})
+    lines[150] = json.dumps({"text": None})
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(lines) + "\n\n")
+    with pytest.raises(InputError, match=r"rows.jsonl:51.*3 of 200 rows are malformed"):
+        I.ingest(str(path), tmp_path / "out", show_progress=False)
+    lines[150] = json.dumps({"text": "fine now"})
+    path.write_text("\n".join(lines) + "\n")
+    stats = I.ingest(str(path), tmp_path / "out", show_progress=False)
+    assert stats["malformed_rows"]["count"] == 2 and stats["inputs"]["rows"] == 200
+    assert [(e["line"], e["error"][:12]) for e in stats["malformed_rows"]["examples"]] == [
+        (51, "invalid JSON"), (121, "no 'text' fi")]
+    assert sum(stats["documents"].values()) == 198
+    assert {r["source"] for r in rows(tmp_path / "out")} >= {f"{path}:1", f"{path}:200"}
+
+
+def test_missing_text_column_is_a_clear_error(tmp_path):
+    (tmp_path / "a.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(InputError, match=r"a.jsonl:1 \[text\].*no 'text' field \(fields: body\)"):
+        I.ingest(str(tmp_path / "a.jsonl"), tmp_path / "out", show_progress=False)
+    pq.write_table(pa.table({"body": ["x"]}), tmp_path / "b.parquet")
+    with pytest.raises(InputError, match=r"b.parquet \[text\].*columns: body"):
+        I.ingest(str(tmp_path / "b.parquet"), tmp_path / "out", show_progress=False)
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "c.parquet")
+    with pytest.raises(InputError, match="holds int64, not text"):
+        I.ingest(str(tmp_path / "c.parquet"), tmp_path / "out", show_progress=False)
+
+
+def test_parquet_rows_with_a_named_column_and_grouping(tmp_path):
+    texts = [f"sentence {i} ." for i in range(150)]
+    path = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"body": texts[:4] + [None] + texts[4:]}), path, row_group_size=64)
+    stats = I.ingest(str(path), tmp_path / "out", text_column="body", rows_per_doc=4, val_fraction=0,
+                     show_progress=False)
+    got = rows(tmp_path / "out")
+    assert len(got) == 38 and [r["text"] for r in got[:2]] == ["\n".join(texts[0:4]), "\n".join(texts[4:8])]
+    assert got[1]["source"] == f"{path}:6-9" and got[-1]["source"] == f"{path}:150-151"  # row 5 was null
+    assert stats["malformed_rows"]["examples"] == [{"file": str(path), "line": 5, "error": "'body' is null"}]
+
+
+def test_hf_source_on_local_folders(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    folder = tmp_path / "hub_like"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(7)))
+    stats = I.ingest(f"hf:{folder}:train", tmp_path / "a", rows_per_doc=3, val_fraction=0, show_progress=False)
+    assert [r["source"] for r in rows(tmp_path / "a")] == [f"{folder}:train:{s}" for s in ("1-3", "4-6", "7")]
+    assert stats["inputs"]["rows"] == 7 and stats["settings"]["rows_per_doc"] == 3
+    with pytest.raises(InputError, match=r"\[body\].*no column 'body' \(columns: text\)"):
+        I.ingest(f"hf:{folder}", tmp_path / "b", text_column="body", show_progress=False)
+
+    saved = tmp_path / "saved"
+    texts = [f"row {i}" for i in range(120)]
+    datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"text": texts + [None]})}).save_to_disk(
+        str(saved))
+    stats = I.ingest(f"hf:{saved}:validation", tmp_path / "c", val_fraction=0, show_progress=False)
+    assert [r["text"] for r in rows(tmp_path / "c")] == texts
+    assert stats["malformed_rows"]["count"] == 1
+    assert stats["source_hash"] == I.HFSource(f"hf:{saved}:validation").fingerprint()
+    assert stats["source_hash"] != I.HFSource(f"hf:{saved}:train").fingerprint()  # same files, other split
+    with pytest.raises(ValueError, match="no split 'train'"):
+        I.ingest(f"hf:{saved}", tmp_path / "d", show_progress=False)
+
+
+def test_hf_spec_parsing():
+    spec = I.HFSource("hf:bookcorpus/bookcorpus@abc123:train")
+    assert (spec.id, spec.revision, spec.split) == ("bookcorpus/bookcorpus", "abc123", "train")
+    assert spec.rows_per_doc == I.BOOKCORPUS_ROWS_PER_DOC and I.HFSource("hf:wikitext").rows_per_doc == 1
+    assert spec.fingerprint() != I.HFSource("hf:bookcorpus/bookcorpus@other:train").fingerprint()
+    for bad in ("hf:", "hf:a:b:c"):
+        with pytest.raises(ValueError, match="expected hf:"):
+            I.HFSource(bad)
+    with pytest.raises(FileNotFoundError):
+        I.HFSource("hf:/no/such/folder")
+
+
+def _assignment(corpus):
+    return {r["source"]: split for split in ("train", "val") for r in rows(corpus, split)}
+
+
+def test_split_is_deterministic_and_stable_when_documents_are_added(tmp_path):
+    src = write(tmp_path / "src", {f"{i:02d}.txt": book(i) for i in range(40)})
+    first = I.ingest(str(src), tmp_path / "a", val_fraction=0.3, split_seed=7, show_progress=False)
+    again = I.ingest(str(src), tmp_path / "b", val_fraction=0.3, split_seed=7, show_progress=False)
+    assert _assignment(tmp_path / "a") == _assignment(tmp_path / "b")
+    assert first["content_hash"] == again["content_hash"]
+    assert 0 < first["documents"]["val"] < 40
+
+    write(src, {f"{i:02d}.txt": book(i) for i in range(40, 50)})
+    I.ingest(str(src), tmp_path / "c", val_fraction=0.3, split_seed=7, show_progress=False)
+    grown = _assignment(tmp_path / "c")
+    assert {name: grown[name] for name in _assignment(tmp_path / "a")} == _assignment(tmp_path / "a")
+
+    I.ingest(str(src), tmp_path / "d", val_fraction=0.3, split_seed=8, show_progress=False)
+    assert _assignment(tmp_path / "d") != grown
+
+
+def test_val_floor_and_part_size(tmp_path):
+    src = write(tmp_path / "src", {f"{i:02d}.txt": book(i) for i in range(25)})
+    stats = I.ingest(str(src), tmp_path / "out", val_fraction=1e-9, rows_per_part=10, show_progress=False)
+    assert stats["documents"] == {"train": 24, "val": 1} and stats["val_floor_applied"]
+    assert [p["rows"] for p in stats["parts"]["train"]] == [10, 10, 4]
+    assert [p.name for p in split_files(tmp_path / "out", "train")] == [
+        "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert not list((tmp_path / "out").rglob(".*"))  # no temporary files left behind
+    one = I.ingest(str(src / "00.txt"), tmp_path / "one", show_progress=False)
+    assert one["documents"] == {"train": 1, "val": 0}
+
+
+def test_crash_leaves_no_corpus_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    src = write(tmp_path / "src", {f"{i}.txt": book(i) for i in range(5)})
+    out = tmp_path / "out"
+    calls = itertools.count()
+
+    def crash_on_third(text):
+        if next(calls) == 2:
+            raise RuntimeError("simulated crash")
+        return C.clean(text)
+
+    monkeypatch.setattr(I, "clean", crash_on_third)
+    with pytest.raises(RuntimeError, match="simulated"):
+        I.ingest(str(src), out, rows_per_part=1, show_progress=False)
+    assert not out.exists() and list(tmp_path.iterdir()) == [src]
+
+    monkeypatch.setattr(I, "clean", C.clean)
+    before = I.ingest(str(src), out, show_progress=False)
+    calls = itertools.count()
+    monkeypatch.setattr(I, "clean", crash_on_third)
+    with pytest.raises(RuntimeError):
+        I.ingest(str(src), out, split_seed=1, show_progress=False)  # new settings: a rebuild, which crashes
+    assert read_json(out / "stats.json") == before and len(rows(out)) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+
+
+def test_rerun_skips_a_finished_corpus_and_rebuilds_on_change(tmp_path, monkeypatch):
+    src = write(tmp_path / "src", {f"{i}.txt": book(i) for i in range(5)})
+    out = src / "corpus"  # inside the source: its own parquet parts must not become input
+    first = I.ingest(str(src), out, show_progress=False)
+
+    def must_not_run(text):
+        raise AssertionError("a finished corpus was rebuilt")
+
+    monkeypatch.setattr(I, "clean", must_not_run)
+    assert I.ingest(str(src), out, show_progress=False) == first
+    monkeypatch.setattr(I, "clean", C.clean)
+    changed = I.ingest(str(src), out, min_doc_chars=2, show_progress=False)
+    assert changed["key"] != first["key"] and changed["source_hash"] == first["source_hash"]
+    (src / "0.txt").write_text(book(99))
+    edited = I.ingest(str(src), out, min_doc_chars=2, show_progress=False)
+    assert edited["source_hash"] != first["source_hash"]
+    assert any("number 99" in r["text"] for r in rows(out))
+
+
+def test_refuses_to_replace_a_folder_that_is_not_a_corpus(tmp_path):
+    src = write(tmp_path / "src", {"a.txt": book(1)})
+    write(tmp_path / "out", {"notes.md": "mine"})
+    with pytest.raises(ValueError, match="not an ingested corpus"):
+        I.ingest(str(src), tmp_path / "out", show_progress=False)
+    assert (tmp_path / "out" / "notes.md").read_text() == "mine"
+
+
+def test_cli_ingest_prints_a_summary(tmp_path, capsys):
+    src = write(tmp_path / "src", {"a.txt": book(1), "b.txt": book(2), "c.txt": book(1), "x.txt": b"\x00"})
+    code = cli_main(["ingest", "--source", str(src), "--out", str(tmp_path / "out"), "--val-fraction", "0.5",
+                     "--seed", "3", "--no-progress"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert re.search(r"documents: \d train \+ \d val", printed) and "1 duplicates" in printed
+    assert "rejected (binary): 1, e.g. x.txt" in printed
+    assert read_json(tmp_path / "out" / "stats.json")["settings"]["split_seed"] == 3
+    assert cli_main(["ingest", "--source", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
+    assert "no input files" in capsys.readouterr().err
