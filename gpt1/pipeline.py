@@ -63,7 +63,7 @@ class Plan:
         source = k["sample"] if d.source == "sample" else _source_fingerprint(d.source)
         k["ingest"] = stable_hash(
             {"source": source, "text_column": d.text_column, "val": d.val_fraction, "seed": d.split_seed,
-             "min_chars": d.min_doc_chars}
+             "min_chars": d.min_doc_chars, "rows_per_doc": d.rows_per_doc}
         )
         k["tokenizer"] = stable_hash({"corpus": k["ingest"], "tok": cfg.tokenizer.model_dump()})
         k["shards"] = stable_hash(
@@ -166,7 +166,7 @@ def run_ingest(plan: Plan) -> Path:
 
     def build(out: Path) -> dict:
         stats = ingest(source, out / "corpus", text_column=d.text_column, val_fraction=d.val_fraction,
-                       split_seed=d.split_seed, min_doc_chars=d.min_doc_chars)
+                       split_seed=d.split_seed, min_doc_chars=d.min_doc_chars, rows_per_doc=d.rows_per_doc)
         return {"stats": stats}
 
     return _once(plan, "ingest", build) / "corpus"
@@ -312,7 +312,28 @@ def run_report(plan: Plan, *, tracking_uri: str | None = None, parent_run_id: st
     if parent_run_id:
         cmd += ["--run-id", parent_run_id] + (["--tracking-uri", tracking_uri] if tracking_uri else [])
     stream_subprocess(cmd, log_line)
+    if parent_run_id:
+        log_results_on_parent(plan, out / "results.json", tracking_uri=tracking_uri, parent_run_id=parent_run_id)
     return out
+
+
+def log_results_on_parent(plan: Plan, results_json: Path, *, tracking_uri: str | None, parent_run_id: str) -> None:
+    """Headline metrics on the pipeline's parent run, named alike in every run so MLflow's compare view lines
+    up runs and ablation deployments: `task/<task>/<metric>`, `glue_score` (and `<variant>/...` for ablations)."""
+    from gpt1.tracking import RunLogger
+
+    runs = read_json(results_json)["runs"]
+    metrics: dict[str, float] = {}
+    for variant, result in runs.items():
+        prefix = "" if variant == "full" else f"{variant}/"
+        for task, entry in result.get("tasks", {}).items():
+            for name, value in (entry.get("metrics") or {}).items():
+                metrics[f"{prefix}task/{task}/{name}"] = value
+        if result.get("glue_score") is not None:
+            metrics[f"{prefix}glue_score"] = result["glue_score"]
+    run = RunLogger("report", experiment=plan.cfg.tracking.experiment, uri=tracking_uri, run_id=parent_run_id)
+    run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    run.flush()
 
 
 def log_stage(plan: Plan, stage: str, path: Path, *, tracking_uri: str | None, parent_run_id: str | None,

@@ -11,7 +11,7 @@ started=$(date +%s)
 status=${PIPESTATUS[0]}
 echo
 echo "smoke pipeline finished in $(( $(date +%s) - started )) s (exit $status)"
-report=$(ls -t "$GPT1_WORK_DIR"/report/*/report.md 2>/dev/null | head -1 || true)
+report=$(ls -t "$GPT1_WORK_DIR"/report/*/results.md 2>/dev/null | head -1 || true)
 [[ -n $report ]] && cat "$report"
 exp_id=$("$BIN/python" - <<'PY'
 from mlflow.tracking import MlflowClient

@@ -1,0 +1,622 @@
+"""Unsupervised pre-training of GPT-1 with DeepSpeed (paper sections 3.1 and 4.1): `gpt1 pretrain` and its workers.
+
+Two entry points:
+
+    gpt1 pretrain --preset smoke --shards SHARDS --out OUT [--nproc N] [--resume auto] ...
+        resolves and validates the config (shards, batch layout, precision, resume state) before any compute,
+        writes OUT/config.json, then starts the workers as a subprocess: one process directly, N via torchrun.
+    python -m gpt1.pretrain --config OUT/config.json --shards SHARDS --out OUT ...
+        one worker; what torchrun / the deepspeed launcher start on every node (infra/multinode/).
+
+A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks:
+AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
+DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.distributed). Every `eval_every`
+updates it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
+(gpt1.probes), every `save_every` a resumable checkpoint (gpt1.checkpoint); at the end the consolidated fp32
+weights go to OUT/final/ (GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
+
+Outputs:
+    OUT/config.json              resolved config (written by `gpt1 pretrain`; read by every worker)
+    OUT/deepspeed_config.json    the generated DeepSpeed config for this world size
+    OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
+    OUT/samples/step-N.txt       text samples at each evaluation
+    OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
+    OUT/final/                   model.safetensors, config.json, tokenizer.json, hf/, training.json
+    OUT/loss_curve.png
+
+Choices where the spec is silent:
+- The model's vocabulary is the tokenizer's: model.vocab_size is set from the shards' manifest.
+- Total updates: pretrain.max_steps, else epochs x (train blocks // global batch) (the reader drops each epoch's
+  incomplete final global batch, so an epoch is a whole number of updates).
+- Schedule: update s (0-based) uses lr x f(s), f = (s+1)/warmup during warmup, then 0.5(1 + cos(pi p)) with
+  p = (s - warmup)/(total - warmup), reaching 0 at `total`; a torch LambdaLR that DeepSpeed steps and checkpoints.
+- Weight decay applies to every parameter with 2+ dimensions (matmul weights and embeddings, as in the original
+  code's `vector_l2=False`), not to biases and LayerNorm gains.
+- Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
+  updates, metrics.jsonl every update. Validation uses the first eval_batches x global-batch blocks of the val
+  split in stored order, the same blocks at every evaluation and for every world size.
+- Dropout RNG is seeded per rank (seed + rank); model init uses `seed` on every rank. Evaluation, probes and
+  samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
+- Without --resume, an OUT that already has checkpoints is refused (no silent restart from scratch).
+- Zero-shot probe data: --task-data DIR, else finetune.data when it is 'hf' or a folder ('sample' needs
+  --task-data); the Winograd probe always runs (built-in items). Probes cap examples at --probe-examples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gpt1.config import PipelineConfig, config_from_dict, flatten, load_config
+from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
+
+log = logging.getLogger("gpt1.pretrain")
+
+SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
+SAMPLE_TOKENS = 32
+FINAL = "final"
+CHECKPOINTS = "checkpoints"
+
+
+# ------------------------------------------------------------------------------------------ the recipe
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on weights (2+ dims: matmuls, embeddings), none on biases and LayerNorm gains."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str = "cosine") -> float:
+    """Multiplier of the peak lr for update `step` (0-based): linear warmup, then cosine/linear decay to 0."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if schedule == "linear":
+        return 1.0 - progress
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def total_steps(pretrain, train_blocks: int) -> int:
+    if pretrain.max_steps is not None:
+        return pretrain.max_steps
+    return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction=reduction)
+
+
+# --------------------------------------------------------------------------- validation before launch
+
+
+def resolve_config(cfg: PipelineConfig, manifest: dict) -> PipelineConfig:
+    """The config a run uses: model vocabulary from the shards; context checked against the shards."""
+    if manifest["n_ctx"] != cfg.model.n_ctx:
+        raise ValueError(f"shards hold blocks of n_ctx={manifest['n_ctx']} (+1) tokens but model.n_ctx="
+                         f"{cfg.model.n_ctx}: re-tokenize with --ctx {cfg.model.n_ctx} or --set "
+                         f"model.n_ctx={manifest['n_ctx']}")
+    if manifest["vocab_size"] != cfg.model.vocab_size:
+        log.info("model.vocab_size set to the shards' tokenizer vocabulary: %d", manifest["vocab_size"])
+        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"vocab_size": manifest["vocab_size"]})})
+    return cfg
+
+
+def load_tokenizer(path: str | os.PathLike | None, manifest: dict):
+    """The tokenizer the shards were made with (checked by hash), or None when no path is given."""
+    if path is None:
+        return None
+    from gpt1 import tokenizer as tokenizer_lib
+
+    tokenizer = tokenizer_lib.load(path)
+    if tokenizer.sha256 != manifest.get("tokenizer_sha256"):
+        raise ValueError(f"tokenizer {path} (sha256 {tokenizer.sha256[:12]}) is not the one the shards were made "
+                         f"with (manifest tokenizer_sha256 {str(manifest.get('tokenizer_sha256'))[:12]})")
+    return tokenizer
+
+
+def task_data_source(cfg: PipelineConfig, task_data: str | None) -> str | None:
+    """Where the zero-shot probes read task data: --task-data, else finetune.data unless it is 'sample'."""
+    if task_data is not None:
+        if not Path(task_data).is_dir():
+            raise FileNotFoundError(f"--task-data {task_data}: not a directory")
+        return task_data
+    if cfg.finetune.data == "sample":
+        log.info("finetune.data is 'sample' but no --task-data given: data-driven zero-shot probes are skipped")
+        return None
+    return cfg.finetune.data
+
+
+def resume_point(out: Path, resume: str | None, model_cfg: dict) -> Path | None:
+    """The checkpoint to resume from (None: start fresh); refuses an OUT with checkpoints when not resuming."""
+    from gpt1.checkpoint import COMPLETE, META, CheckpointManager
+
+    latest = CheckpointManager(out / CHECKPOINTS).latest_complete()
+    if resume is None:
+        if latest is not None:
+            raise ValueError(f"{out} already has checkpoints (latest {latest.name}); pass --resume auto to continue "
+                             "or use a new --out")
+        return None
+    path = latest if resume == "auto" else Path(resume)
+    if path is None:
+        log.info("--resume auto: no complete checkpoint in %s, starting from scratch", out / CHECKPOINTS)
+        return None
+    if not (path / COMPLETE).exists():
+        raise ValueError(f"--resume {resume}: {path} is not a complete checkpoint (no {COMPLETE} marker)")
+    saved = read_json(path / META).get("model")
+    if saved is not None and saved != model_cfg:
+        changed = sorted(k for k in model_cfg if saved.get(k) != model_cfg[k])
+        raise ValueError(f"cannot resume {path}: model config changed since it was written ({changed})")
+    return path
+
+
+# --------------------------------------------------------------------------------------------- a worker
+
+
+class Pretraining:
+    """One rank's training run: engine, data, evaluation, logging, checkpoints."""
+
+    def __init__(self, cfg: PipelineConfig, args: argparse.Namespace, world):
+        import deepspeed
+
+        from gpt1.checkpoint import CheckpointManager
+        from gpt1.data.shards import BlockReader, load_manifest
+        from gpt1.distributed import batch_layout, deepspeed_config, device_type
+        from gpt1.model import GPT1, flops_per_token
+
+        self.args, self.world = args, world
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.shards = Path(args.shards)
+        self.manifest = load_manifest(self.shards)
+        self.cfg = cfg = resolve_config(cfg, self.manifest)
+        p = cfg.pretrain
+        self.device_kind = device_type()
+        self.layout = batch_layout(p, world.size)
+        self.ds_config = deepspeed_config(p, world.size, self.device_kind)
+
+        self.train_data = BlockReader(self.shards, "train", seed=p.seed, rank=world.rank, world_size=world.size)
+        self.total = total_steps(p, len(self.train_data))
+        if len(self.train_data) < p.global_batch_size or self.total < 1:
+            raise ValueError(f"{self.shards}: {len(self.train_data)} train blocks, fewer than one global batch "
+                             f"of {p.global_batch_size}")
+        self.tokens_per_step = p.global_batch_size * cfg.model.n_ctx
+        self.flops_per_token = flops_per_token(cfg.model)
+
+        torch.manual_seed(p.seed)  # identical initial weights on every rank
+        model = GPT1(cfg.model)
+        torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
+        scheduler = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
+            optimizer, lambda s: lr_factor(s, warmup_steps=p.warmup_steps, total_steps=self.total,
+                                           schedule=p.schedule))
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=param_groups(model, p.weight_decay), config=self.ds_config,
+            lr_scheduler=scheduler)
+        self.model = self.engine.module
+        self.device = self.engine.device
+        # Stage 0 fp32 is DeepSpeed's plain path, which clips without keeping the norm: measure it ourselves.
+        self.norm_from_grads = p.zero_stage == 0
+
+        self.checkpoints = CheckpointManager(self.out / CHECKPOINTS, rank=world.rank, world_size=world.size,
+                                             keep_last=p.keep_last)
+        self.tokenizer = load_tokenizer(args.tokenizer, self.manifest)
+        self.probe_data = {}
+        if self.tokenizer is not None:
+            from gpt1.probes import load_probe_data
+
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), args.probe_examples)
+        else:
+            log.info("no --tokenizer: text samples and zero-shot probes are skipped")
+
+        self.step, self.tokens_seen, self.run_id = 0, 0, None
+        resume_from = resume_point(self.out, args.resume, cfg.model.model_dump())
+        if resume_from is not None:
+            meta = self.checkpoints.load(self.engine, resume_from)
+            self.train_data.load_state_dict(meta["reader"])
+            self.step, self.tokens_seen, self.run_id = meta["step"], meta["tokens_seen"], meta.get("run_id")
+            log.info("resumed from %s (update %d of %d)", resume_from, self.step, self.total)
+
+        self.peak_flops, self.peak_source = None, ""
+        self.run = None
+        if world.is_main:
+            from gpt1.mfu import device_peak_flops
+
+            self.peak_flops, self.peak_source = device_peak_flops(self.device_kind, p.precision)
+            self._start_tracking(resumed=resume_from is not None)
+
+    # -- tracking --------------------------------------------------------------------------------------
+    def _start_tracking(self, resumed: bool) -> None:
+        from gpt1.tracking import RunLogger
+
+        write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
+        write_json(self.out / "deepspeed_config.json", self.ds_config)
+        self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
+                             parent_run_id=self.args.parent_run_id, run_id=self.run_id,
+                             tags={"stage": "pretrain", "shards": self.manifest.get("key", "")})
+        if resumed and self.run_id is not None:
+            self.run.set_tags({"resumed_at_step": self.step})
+            return  # params are already on the run (MLflow refuses to change a logged param)
+        self.run.log_params({**flatten(self.cfg.model_dump(mode="json")),
+                             **flatten(self.ds_config, "deepspeed."),
+                             "world_size": self.world.size, "total_steps": self.total,
+                             "flops_per_token": self.flops_per_token, "peak_flops_per_device": self.peak_flops,
+                             "peak_flops_source": self.peak_source})
+        self.run.log_dict(self.cfg.model_dump(mode="json"), "config.json")
+        self.run.log_dict(self.ds_config, "deepspeed_config.json")
+        self.run.log_dataset("shards", self.manifest.get("key") or sha256_file(self.shards / "manifest.json"),
+                             str(self.shards.resolve()), context="training")
+
+    @property
+    def run_id_now(self) -> str | None:
+        return self.run.run_id if self.run is not None else self.run_id
+
+    def _record(self, record: dict) -> None:
+        """Append one line to OUT/metrics.jsonl (rank 0)."""
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    # -- training ------------------------------------------------------------------------------------------
+    def train_step(self, micro_batches: torch.Tensor) -> tuple[float, float | None]:
+        """One optimizer update over this rank's (accum, micro, n_ctx+1) blocks; returns (loss, grad norm)."""
+        engine = self.engine
+        total_loss = torch.zeros((), device=self.device)
+        grad_norm = None
+        for i, blocks in enumerate(micro_batches):
+            blocks = blocks.to(self.device)
+            loss = lm_loss(engine(blocks[:, :-1]).logits, blocks[:, 1:])
+            engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
+            if i == len(micro_batches) - 1 and self.norm_from_grads:
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                grad_norm = float(torch.nn.utils.get_total_norm(grads))
+            engine.step()  # an optimizer update only at the accumulation boundary
+            total_loss += loss.detach()
+        mean_loss = total_loss / len(micro_batches)
+        torch.distributed.all_reduce(mean_loss)
+        if grad_norm is None:
+            grad_norm = engine.get_global_grad_norm()
+        return float(mean_loss) / self.world.size, None if grad_norm is None else float(grad_norm)
+
+    def batches(self):
+        """This rank's share of each global batch, epoch after epoch."""
+        while True:
+            yield from self.train_data.global_batches(self.layout.global_batch, self.layout.micro_batch)
+
+    def run_loop(self) -> None:
+        from tqdm import tqdm
+
+        p = self.cfg.pretrain
+        bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step", disable=not self.world.is_main)
+        window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
+        batches = self.batches()
+        while self.step < self.total:
+            lr = self.scheduler.get_last_lr()[0]  # the rate this update uses
+            started = time.perf_counter()
+            loss, grad_norm = self.train_step(next(batches))
+            seconds = time.perf_counter() - started
+            self.step += 1
+            self.tokens_seen += self.tokens_per_step
+            window["loss"] += loss
+            window["steps"] += 1
+            window["seconds"] += seconds
+            if self.world.is_main:
+                self._record({"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                              "seconds": seconds})
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens_per_step / seconds:,.0f}")
+            if self.step % p.log_every == 0 or self.step == self.total:
+                self._log_window(window, lr, grad_norm)
+                window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
+            if self.step % p.eval_every == 0 or self.step == self.total:
+                self.evaluate()
+            if self.step % p.probe_every == 0 or self.step == self.total:
+                self.probe()
+            if self.step % p.save_every == 0 or self.step == self.total:
+                self.save()
+        bar.close()
+
+    def _log_window(self, window: dict, lr: float, grad_norm: float | None) -> None:
+        from gpt1.mfu import mfu
+
+        if not self.world.is_main or not window["steps"]:
+            return
+        tokens_per_s = window["steps"] * self.tokens_per_step / window["seconds"]
+        metrics = {"loss": window["loss"] / window["steps"], "lr": lr, "grad_norm": grad_norm,
+                   "tokens_per_s": tokens_per_s, "tokens_seen": self.tokens_seen,
+                   "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
+        self.run.log_metrics(metrics, step=self.step)
+        mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
+        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s", self.step, self.total,
+                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text)
+
+    # -- evaluation ------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validation_loss(self) -> float | None:
+        """Mean LM loss over the first eval_batches global batches of the val split (stored order)."""
+        from gpt1.data.shards import BlockReader
+
+        reader = BlockReader(self.shards, "val", rank=self.world.rank, world_size=self.world.size, shuffle=False)
+        n_batches = min(self.cfg.pretrain.eval_batches, len(reader) // self.layout.global_batch)
+        if n_batches == 0:
+            return None
+        self.engine.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss sum, token count
+        steps = reader.global_batches(self.layout.global_batch, self.layout.micro_batch)
+        for _ in range(n_batches):
+            for blocks in next(steps):
+                blocks = blocks.to(self.device)
+                total[0] += lm_loss(self.engine(blocks[:, :-1]).logits, blocks[:, 1:], reduction="sum").double()
+                total[1] += blocks[:, 1:].numel()
+        self.engine.train()
+        torch.distributed.all_reduce(total)
+        return float(total[0] / total[1])
+
+    def evaluate(self) -> None:
+        val_loss = self.validation_loss()
+        samples = self.samples()
+        if not self.world.is_main:
+            return
+        if val_loss is None:
+            log.warning("val split has fewer than one global batch of blocks: no validation loss")
+        else:
+            metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0))}
+            self.run.log_metrics(metrics, step=self.step)
+            self._record({"step": self.step, **metrics})
+            log.info("step %d: val loss %.4f, perplexity %.2f", self.step, val_loss, metrics["val_ppl"])
+        if samples:
+            name = f"samples/step-{self.step:08d}.txt"
+            write_text(self.out / name, samples)
+            self.run.log_text(samples, name)
+
+    def samples(self) -> str | None:
+        """Continuations of SAMPLE_PROMPTS (top-k 40, temperature 0.8, fixed seed: comparable across evals)."""
+        if self.tokenizer is None:
+            return None
+        from gpt1.generate import continue_text
+
+        generator = torch.Generator().manual_seed(self.cfg.pretrain.seed)
+        lines = []
+        for prompt in SAMPLE_PROMPTS:
+            text = continue_text(self.model, self.tokenizer, prompt, SAMPLE_TOKENS, temperature=0.8, top_k=40,
+                                 generator=generator)
+            lines.append(f"[{prompt}] {text}")
+        return f"step {self.step}\n" + "\n".join(lines) + "\n"
+
+    def probe(self) -> None:
+        if self.tokenizer is None:
+            return
+        from gpt1.probes import run_probes
+
+        started = time.perf_counter()
+        results = run_probes(self.model, self.tokenizer, self.probe_data)
+        if self.world.is_main:
+            self.run.log_metrics(results, step=self.step)
+            self._record({"step": self.step, **results})
+            log.info("step %d: zero-shot probes %s (%.1fs)", self.step,
+                     ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in results.items()),
+                     time.perf_counter() - started)
+
+    # -- checkpoints and the end -------------------------------------------------------------------------------
+    def save(self) -> Path:
+        started = time.perf_counter()
+        meta = {"reader": self.train_data.state_dict(), "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
+                "total_steps": self.total, "model": self.cfg.model.model_dump()}
+        path = self.checkpoints.save(self.engine, self.step, meta)
+        if self.world.is_main:
+            log.info("checkpoint %s written in %.1fs", path, time.perf_counter() - started)
+        return path
+
+    def finish(self) -> None:
+        """Rank 0: consolidated fp32 weights + tokenizer + transformers export in OUT/final, artifacts, run end."""
+        if not self.world.is_main:
+            return
+        from gpt1.checkpoint import consolidated_state_dict, tag_for
+        from gpt1.convert import save_hf_folder
+        from gpt1.model import GPT1
+
+        final = self.out / FINAL
+        checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
+        state = consolidated_state_dict(self.engine, checkpoint, self.cfg.pretrain.zero_stage)
+        with torch.device("meta"):
+            model = GPT1(self.cfg.model)
+        model.load_checked_state_dict(state, source=checkpoint)
+        model.save_pretrained(final)
+        if self.tokenizer is not None:
+            self.tokenizer.save(final)
+        try:
+            save_hf_folder(model, final / "hf")
+        except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+            log.warning("no transformers export in %s: %s", final / "hf", err)
+        summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
+                   "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
+                   "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
+                   "weights_sha256": sha256_file(final / "model.safetensors")}
+        write_json(final / "training.json", summary)
+        log.info("final weights: %s", final)
+
+        curve = plot_loss_curve(self.out / "metrics.jsonl", self.out / "loss_curve.png")
+        if curve is not None:
+            self.run.log_artifact(curve)
+        if self.cfg.tracking.upload_checkpoints:
+            self.run.log_artifact(final, "final")
+        else:
+            self.run.log_reference("final", final, sha256_tree(final))
+            self.run.log_artifact(final / "training.json", "final")
+        self.run.end("FINISHED")
+
+
+def read_metrics(path: Path) -> dict[int, dict]:
+    """metrics.jsonl -> {step: merged record}; a resumed run's later lines win (same values when exact)."""
+    by_step: dict[int, dict] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                record = json.loads(line)
+                by_step.setdefault(record["step"], {}).update(record)
+    return by_step
+
+
+def plot_loss_curve(metrics_path: Path, out: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_step = read_metrics(metrics_path)
+    train = sorted((s, r["loss"]) for s, r in by_step.items() if "loss" in r)
+    val = sorted((s, r["val_loss"]) for s, r in by_step.items() if "val_loss" in r)
+    if not train:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(*zip(*train), label="train loss", linewidth=1)
+    if val:
+        ax.plot(*zip(*val), "o-", label="val loss")
+    ax.set_xlabel("update")
+    ax.set_ylabel("cross-entropy (nats/token)")
+    ax.set_title("GPT-1 pre-training")
+    ax.legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+# ---------------------------------------------------------------------------------- worker entry point
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    # No option may prefix a launcher's own (torchrun/deepspeed would take `--d...`/`--n...` abbreviations).
+    parser = argparse.ArgumentParser(prog="python -m gpt1.pretrain", description="one pre-training worker")
+    parser.add_argument("--config", required=True, help="resolved config JSON (gpt1 pretrain writes OUT/config.json)")
+    parser.add_argument("--shards", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--resume", help="'auto' (latest complete checkpoint) or a checkpoint directory")
+    parser.add_argument("--tokenizer", help="tokenizer folder: text samples, probes, OUT/final/tokenizer.json")
+    parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
+    parser.add_argument("--probe-examples", type=int, default=200, help="examples per zero-shot probe")
+    parser.add_argument("--parent-run-id", help="MLflow parent run (pipeline nesting)")
+    parser.add_argument("--local_rank", "--local-rank", type=int, help="set by the deepspeed launcher; unused")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = worker_parser().parse_args(argv)
+    from gpt1.distributed import init_world
+
+    world = init_world()
+    logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
+                        format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
+    cfg = config_from_dict(read_json(args.config))
+    training = Pretraining(cfg, args, world)
+    try:
+        training.run_loop()
+        training.finish()
+    except BaseException:
+        if training.run is not None:
+            training.run.end("FAILED")
+        raise
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------- CLI
+
+
+def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
+    parser.add_argument("--shards", required=True, help="gpt1 tokenize output (manifest.json + shards)")
+    parser.add_argument("--out", required=True, help="output folder: checkpoints, final/, metrics, samples")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
+    parser.add_argument("--resume", help="'auto': continue from the latest complete checkpoint (if any); or a path")
+    parser.add_argument("--max-steps", type=int, help="pretrain.max_steps")
+    parser.add_argument("--save-every", type=int, help="pretrain.save_every")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="pretrain.precision")
+    parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="pretrain.zero_stage")
+    parser.add_argument("--nproc", type=int, default=1, help="worker processes on this machine (default 1)")
+    parser.add_argument("--nnodes", type=int, default=1,
+                        help="machines in the job (validation only: with --dry-run, see infra/multinode/)")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (tracking.tracking_uri)")
+    parser.add_argument("--parent-run-id", help="MLflow parent run id (pipeline nesting)")
+    parser.add_argument("--tokenizer", help="tokenizer folder (samples, probes, copied into OUT/final)")
+    parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
+    parser.add_argument("--probe-examples", type=int, default=200, help="examples per zero-shot probe")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="validate, write OUT/config.json and print the worker arguments (for multi-node "
+                             "launchers, infra/multinode/) without starting anything")
+
+
+def _cli_overrides(args: argparse.Namespace) -> list[str]:
+    flags = {"pretrain.max_steps": args.max_steps, "pretrain.save_every": args.save_every,
+             "pretrain.precision": args.precision, "pretrain.zero_stage": args.zero_stage,
+             "tracking.tracking_uri": args.tracking_uri}
+    return list(args.set) + [f"{key}={value}" for key, value in flags.items() if value is not None]
+
+
+def prepare_run(args: argparse.Namespace) -> tuple[PipelineConfig, list[str]]:
+    """Everything that can fail before compute: config, shards, layout, tokenizer, resume state. Writes config."""
+    from gpt1.data.shards import BlockReader, load_manifest
+    from gpt1.distributed import deepspeed_config, device_type
+
+    if args.nproc < 1 or args.nnodes < 1:
+        raise ValueError(f"--nproc and --nnodes must be >= 1, got {args.nproc} and {args.nnodes}")
+    if args.nnodes > 1 and not args.dry_run:
+        raise ValueError("a multi-node job is started on every node by torchrun or the deepspeed launcher "
+                         "(infra/multinode/README.md); use --nnodes with --dry-run to validate it and write the config")
+    if args.probe_examples < 1:
+        raise ValueError(f"--probe-examples must be >= 1, got {args.probe_examples}")
+    manifest = load_manifest(args.shards)
+    cfg = resolve_config(load_config(args.preset, _cli_overrides(args)), manifest)
+    deepspeed_config(cfg.pretrain, args.nproc * args.nnodes, device_type())  # batch layout, precision, offload
+    train_blocks = len(BlockReader(args.shards, "train"))
+    if train_blocks < cfg.pretrain.global_batch_size:
+        raise ValueError(f"{args.shards}: {train_blocks} train blocks, fewer than one global batch of "
+                         f"{cfg.pretrain.global_batch_size}")
+    load_tokenizer(args.tokenizer, manifest)
+    task_data_source(cfg, args.task_data)
+    out = Path(args.out)
+    resume_point(out, args.resume, cfg.model.model_dump())
+    write_json(out / "config.json", cfg.model_dump(mode="json"))
+    worker_args = ["--config", str(out / "config.json"), "--shards", str(args.shards), "--out", str(out),
+                   "--probe-examples", str(args.probe_examples)]
+    for flag, value in (("--resume", args.resume), ("--tokenizer", args.tokenizer), ("--task-data", args.task_data),
+                        ("--parent-run-id", args.parent_run_id)):
+        if value is not None:
+            worker_args += [flag, str(value)]
+    return cfg, worker_args
+
+
+def run_pretrain(args: argparse.Namespace) -> int:
+    import shlex
+    import subprocess
+
+    from gpt1.distributed import worker_command
+
+    cfg, worker_args = prepare_run(args)
+    if args.dry_run:
+        print(" ".join(shlex.quote(a) for a in ["-m", "gpt1.pretrain", *worker_args]))
+        return 0
+    command, env = worker_command(args.nproc, worker_args)
+    log.info("starting %d worker(s): %s", args.nproc, " ".join(command))
+    code = subprocess.run(command, env=env).returncode
+    if code != 0:
+        log.error("pre-training workers %s", f"killed by signal {-code}" if code < 0 else f"exited with {code}")
+        return code if code > 0 else 128 - code
+    print(f"final weights: {Path(args.out) / FINAL}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""The results report: our fine-tuned numbers beside the paper's, in the paper's table layout, plus a bar chart.
+
+    gpt1 report --results runs/finetune/<key> [more runs ...] [--labels full no_aux_lm ...] --out DIR
+                [--tracking-uri URI --run-id PARENT_RUN_ID]
+
+Each results DIR is one run (a configuration or ablation): a task output folder of `gpt1 finetune` (metrics.json,
+or error.json when it failed) or a folder holding such task folders (up to two levels down). Runs are labelled by
+`--labels` in order, else by folder name. Writes DIR/results.md (Tables 2, 3 and 4 of the paper: one row for the
+paper, one per run, one for the majority-class baseline; Table 5 with the ablations side by side when there are
+several runs or any ablation), DIR/results.png (primary metric per task, grouped bars) and DIR/results.json
+(everything the tables show). With --run-id the three files are also logged as artifacts of that MLflow run (the
+pipeline's parent run) together with each run's GLUE average as `report/<label>/glue_score`.
+
+Choices where the spec is silent:
+- The paper's numbers are test-set results (GLUE: the test server); ours are on the split each task's metrics.json
+  names (dev for GLUE tasks); the split of every non-paper-split task is listed under the tables.
+- "GLUE" for our runs is `metrics.glue_score`, the paper's Table 5 "Avg. Score" (mean primary metric of the 8 GLUE
+  tasks; the paper's own 74.7); the paper row of Table 4 shows its GLUE server score 72.8, which counts WNLI and
+  cannot be recomputed. A run missing any of the 8 tasks has no GLUE average ("—").
+- A missing task is "—"; a failed one (its error.json newer than any metrics.json) is "failed" and its error is
+  listed. The majority baseline row is taken from the first run that has the task.
+- The paper's Table 5 per-task ablation numbers are kept here (PAPER_ABLATIONS); their means reproduce
+  `metrics.PAPER_AVERAGES` (checked in the tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpt1.io import read_json, write_json, write_text
+from gpt1.tasks import metrics
+from gpt1.tasks.registry import REGISTRY
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
+MISSING, FAILED = "—", "failed"
+REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
+
+# The paper's tables: (column header, task, metric key of `metrics.compute`).
+TABLES = (
+    ("Table 2: natural language inference", (
+        ("MNLI-m", "mnli", "accuracy_matched"), ("MNLI-mm", "mnli", "accuracy_mismatched"),
+        ("SNLI", "snli", "accuracy"), ("SciTail", "scitail", "accuracy"), ("QNLI", "qnli", "accuracy"),
+        ("RTE", "rte", "accuracy"))),
+    ("Table 3: question answering and commonsense reasoning", (
+        ("Story Cloze", "storycloze", "accuracy"), ("RACE-m", "race", "accuracy_middle"),
+        ("RACE-h", "race", "accuracy_high"), ("RACE", "race", "accuracy"))),
+    ("Table 4: semantic similarity and classification", (
+        ("CoLA (mc)", "cola", "mcc"), ("SST-2 (acc)", "sst2", "accuracy"), ("MRPC (F1)", "mrpc", "f1"),
+        ("STS-B (pc)", "stsb", "pearson"), ("QQP (F1)", "qqp", "f1"), ("GLUE", "glue", "primary"))),
+)
+# Table 5 columns: the 8 GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
+ABLATION_COLUMNS = (("CoLA (mc)", "cola"), ("SST2 (acc)", "sst2"), ("MRPC (F1)", "mrpc"), ("STSB (pc)", "stsb"),
+                    ("QQP (F1)", "qqp"), ("MNLI (acc)", "mnli"), ("QNLI (acc)", "qnli"), ("RTE (acc)", "rte"))
+# Paper Table 5 rows of the two ablations the pipeline runs ("full" is PAPER_RESULTS' primary numbers).
+PAPER_ABLATIONS = {
+    "no_pretrain": {"cola": 18.9, "sst2": 84.0, "mrpc": 79.4, "stsb": 30.9, "qqp": 65.5, "mnli": 75.7,
+                    "qnli": 71.2, "rte": 53.8},
+    "no_aux_lm": {"cola": 47.9, "sst2": 92.0, "mrpc": 84.9, "stsb": 83.2, "qqp": 69.8, "mnli": 81.1,
+                  "qnli": 86.9, "rte": 54.4},
+}
+ABLATION_TITLES = {"full": "Transformer w/ aux LM (full)", "no_pretrain": "Transformer w/o pre-training",
+                   "no_aux_lm": "Transformer w/o aux LM"}
+
+
+@dataclass
+class Run:
+    """One results folder: per task, its metrics.json (or the error that stopped it)."""
+
+    label: str
+    path: Path
+    results: dict[str, dict] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def value(self, task: str, key: str) -> float | None:
+        if task == "glue":
+            return self.glue_score()
+        return self.results.get(task, {}).get("metrics", {}).get(key)
+
+    def majority(self, task: str, key: str) -> float | None:
+        if task == "glue":
+            return _glue({t: r.get("majority", {}) for t, r in self.results.items()})
+        return self.results.get(task, {}).get("majority", {}).get(key)
+
+    def glue_score(self) -> float | None:
+        return _glue({t: r.get("metrics", {}) for t, r in self.results.items()})
+
+    def cell(self, task: str, key: str) -> str:
+        if task in self.errors:
+            return FAILED
+        return fmt(self.value(task, key))
+
+    @property
+    def ablation(self) -> str:
+        settings = sorted({r.get("ablation", "full") for r in self.results.values()})
+        return "/".join(settings) or MISSING
+
+
+def _glue(per_task: dict[str, dict]) -> float | None:
+    if not all("primary" in per_task.get(t, {}) for t in metrics.GLUE_TASKS):
+        return None
+    return metrics.glue_score(per_task)
+
+
+def fmt(value: float | None) -> str:
+    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def is_task_dir(path: Path) -> bool:
+    return (path / METRICS_FILE).is_file() or (path / ERROR_FILE).is_file()
+
+
+def task_dirs(root: Path) -> list[Path]:
+    """`root` itself when it is a task folder, else the task folders one or two levels below it."""
+    if is_task_dir(root):
+        return [root]
+    found = [p for p in sorted(root.glob("*")) if p.is_dir() and is_task_dir(p)]
+    return found or [p for p in sorted(root.glob("*/*")) if p.is_dir() and is_task_dir(p)]
+
+
+def read_run(root: str | os.PathLike, label: str) -> Run:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {root} does not exist")
+    dirs = task_dirs(root)
+    if not dirs:
+        raise FileNotFoundError(f"{root}: no task results ({METRICS_FILE} or {ERROR_FILE}) in it or its sub-folders")
+    run = Run(label, root)
+    for path in dirs:
+        done, failed = path / METRICS_FILE, path / ERROR_FILE
+        if failed.is_file() and (not done.is_file() or failed.stat().st_mtime >= done.stat().st_mtime):
+            error = read_json(failed)
+            run.errors[error.get("task", path.name)] = error.get("error", "unknown error")
+            continue
+        result = read_json(done)
+        task = result.get("task", path.name)
+        if task not in REGISTRY:
+            log.warning("%s: unknown task %r, skipped", done, task)
+            continue
+        if task in run.results:
+            log.warning("%s: a second result for %s in %s, ignored", done, task, root)
+            continue
+        run.results[task] = result
+    return run
+
+
+def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -> list[Run]:
+    if labels and len(labels) != len(paths):
+        raise ValueError(f"--labels: {len(labels)} labels for {len(paths)} results folders")
+    runs, seen = [], set()
+    for i, path in enumerate(paths):
+        path = Path(path)
+        label = labels[i] if labels else (path.parent.name if is_task_dir(path) else path.name)
+        while label in seen:  # the same folder name twice (e.g. two `.../full`): keep both, distinguishable
+            label += "'"
+        seen.add(label)
+        runs.append(read_run(path, label))
+    return runs
+
+
+# -- rendering ------------------------------------------------------------------------------------------------
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def paper_value(task: str, key: str) -> float | None:
+    return metrics.PAPER_RESULTS.get(task, {}).get(key)
+
+
+def first_majority(runs: list[Run], task: str, key: str) -> float | None:
+    return next((v for v in (r.majority(task, key) for r in runs) if v is not None), None)
+
+
+def paper_tables(runs: list[Run]) -> str:
+    parts = []
+    for title, columns in TABLES:
+        header = ["Method"] + [name for name, _, _ in columns]
+        rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
+        rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
+        rows.append(["majority class"] + [fmt(first_majority(runs, t, k)) for _, t, k in columns])
+        parts.append(f"### {title}\n\n{markdown_table(header, rows)}")
+    return "\n\n".join(parts)
+
+
+def ablation_table(runs: list[Run]) -> str:
+    header = ["Method", "Avg. Score"] + [name for name, _ in ABLATION_COLUMNS]
+    full = {t: paper_value(t, "primary") for _, t in ABLATION_COLUMNS}
+    rows = []
+    for setting, values in (("full", full), *PAPER_ABLATIONS.items()):
+        rows.append([f"paper: {ABLATION_TITLES[setting]}", fmt(metrics.PAPER_AVERAGES[setting])]
+                    + [fmt(values[t]) for _, t in ABLATION_COLUMNS])
+    for run in runs:
+        rows.append([f"ours: {run.label} ({run.ablation})", fmt(run.glue_score())]
+                    + [run.cell(t, "primary") for _, t in ABLATION_COLUMNS])
+    return f"### Table 5: ablations (GLUE tasks, primary metric)\n\n{markdown_table(header, rows)}"
+
+
+def notes(runs: list[Run]) -> list[str]:
+    out = []
+    for run in runs:
+        for task, result in sorted(run.results.items()):
+            split, paper_split = result.get("eval_split"), REGISTRY[task].eval_splits[0]
+            if split and split != paper_split:
+                out.append(f"{run.label}/{task}: scored on {split} (the paper: {paper_split})")
+    return out
+
+
+def render_markdown(runs: list[Run]) -> str:
+    text = ["# GPT-1 fine-tuning results", "",
+            "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
+            "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
+            "of the 8 GLUE tasks (the paper's Table 5 \"Avg. Score\", 74.7 for GPT-1); the paper row shows its GLUE "
+            "server score. — = not run, failed = see Errors.", "",
+            "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
+    if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
+        text += ["", ablation_table(runs)]
+    extra = notes(runs)
+    if extra:
+        text += ["", "### Notes", ""] + [f"- {n}" for n in extra]
+    errors = [(r.label, t, e) for r in runs for t, e in sorted(r.errors.items())]
+    if errors:
+        text += ["", "### Errors", ""] + [f"- {label}/{task}: {error}" for label, task, error in errors]
+    return "\n".join(text) + "\n"
+
+
+def plot(runs: list[Run], path: Path) -> Path:
+    """Grouped bars: per table column, the paper, each run and the majority baseline."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    columns = [c for _, cols in TABLES for c in cols]
+    series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns])]
+    series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns]) for r in runs]
+    series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns]))
+    x = np.arange(len(columns))
+    width = 0.8 / len(series)
+    fig, ax = plt.subplots(figsize=(max(10, 0.9 * len(columns) * max(1, len(series) / 3)), 4.5))
+    for i, (name, values) in enumerate(series):
+        heights = [np.nan if v is None else v for v in values]
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=name)
+    ax.set_xticks(x, [name for name, _, _ in columns], rotation=45, ha="right")
+    lowest = min([0.0] + [v for _, values in series for v in values if v is not None])
+    ax.set_ylim(lowest - 5, 118)  # headroom for the legend above the 100% mark
+    ax.set_ylabel("score (%)")
+    ax.set_title("GPT-1 fine-tuning: ours vs the paper (missing bars: not run)")
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.legend(fontsize="small", ncols=min(len(series), 4), loc="upper center")
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def summary(runs: list[Run]) -> dict:
+    return {
+        "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
+                           "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
+                                         "eval_split": res.get("eval_split")} for t, res in sorted(r.results.items())},
+                           "errors": r.errors} for r in runs},
+        "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
+    }
+
+
+def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
+                 tracking_uri: str | None = None, run_id: str | None = None) -> dict[str, Path]:
+    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths."""
+    runs = read_runs(list(results), labels)
+    out_dir = Path(out_dir)
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs)),
+             "plot": plot(runs, out_dir / REPORT_PNG),
+             "json": write_json(out_dir / REPORT_JSON, summary(runs))}
+    if run_id:
+        from gpt1.tracking import RunLogger
+
+        parent = RunLogger("report", uri=tracking_uri, run_id=run_id)  # attach; the run's owner ends it
+        for path in files.values():
+            parent.log_artifact(path, "report")
+        parent.log_metrics({f"report/{r.label}/glue_score": r.glue_score() for r in runs
+                            if r.glue_score() is not None})
+        if not parent.flush():
+            log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)
+    for run in runs:
+        log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
+                 fmt(run.glue_score()))
+    return files
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------
+def add_report_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", required=True, nargs="+", type=Path, metavar="DIR",
+                        help="results folders: one per run (a task folder or a folder of task folders)")
+    parser.add_argument("--labels", "--label", nargs="+", metavar="LABEL",
+                        help="a name per results folder, in order (default: folder names)")
+    parser.add_argument("--out", required=True, type=Path, help="where results.md/png/json go")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI of --run-id")
+    parser.add_argument("--run-id", help="MLflow run (the pipeline's parent run) to log the report to")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    files = build_report(args.results, args.out, args.labels, tracking_uri=args.tracking_uri, run_id=args.run_id)
+    print(files["markdown"].read_text(encoding="utf-8"))
+    print("wrote " + ", ".join(str(p) for p in files.values()))
+    return 0

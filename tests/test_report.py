@@ -1,0 +1,131 @@
+"""The results report: the paper's table layout, our runs beside the paper, ablations, missing and failed tasks,
+the bar chart, and logging to an MLflow parent run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpt1 import cli
+from gpt1.io import write_json
+from gpt1.report import PAPER_ABLATIONS, build_report, read_runs
+from gpt1.tasks import metrics
+
+ALL = tuple(metrics.METRICS)
+
+
+def fake_result(task: str, rng: np.random.Generator, ablation: str, skill: float) -> dict:
+    """A metrics.json as `gpt1 finetune` writes it (the fields the report reads), from synthetic predictions."""
+    n = 60
+    groups = None
+    if task == "stsb":
+        y = rng.uniform(0, 5, n)
+        pred, train = y + rng.normal(0, 2 - skill, n), rng.uniform(0, 5, n)
+    else:
+        k = {"mnli": 3, "snli": 3, "race": 4}.get(task, 2)
+        y = rng.integers(0, k, n)
+        pred = np.where(rng.random(n) < skill, y, rng.integers(0, k, n))
+        train = rng.integers(0, k, n)
+        groups = {"mnli": ["matched", "mismatched"], "race": ["middle", "high"]}.get(task)
+    extra = {"groups": [groups[i % 2] for i in range(n)]} if groups else None
+    return {"task": task, "ablation": ablation, "eval_split": "test" if task in ("snli", "scitail") else "dev",
+            "metrics": metrics.compute(task, y.tolist(), pred.tolist(), extra),
+            "majority": metrics.majority_baseline(task, train.tolist(), y.tolist(), extra)}
+
+
+def write_run(root: Path, ablation: str, skill: float, tasks=ALL, failed: dict | None = None, seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
+    for task in tasks:
+        write_json(root / task / "metrics.json", fake_result(task, rng, ablation, skill))
+    for task, error in (failed or {}).items():
+        write_json(root / task / "error.json", {"task": task, "error": error})
+    return root
+
+
+def table_rows(markdown: str, title: str) -> dict[str, list[str]]:
+    """The rows of one table of the report: first cell -> the other cells."""
+    section = markdown.split(f"### {title}")[1].split("###")[0]
+    rows = [line.strip("|").split("|") for line in section.strip().splitlines() if line.startswith("|")]
+    return {cells[0].strip(): [c.strip() for c in cells[1:]] for cells in rows[2:]}
+
+
+def test_paper_ablation_rows_reproduce_the_paper_averages():
+    for setting, values in PAPER_ABLATIONS.items():
+        assert np.mean(list(values.values())) == pytest.approx(metrics.PAPER_AVERAGES[setting], abs=0.05)
+        assert set(values) == set(metrics.GLUE_TASKS)
+
+
+def test_report_tables_ablations_missing_and_failed(tmp_path):
+    full = write_run(tmp_path / "full", "full", 0.8)
+    no_aux = write_run(tmp_path / "no_aux_lm", "no_aux_lm", 0.7, seed=1,
+                       tasks=[t for t in ALL if t not in ("race", "qqp")], failed={"qqp": "InputError: QQP/train.tsv:7 [is_duplicate]: unknown label"})
+    files = build_report([full, no_aux], tmp_path / "out")
+    text = files["markdown"].read_text()
+    runs = {r.label: r for r in read_runs([full, no_aux])}
+
+    table2 = table_rows(text, "Table 2")
+    assert table2["GPT-1 (paper)"] == ["82.1", "81.4", "89.9", "88.3", "88.1", "56.0"]
+    mnli = runs["full"].results["mnli"]["metrics"]
+    assert table2["ours: full"][:2] == [f"{mnli['accuracy_matched']:.1f}", f"{mnli['accuracy_mismatched']:.1f}"]
+    assert table2["majority class"][0] == f"{runs['full'].results['mnli']['majority']['accuracy_matched']:.1f}"
+
+    table3 = table_rows(text, "Table 3")
+    assert table3["GPT-1 (paper)"] == ["86.5", "62.9", "57.4", "59.0"]
+    assert table3["ours: no_aux_lm"][1:] == ["—", "—", "—"]  # RACE not run
+
+    table4 = table_rows(text, "Table 4")
+    assert table4["GPT-1 (paper)"][-1] == "72.8"
+    glue = metrics.glue_score({t: runs["full"].results[t]["metrics"] for t in metrics.GLUE_TASKS})
+    assert table4["ours: full"][-1] == f"{glue:.1f}"
+    assert table4["ours: no_aux_lm"][4] == "failed" and table4["ours: no_aux_lm"][-1] == "—"  # no QQP: no average
+
+    table5 = table_rows(text, "Table 5")
+    assert table5["paper: Transformer w/o aux LM"][0] == "75.0"
+    assert table5["paper: Transformer w/o pre-training"][1:] == [f"{v:.1f}" for v in PAPER_ABLATIONS["no_pretrain"].values()]
+    assert table5["ours: full (full)"][0] == f"{glue:.1f}"
+    assert table5["ours: no_aux_lm (no_aux_lm)"][5] == "failed"
+
+    assert "no_aux_lm/qqp: InputError: QQP/train.tsv:7 [is_duplicate]: unknown label" in text
+    summary = json.loads(files["json"].read_text())
+    assert summary["runs"]["full"]["glue_score"] == pytest.approx(glue)
+    assert summary["runs"]["no_aux_lm"]["errors"] == {"qqp": "InputError: QQP/train.tsv:7 [is_duplicate]: unknown label"}
+    assert files["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_single_run_has_no_ablation_table_and_notes_other_splits(tmp_path):
+    run = write_run(tmp_path / "runs" / "abc123", "full", 0.9, tasks=["race", "sst2"])
+    text = build_report([run], tmp_path / "out", labels=["smoke"])["markdown"].read_text()
+    assert "### Table 5" not in text and "| ours: smoke |" in text
+    assert "smoke/race: scored on dev (the paper: test)" in text
+    assert "sst2: scored" not in text  # GLUE tasks are scored on dev, as their eval split says
+
+
+def test_a_newer_error_overrides_an_older_result(tmp_path):
+    run = write_run(tmp_path / "r", "full", 0.8, tasks=["rte"])
+    write_json(run / "rte" / "error.json", {"task": "rte", "error": "RuntimeError: out of memory"})
+    (loaded,) = read_runs([run])
+    assert loaded.errors == {"rte": "RuntimeError: out of memory"} and "rte" not in loaded.results
+
+
+def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    parent = client.create_run(client.create_experiment("report-test")).info.run_id
+    runs = [write_run(tmp_path / "full", "full", 0.8), write_run(tmp_path / "np", "no_pretrain", 0.4, seed=2)]
+    code = cli.main(["report", "--results", *map(str, runs), "--labels", "full", "no_pretrain", "--out",
+                     str(tmp_path / "out"), "--tracking-uri", uri, "--run-id", parent])
+    assert code == 0 and "### Table 5" in capsys.readouterr().out
+    assert sorted(a.path for a in client.list_artifacts(parent, "report")) == [
+        "report/results.json", "report/results.md", "report/results.png"]
+    logged = client.get_run(parent)
+    assert set(logged.data.metrics) == {"report/full/glue_score", "report/no_pretrain/glue_score"}
+    assert logged.info.status == "RUNNING"  # the report attaches to the pipeline's run; it does not end it
+
+    assert cli.main(["report", "--results", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
+    assert re.search(r"nothing.*does not exist", capsys.readouterr().err)
