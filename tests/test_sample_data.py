@@ -363,12 +363,35 @@ def test_books_teach_every_eval_word(paragraphs):
         assert len(index[verb]) >= 20, verb
 
 
-def test_intransitive_verbs_never_take_an_object_in_the_books(root):
+@pytest.fixture(scope="module")
+def following(root) -> dict[str, collections.Counter]:
+    """word -> counts of the token right after it in the books (punctuation kept: "slept. Her" is no object)."""
     text = " ".join(p.read_text() for p in sorted((root / "books").glob("*.txt"))).lower()
-    words = re.findall(r"[a-z]+|[^\sa-z]", text)  # punctuation kept: "slept. Her ..." is no object
-    following = collections.defaultdict(collections.Counter)
-    for word, after in zip(words, words[1:]):
-        following[word][after] += 1
+    words = re.findall(r"[a-z]+|[^\sa-z]", text)
+    after = collections.defaultdict(collections.Counter)
+    for word, nxt in zip(words, words[1:]):
+        after[word][nxt] += 1
+    return after
+
+
+def test_books_put_meaning_in_adjacent_words(following):
+    """A tiny model learns adjacent-word statistics first (bigrams through the tied embedding), so every eval word
+    must also show its meaning right next to it: "a dreadful mess", "the heron flew", "the ripe plum"."""
+    v = lex.vocabulary("eval")
+    for pol in ("positive", "negative"):
+        for adj in v.sentiment[pol]:
+            assert sum(following[adj][noun] for noun in lex.OUTCOMES[pol]) >= 10, adj
+            other = "negative" if pol == "positive" else "positive"
+            assert not any(following[adj][noun] for noun in lex.OUTCOMES[other]), adj
+    for cat in lex.CATEGORIES:
+        for x in v.members[cat.name]:
+            assert sum(following[x][act] for act in cat.actions) >= 10, x
+            assert sum(following[mod][x] for mod in cat.modifiers) >= 10, x
+    openers = {pol: {w.lower() for w in ws} for pol, ws in lex.OPENERS.items()}
+    assert all(following["."][w] > 100 for ws in openers.values() for w in ws)
+
+
+def test_intransitive_verbs_never_take_an_object_in_the_books(following):
     for verb in lex.INTRANSITIVE:
         assert sum(following[verb].values()) >= 20, verb
         assert not {"the", "a", "an", "his", "her"} & set(following[verb]), (verb, following[verb])
