@@ -149,8 +149,8 @@ def main() -> None:
     for name, (train_rate, eval_rate) in rows.items():
         train_util = train_rate * seq * flops / peak
         eval_util = eval_rate * seq * eval_flops / peak
-        print(f"{name:>5}: fine-tune {train_rate:8.1f} examples/s ({100 * train_util:5.1f}% of peak)   "
-              f"eval {eval_rate:8.1f} examples/s ({100 * eval_util:5.1f}% of peak)")
+        print(f"{name:>5}: fine-tune {train_rate:8.2f} examples/s ({100 * train_util:5.1f}% of peak)   "
+              f"eval {eval_rate:8.2f} examples/s ({100 * eval_util:5.1f}% of peak)")
     print(f"ratio ours/hf: fine-tune {rows['ours'][0] / rows['hf'][0]:.2f}x, eval {rows['ours'][1] / rows['hf'][1]:.2f}x")
 
 

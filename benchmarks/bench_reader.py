@@ -1,13 +1,14 @@
 """Training reader (`BlockReader`) throughput vs what pre-training consumes, measured in the same run.
 
-Shards: the smallest shared books up to --mb MB, ingested and tokenized at the paper's n_ctx = 512 with the original
-GPT-1 vocabulary (as in bench_tokenize.py), or --shards DIR. The reader serves shuffled
-global batches of 64 blocks split into micro-batches of 8, epoch after epoch, as `gpt1.pretrain` requests them
-(`global_batches`), single-process and as rank 0 of 8; plus single random blocks (`reader[i]`).
+Shards: the smallest shared books up to --mb MB, ingested and tokenized at the paper's n_ctx = 512 with the
+original GPT-1 vocabulary (as in bench_tokenize.py), or --shards DIR. The reader serves shuffled global batches of
+64 blocks split into micro-batches of 8, epoch after epoch, as `gpt1.pretrain` requests them (`global_batches`),
+single-process and as rank 0 of 8; plus single random blocks (`reader[i]`).
 
 Consumers, in tokens/s (a block is n_ctx + 1 = 513 tokens):
-    smoke model     one forward + backward + AdamW step of the smoke preset's GPT-1 (n_ctx 128) on this CPU
-    GPT-1 model     the same for the paper's 117M model at 512 tokens, fp32, on this CPU
+    smoke model     one forward + backward + AdamW step of the smoke preset's GPT-1 (n_ctx 128, batch 16) on this
+                    CPU, fp32, with the shards' vocabulary
+    GPT-1 model     the same for the paper's 117M model (n_ctx 512, batch 1)
     one A100        what one GPU (= one rank) at 40% MFU would consume (bf16 peak 312 TFLOP/s), from
                     `gpt1.model.flops_per_token`: a stated figure, not measured here
 Each rank runs its own reader, so the per-rank reader rate is compared with one consumer; the reader only has to
@@ -71,12 +72,13 @@ def random_access_rate(shards: Path, seconds: float) -> float:
     return count / (time.perf_counter() - started)
 
 
-def training_rate(preset: str, batch: int, steps: int) -> tuple[float, int]:
-    """Tokens/s one forward + backward + AdamW step consumes for `preset`'s model on this CPU (best step)."""
+def training_rate(preset: str, vocab_size: int, batch: int, steps: int) -> tuple[float, int]:
+    """Tokens/s one forward + backward + AdamW step consumes for `preset`'s model on this CPU (best step), with
+    the shards' vocabulary (as `gpt1 pretrain` sets it)."""
     from gpt1.config import load_config
     from gpt1.model import GPT1
 
-    cfg = load_config(preset).model
+    cfg = load_config(preset).model.model_copy(update={"vocab_size": vocab_size})
     model = GPT1(cfg).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     blocks = torch.randint(0, cfg.vocab_size, (batch, cfg.n_ctx + 1))
@@ -119,8 +121,8 @@ def main() -> None:
         "reader, rank 0 of 8, global_batches(64, 8)": reader_rate(shards, args.seconds, 8) * block,
         "reader, random reader[i]": random_access_rate(shards, args.seconds) * block,
     }
-    smoke, smoke_ctx = training_rate("smoke", 16, 3)
-    paper, _ = training_rate("paper", 1, 2)
+    smoke, smoke_ctx = training_rate("smoke", manifest["vocab_size"], 16, 3)
+    paper, _ = training_rate("paper", manifest["vocab_size"], 1, 2)
     gpu = A100_BF16_FLOPS * A100_MFU / flops_per_token(load_config("paper").model)
     consumers = {f"smoke model step (n_ctx {smoke_ctx}), this CPU": smoke,
                  "GPT-1 117M step (n_ctx 512), this CPU": paper,

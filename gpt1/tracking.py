@@ -119,6 +119,8 @@ class RunLogger:
 
     # -- logging API ----------------------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         from mlflow.entities import Param
 
         items = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in params.items()]
@@ -127,6 +129,8 @@ class RunLogger:
             self._submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c))
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        if not self.enabled:
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -135,6 +139,8 @@ class RunLogger:
             self._submit("log_metrics", lambda: self.client.log_batch(self.run_id, metrics=items))
 
     def set_tags(self, tags: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
@@ -156,6 +162,8 @@ class RunLogger:
 
     def log_dataset(self, name: str, digest: str, source: str, context: str = "input") -> None:
         """Lineage: a dataset (corpus, shards, task files) this run read, identified by its content hash."""
+        if not self.enabled:
+            return
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(

@@ -50,6 +50,10 @@ services_up() {
   fi
   "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 \
     || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
+  # The GPU deployments need their pool to exist to register; here it has no worker (on a cluster it is a
+  # kubernetes pool made from infra/k8s/gpu-work-pool.json), so their runs would wait, never run on this CPU.
+  "$BIN/prefect" work-pool inspect gpt1-gpu >/dev/null 2>&1 \
+    || "$BIN/prefect" work-pool create gpt1-gpu --type process >/dev/null
   if alive worker; then echo "worker: reusing"
   else
     (cd "$ROOT" && start worker "$BIN/prefect" worker start --pool "$POOL" --type process)

@@ -22,7 +22,8 @@ from tokenizers import Tokenizer
 from gpt1 import tokenizer as gpt1_tokenizer
 from gpt1.cli import main as cli
 from gpt1.data import corpus
-from gpt1.data.shards import BlockReader, load_manifest, plan_partitions, token_dtype, tokenize_corpus
+from gpt1.data.shards import (BlockReader, load_manifest, plan_partitions, prepare_tokenization, token_dtype,
+                              tokenize_corpus, tokenize_partition)
 from gpt1.io import InputError, sha256_file, sha256_tree, write_json
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -192,6 +193,22 @@ def test_rerun_is_a_no_op_and_other_inputs_are_refused(tmp_path, corpus_dir, tok
         {p: t for p, t in stamps.items() if p != lost}
 
 
+def test_partitions_tokenized_elsewhere_are_reused(tmp_path, corpus_dir, tokenizer, caplog):
+    settings = {"n_ctx": 15, "shard_rows": 4, "partition_bytes": 700}
+    plan = prepare_tokenization(corpus_dir, tokenizer, tmp_path / "out", **settings)
+    for part in plan.partitions[::2]:  # as other workers (e.g. Prefect tasks) would
+        tokenize_partition(plan, part, tokenizer)
+    first = plan.tokens_path(plan.partitions[0])
+    first.write_bytes(first.read_bytes()[:-2])  # a token file that does not match its sidecar is redone
+    assert plan.pending() == [plan.partitions[0], *plan.partitions[1::2]]
+    with caplog.at_level("INFO", logger="gpt1.data.shards"):
+        manifest = tokenize_corpus(corpus_dir, tokenizer, tmp_path / "out", show_progress=False, **settings)
+    done = len(plan.partitions[::2]) - 1
+    assert f"resuming: {done} of {len(plan.partitions)} partitions already tokenized" in caplog.text
+    assert manifest == tokenize_corpus(corpus_dir, tokenizer, tmp_path / "ref", show_progress=False, **settings)
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "ref")
+
+
 def test_tokenizer_given_by_path_is_loaded_once(tmp_path, corpus_dir, tokenizer, monkeypatch):
     tokenizer.save(tmp_path / "tok")
     loads = []
@@ -214,8 +231,8 @@ def test_document_without_text_is_reported_with_file_and_row(tmp_path, tokenizer
 
 def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, tokenizer, capsys):
     tokenizer.save(tmp_path / "tok")
-    args = ["tokenize", "--corpus", str(corpus_dir), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "out"),
-            "--preset", "smoke", "--shard-rows", "4", "--workers", "1", "--no-progress"]
+    args = ["tokenize", "--corpus", str(corpus_dir), "--tokenizer", str(tmp_path / "tok"),
+            "--out", str(tmp_path / "out"), "--preset", "smoke", "--shard-rows", "4", "--workers", "1", "--no-progress"]
     assert cli(args) == 0
     manifest = load_manifest(tmp_path / "out")
     assert manifest["n_ctx"] == 128 and manifest["config"]["shard_rows"] == 4  # n_ctx from the preset
@@ -232,8 +249,9 @@ def test_resume_after_kill_finishes_only_missing_work(tmp_path, caplog):
     gpt1_tokenizer.train(docs["train"][0], merges=300, show_progress=False).save(tmp_path / "tok")
     killed, reference = tmp_path / "killed", tmp_path / "reference"
     settings = {"n_ctx": 63, "shard_rows": 16, "show_progress": False}
-    command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer", str(tmp_path / "tok"),
-               "--out", str(killed), "--ctx", "63", "--shard-rows", "16", "--workers", "2", "--no-progress"]
+    command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
+               str(tmp_path / "tok"), "--out", str(killed), "--ctx", "63", "--shard-rows", "16", "--workers", "2",
+               "--no-progress"]
     proc = subprocess.Popen(command, start_new_session=True)
     first_shard = killed / "train" / "shard-00000.arrow"
     deadline = time.monotonic() + 120

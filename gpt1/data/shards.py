@@ -151,11 +151,14 @@ def plan_partitions(corpus_dir: str | Path, partition_bytes: int = PARTITION_BYT
 
 
 def _text_lengths(path: Path) -> np.ndarray:
+    parquet = pq.ParquetFile(path)
     chunks, row = [], 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=65536, columns=["text"]):
-        text = batch.column(0)
+    # One row group at a time, one thread: iter_batches' read-ahead and decoder threads make memory grow with the
+    # file (measured: +100 MB over 24 row groups of 1.8 MB, against +25 MB like this).
+    for group in range(parquet.num_row_groups):
+        text = parquet.read_row_group(group, columns=["text"], use_threads=False).column(0)
         if text.null_count:
-            bad = row + int(np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))[0])
+            bad = row + int(np.flatnonzero(text.is_null().to_numpy())[0])
             raise InputError(f"document in row {bad} has no text", file=path, line=bad, field="text")
         chunks.append(pc.binary_length(text).to_numpy().astype(np.int64))
         row += len(text)
@@ -323,7 +326,7 @@ def _partition_text_batches(path: Path, start: int, stop: int) -> Iterator[list[
         row += rows
     row = first_row or 0
     batch, batch_chars = [], 0
-    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=["text"]):
+    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=["text"], use_threads=False):
         lo, hi = max(start - row, 0), min(stop - row, len(record_batch))
         row += len(record_batch)
         if lo >= hi:
@@ -645,7 +648,8 @@ class BlockReader:
             raise ValueError(f"per-rank batch {share} (global {global_batch} / {self.world_size} ranks) is not "
                              f"divisible by micro_batch {micro_batch}")
         if len(self) < global_batch:
-            raise ValueError(f"{self.split} split has {len(self)} blocks, fewer than one global batch of {global_batch}")
+            raise ValueError(f"{self.split} split has {len(self)} blocks, fewer than one global batch of "
+                             f"{global_batch}")
         order = self.order(self.epoch)
         while self.position + global_batch <= len(self):
             mine = order[self.position + self.rank * share:self.position + (self.rank + 1) * share]
