@@ -13,6 +13,8 @@ load from other processes on a shared machine hits all variants alike):
     stage, N proc   `tokenize_corpus(workers=N)` end to end: hash + plan + read Parquet + encode + pack + write
                     shards + manifest; N=1 runs in-process on --threads threads, N=--threads runs N processes
                     of 1 thread each (the same total)
+Throughput is given per wall-clock second and per CPU second (user + system, workers included): on a shared
+machine the second is what other processes' load barely moves.
 Memory: peak RSS (ru_maxrss) of the stage on the corpus and on 8x the corpus, with SHARD_ROWS small enough that
 both fill several shards (the single-process figure is the clean one; see the note printed for N processes).
 
@@ -92,6 +94,12 @@ def peak_rss_mb() -> dict:
             "largest_child_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+def cpu_seconds() -> float:
+    """User + system time of this process and its finished children (the pool's workers)."""
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                          resource.RUSAGE_CHILDREN)))
+
+
 def child(args: argparse.Namespace) -> dict:
     """One measurement in this (fresh) process; prints a JSON line."""
     from gpt1.data.corpus import SPLITS, iter_texts
@@ -102,31 +110,31 @@ def child(args: argparse.Namespace) -> dict:
             from tokenizers import Tokenizer
 
             encoder = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), cpu_seconds()
             tokens = sum(len(e.ids) for e in encoder.encode_batch_fast(texts))
         else:
             from gpt1 import tokenizer
 
             encoder = tokenizer.load(args.tokenizer)
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), cpu_seconds()
             tokens = sum(len(ids) for ids in encoder.encode_batch(texts))
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         chars = sum(map(len, texts))
     else:
         from gpt1.data.shards import tokenize_corpus
 
         out = Path(args.out)
         shutil.rmtree(out, ignore_errors=True)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds()
         manifest = tokenize_corpus(args.corpus, args.tokenizer, out, n_ctx=512, shard_rows=SHARD_ROWS,
                                    workers=args.workers, show_progress=False)
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         totals = manifest["totals"]  # the stream holds one boundary token per non-empty document: not text
         tokens = sum(s["stream_tokens"] for s in manifest["splits"].values()) - (
             totals["documents"] - totals["empty_documents"])
         chars = None  # not counted here: reading the texts again would inflate this process's peak RSS
         shutil.rmtree(out)
-    return {"seconds": seconds, "tokens": tokens, "chars": chars, **peak_rss_mb()}
+    return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "chars": chars, **peak_rss_mb()}
 
 
 def measure(variant: str, corpus_dir: Path, tok: Path, work: Path, threads: int, workers: int = 1) -> dict:
@@ -172,20 +180,26 @@ def main() -> None:
               for name, (variant, workers) in variants.items() if variant == "stage"}
 
     raw = best["raw peer"]
-    raw_rate = raw["tokens"] / raw["seconds"]
+    raw_rate, raw_cpu_rate = raw["tokens"] / raw["seconds"], raw["tokens"] / raw["cpu_seconds"]
     print(f"corpus: {raw['chars'] / 1e6:.1f} M chars, {raw['tokens']:,} tokens (8x: {8 * raw['tokens']:,}); "
           f"tokenizer {tok}; {args.threads} threads; 1x: best of {args.rounds} rounds, 8x: one run")
-    print(f"{'variant':<16}{'1x tok/s':>10}{'vs raw':>8}{'8x tok/s':>10}{'vs raw':>8}{'peak RSS MB':>13}"
-          f"{'8x peak MB':>12}{'growth':>8}")
+    print(f"{'':<16}{'---- wall clock: tokens/s ----':>36}{'-- tokens per CPU second --':>30}"
+          f"{'-------- peak RSS MB --------':>31}")
+    print(f"{'variant':<16}{'1x':>10}{'vs raw':>8}{'8x':>10}{'vs raw':>8}{'1x':>10}{'vs raw':>8}{'8x':>12}"
+          f"{'1x':>10}{'8x':>10}{'growth':>11}")
     for name, result in best.items():
-        rate, rss = result["tokens"] / result["seconds"], max(result["self_mb"], result["largest_child_mb"])
+        rate, cpu_rate = result["tokens"] / result["seconds"], result["tokens"] / result["cpu_seconds"]
+        rss = max(result["self_mb"], result["largest_child_mb"])
+        big = scaled.get(name)
         line = f"{name:<16}{rate:>10,.0f}{rate / raw_rate:>8.1%}"
-        if name in scaled:
-            big = scaled[name]
-            big_rate, big_rss = big["tokens"] / big["seconds"], max(big["self_mb"], big["largest_child_mb"])
-            line += f"{big_rate:>10,.0f}{big_rate / raw_rate:>8.1%}{rss:>13.0f}{big_rss:>12.0f}{big_rss / rss:>7.2f}x"
-        else:
-            line += f"{'':>18}{rss:>13.0f}"
+        line += f"{big['tokens'] / big['seconds']:>10,.0f}{big['tokens'] / big['seconds'] / raw_rate:>8.1%}" if big \
+            else f"{'':>18}"
+        line += f"{cpu_rate:>10,.0f}{cpu_rate / raw_cpu_rate:>8.1%}"
+        line += f"{big['tokens'] / big['cpu_seconds']:>12,.0f}" if big else f"{'':>12}"
+        line += f"{rss:>10.0f}"
+        if big:
+            big_rss = max(big["self_mb"], big["largest_child_mb"])
+            line += f"{big_rss:>10.0f}{big_rss / rss:>10.2f}x"
         print(line)
     print("peak RSS: ru_maxrss of the process, or of the largest of parent and workers (on Linux a spawned worker's "
           "ru_maxrss starts at its parent's RSS at spawn time, so that figure is an upper bound)")

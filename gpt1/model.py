@@ -96,9 +96,10 @@ class CausalSelfAttention(nn.Module):
         if self.attention != "auto":
             return self.attention == "sdpa"
         # PyTorch's fused CPU kernel has no dropout: with attention dropout active SDPA falls back to an unfused
-        # T x T path. Measured (GPT-1 shape, bf16 autocast, batch 2 x 512, 1 thread, CPU time, shared machine):
-        # train step (fwd+bwd+AdamW) sdpa 117 vs manual 172 tokens per CPU-second (manual 1.47x);
-        # eval forward sdpa 1.03 s vs manual 1.26 s (sdpa 1.22x). So: manual only for CPU training with dropout.
+        # path. Measured (GPT-1 shape, bf16 autocast, batch 2 x 512, 1 thread, CPU time, shared machine):
+        # train step (fwd+bwd+AdamW, bench_model.py --compare-attention) sdpa 143 vs manual 216 tokens per
+        # CPU-second (manual 1.5x); eval forward sdpa 0.57-0.71 s vs manual 0.86-1.31 s (sdpa 1.5x).
+        # Hence: manual only for CPU training with attention dropout.
         dropout_active = self.training and self.attn_dropout.p > 0
         return device.type != "cpu" or not dropout_active
 
