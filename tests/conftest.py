@@ -35,3 +35,14 @@ def shared_tasks() -> Path:
 @pytest.fixture
 def openai_vocab() -> Path:
     return shared_path("openai-gpt1")
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny models on a shared 2-core machine: thread hand-offs cost more than the maths."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -26,13 +26,7 @@ from gpt1.pretrain import lm_loss, lr_factor, param_groups, read_metrics, resume
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: thread hand-offs cost more than the maths."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pretrain_cfg(**changes):

@@ -15,13 +15,7 @@ from gpt1.model import GPT1
 from gpt1.tasks import ChoiceExample, TextExample
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models on a shared 2-core machine: thread hand-offs cost more than the maths."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
