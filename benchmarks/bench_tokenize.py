@@ -11,8 +11,10 @@ load from other processes on a shared machine hits all variants alike):
                     corpus in one call (texts preloaded; the same Rust normalizer/pre-tokenizer/BPE, no ftfy)
     tokenizer       `GPT1Tokenizer.encode_batch` over the same preloaded texts (adds ftfy, in Python)
     stage, N proc   `tokenize_corpus(workers=N)` end to end: hash + plan + read Parquet + encode + pack + write
-                    shards + manifest; N=1 runs in-process on --threads threads, N=--threads runs N processes
-                    of 1 thread each (the same total)
+                    shards + manifest; N=1 runs in-process on --threads threads (tokenizer preloaded, and the
+                    share of time spent inside its encode_batch is reported: the stage's own overhead, which
+                    load from other processes barely moves), N=--threads runs N processes of 1 thread each
+                    (the same total; tokenizer loaded from its folder)
 Throughput is given per wall-clock second and per CPU second (user + system, workers included): on a shared
 machine the second is what other processes' load barely moves.
 Memory: peak RSS (ru_maxrss) of the stage on the corpus and on 8x the corpus, with SHARD_ROWS small enough that
@@ -121,12 +123,26 @@ def child(args: argparse.Namespace) -> dict:
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         chars = sum(map(len, texts))
     else:
+        from gpt1 import tokenizer
         from gpt1.data.shards import tokenize_corpus
 
         out = Path(args.out)
         shutil.rmtree(out, ignore_errors=True)
+        encoder, in_encode = args.tokenizer, [0.0]
+        if args.workers == 1:  # in-process: also time the tokenizer's own share of the stage
+            encoder = tokenizer.load(args.tokenizer)
+            encode_batch = encoder.encode_batch
+
+            def timed_encode_batch(texts):
+                started = time.perf_counter()
+                try:
+                    return encode_batch(texts)
+                finally:
+                    in_encode[0] += time.perf_counter() - started
+
+            encoder.encode_batch = timed_encode_batch
         started, cpu = time.perf_counter(), cpu_seconds()
-        manifest = tokenize_corpus(args.corpus, args.tokenizer, out, n_ctx=512, shard_rows=SHARD_ROWS,
+        manifest = tokenize_corpus(args.corpus, encoder, out, n_ctx=512, shard_rows=SHARD_ROWS,
                                    workers=args.workers, show_progress=False)
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         totals = manifest["totals"]  # the stream holds one boundary token per non-empty document: not text
@@ -134,6 +150,9 @@ def child(args: argparse.Namespace) -> dict:
             totals["documents"] - totals["empty_documents"])
         chars = None  # not counted here: reading the texts again would inflate this process's peak RSS
         shutil.rmtree(out)
+        if args.workers == 1:
+            return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "chars": chars,
+                    "in_encode_batch": in_encode[0] / seconds, **peak_rss_mb()}
     return {"seconds": seconds, "cpu_seconds": cpu, "tokens": tokens, "chars": chars, **peak_rss_mb()}
 
 
@@ -201,6 +220,9 @@ def main() -> None:
             big_rss = max(big["self_mb"], big["largest_child_mb"])
             line += f"{big_rss:>10.0f}{big_rss / rss:>10.2f}x"
         print(line)
+    for label, result in (("1x", best["stage, 1 proc"]), ("8x", scaled["stage, 1 proc"])):
+        print(f"stage, 1 proc, {label}: {result['in_encode_batch']:.1%} of its wall time inside "
+              "GPT1Tokenizer.encode_batch (the rest: hashing, planning, reading, packing, writing)")
     print("peak RSS: ru_maxrss of the process, or of the largest of parent and workers (on Linux a spawned worker's "
           "ru_maxrss starts at its parent's RSS at spawn time, so that figure is an upper bound)")
     print(json.dumps({"best": best, "scaled_8x": scaled}))

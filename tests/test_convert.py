@@ -16,7 +16,7 @@ from gpt1.io import InputError
 from gpt1.model import GPT1
 
 transformers = pytest.importorskip("transformers")
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 HF_TINY = dict(vocab_size=53, n_positions=24, n_embd=16, n_layer=2, n_head=4, afn="gelu")
 

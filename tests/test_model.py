@@ -12,7 +12,7 @@ from gpt1.config import ModelConfig
 from gpt1.io import InputError
 from gpt1.model import GPT1, Block, GPT1ForTask, flops_per_token
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = dict(vocab_size=61, n_ctx=32, n_layer=2, n_head=4, n_embd=16, d_ff=64)
 
