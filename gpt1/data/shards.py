@@ -127,7 +127,8 @@ class Partition:
 
 
 def plan_partitions(corpus_dir: str | Path, partition_bytes: int = PARTITION_BYTES) -> list[Partition]:
-    """Cut each split into partitions of about `partition_bytes` of text (documents are never split).
+    """Cut each Parquet part of each split into partitions: one document plus the following ones that fit in
+    `partition_bytes` of text (documents are never split, so a long one may make a partition longer).
 
     Reads only the text lengths, and rejects a document without text (naming file and row) before any work.
     """
@@ -293,7 +294,8 @@ def _remove_temporaries(out_dir: Path) -> None:
 def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
     """Encode one partition to OUT/.work/NAME.tokens (raw ids, boundary before each document) + NAME.json counts.
 
-    Pure function of (plan, partition, tokenizer): safe to run anywhere that sees OUT, any number of times.
+    Pure function of (plan, partition, tokenizer): safe to run on any machine that sees the corpus and OUT at the
+    planned paths, any number of times (the last finished run wins; all write the same bytes).
     """
     tokenizer = _load_tokenizer(tokenizer)
     if tokenizer.sha256 != plan.tokenizer_sha256:
