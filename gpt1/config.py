@@ -60,6 +60,7 @@ class TokenizerConfig(_Section):
     merges: int = Field(40000, gt=0, description="BPE merges to learn (paper: 40,000)")
     min_frequency: int = Field(2, ge=1)
     max_train_chars: int | None = Field(None, gt=0, description="cap on corpus characters fed to BPE training")
+    limit_alphabet: int = Field(1000, gt=0, description="base alphabet: the most frequent characters, rest -> <unk>")
 
 
 class DataConfig(_Section):
@@ -103,6 +104,7 @@ class PretrainConfig(_Section):
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
+    probe_max_examples: int = Field(200, gt=0, description="examples per zero-shot probe task")
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
 
@@ -114,6 +116,8 @@ class FinetuneConfig(_Section):
     data: str = Field("hf", description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs")
     lr: float = Field(6.25e-5, gt=0)
     batch_size: int = Field(32, gt=0)
+    micro_batch_size: int | None = Field(
+        None, gt=0, description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)")
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
@@ -134,6 +138,7 @@ class TrackingConfig(_Section):
     experiment: str = "gpt1"
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else local sqlite")
     upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
+    register_models: bool = Field(True, description="register fine-tuned task models in the Model Registry")
 
 
 class OrchestrationConfig(_Section):

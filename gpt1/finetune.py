@@ -70,7 +70,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from gpt1 import tasks
-from gpt1.config import TASKS, FinetuneConfig, load_config
+from gpt1.config import TASKS, FinetuneConfig, PipelineConfig, load_config
 from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
 from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
 from gpt1.tasks import ChoiceExample, Encoded, TaskSpec
@@ -494,6 +494,31 @@ class CurveLogger:
             self.sums, self.count = {}, 0
 
 
+def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.Tensor, labels: torch.Tensor,
+             cfg: FinetuneConfig, device: torch.device) -> tuple[dict[str, float], int]:
+    """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
+    `cfg.micro_batch_size` when set. Both losses are means over examples, so weighting each micro-batch's loss by
+    its share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
+    real-token count."""
+    use_lm = cfg.aux_lm_weight > 0
+    losses: dict[str, float] = {}
+    tokens = 0
+    for chunk in index.split(cfg.micro_batch_size or len(index)):
+        batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
+        with autocast(device, cfg.precision):
+            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=use_lm)
+        parts = {"train/clf_loss": task_loss(spec, out.logits, labels[chunk].to(device))}
+        if use_lm:
+            parts["train/lm_loss"] = lm_loss(out.lm_logits, batch["input_ids"], batch["mask"])
+        parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get("train/lm_loss", 0.0)
+        share = len(chunk) / len(index)
+        (parts["train/loss"] * share).backward()
+        for name, value in parts.items():
+            losses[name] = losses.get(name, 0.0) + value.item() * share
+        tokens += int(batch["mask"].sum())
+    return losses, tokens
+
+
 def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[str, Split], cfg: FinetuneConfig,
           device: torch.device, run: RunLogger) -> tuple[dict, dict[str, Evaluation]]:
     """The fine-tuning loop; evaluates the labelled held-out splits after each epoch and every split at the end."""
@@ -505,7 +530,6 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(total, warmup))
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)
-    use_lm = cfg.aux_lm_weight > 0
     curves = CurveLogger(run, total)
     log.info("%s: fine-tuning on %d examples, %d epochs x %d updates (batch %d, warmup %d, aux LM weight %g, %s)",
              spec.name, n, cfg.epochs, steps_per_epoch, bs, warmup, cfg.aux_lm_weight, ablation_name(cfg))
@@ -517,28 +541,18 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
         model.train()
         started = time.perf_counter()
         for index in torch.randperm(n, generator=shuffle).split(bs):
-            batch = to_tensors(tasks.collate([train_set.encoded[i] for i in index.tolist()]), device)
-            with autocast(device, cfg.precision):
-                out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=use_lm)
-            clf = task_loss(spec, out.logits, labels[index].to(device))
-            loss = clf
-            if use_lm:
-                aux = lm_loss(out.lm_logits, batch["input_ids"], batch["mask"])
-                loss = clf + cfg.aux_lm_weight * aux
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            last, batch_tokens = backward(model, spec, train_set, index, labels, cfg, device)
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+            last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
             optimizer.step()
             schedule.step()
 
             step += 1
             seen += len(index)
-            tokens += int(batch["mask"].sum())
+            tokens += batch_tokens
             elapsed = train_seconds + time.perf_counter() - started
-            last = {"train/loss": loss.item(), "train/clf_loss": clf.item(), "train/grad_norm": float(grad_norm)}
-            if use_lm:
-                last["train/lm_loss"] = aux.item()
             curves.add(step, last, {"train/lr": lr, "train/epoch": step / steps_per_epoch,
                                     "train/examples_per_s": seen / elapsed})
             bar.update()
@@ -586,8 +600,11 @@ def write_predictions(spec: TaskSpec, held_out: dict[str, Split], evaluations: d
 def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike,
              cfg: FinetuneConfig | None = None, *, tokenizer_dir: str | os.PathLike | None = None,
              parent_run_id: str | None = None, tracking_uri: str | None = None, experiment: str = "gpt1",
-             run_name: str | None = None, track: bool = True, device: str | None = None) -> dict:
+             run_name: str | None = None, track: bool = True, device: str | None = None,
+             registered_model: str | None = None) -> dict:
     """Fine-tune `task` from a checkpoint folder, evaluate, predict; returns what metrics.json holds.
+
+    `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
 
     On failure, OUT/error.json records the error (the results report lists it) and the exception propagates."""
     cfg = cfg or FinetuneConfig()
@@ -597,7 +614,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
     try:
         return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir,
                          dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track),
-                         run_name or f"finetune/{task}", device)
+                         run_name or f"finetune/{task}", device, registered_model)
     except BaseException as err:
         write_json(out_dir / ERROR_FILE, {"task": task, "error": f"{type(err).__name__}: {err}",
                                           "ablation": ablation_name(cfg), "time": time.time()})
@@ -605,7 +622,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 
 
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
-              tracking: dict, run_name: str, device: str | None) -> dict:
+              tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
     from gpt1 import tokenizer as tokenization
 
     check_inputs(checkpoint_dir, cfg)
@@ -675,11 +692,14 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         if (out_dir / SUBMISSION_DIR).exists():
             run.log_artifact(out_dir / SUBMISSION_DIR, SUBMISSION_DIR)
         if run.enabled:
-            from gpt1.serving import log_model
+            from gpt1.serving import ARTIFACT_PATH, log_model
 
             run.log_reference("model", model_dir, sha256_file(model_dir / WEIGHTS_NAME))
             examples = held_out[headline].examples[:2]
             log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], out_dir)
+            if registered_model:
+                run.register_model(registered_model, ARTIFACT_PATH, tags={
+                    "task": spec.name, "ablation": ablation_name(cfg), spec.primary_metric: best.metrics["primary"]})
         write_json(out_dir / METRICS_FILE, result)  # last: its presence means the task is complete
         run.log_artifact(out_dir / METRICS_FILE)
     log.info("%s: %s = %.2f on %s (majority baseline %.2f); outputs in %s", spec.name, spec.primary_metric,
@@ -694,6 +714,15 @@ def raw_inputs(spec: TaskSpec, example) -> dict:
         return {"context": example.context, "question": example.question, "options": list(example.options)}
     texts = (example.text,) if len(spec.hf_text) == 1 else (example.text_a, example.text_b)
     return dict(zip(spec.hf_text, texts))
+
+
+def registered_model_name(cfg: PipelineConfig, task: str) -> str | None:
+    """Model Registry name of a task model: `<experiment>-<task>`, plus `-<ablation>` for an ablation, so each
+    registered model's versions are comparable runs of one recipe (None when tracking.register_models is off)."""
+    if not cfg.tracking.register_models:
+        return None
+    ablation = ablation_name(cfg.finetune)
+    return f"{cfg.tracking.experiment}-{task}" + ("" if ablation == "full" else f"-{ablation}")
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
@@ -719,7 +748,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     result = finetune(args.task, args.data, args.checkpoint, args.out, cfg.finetune, tokenizer_dir=args.tokenizer,
                       parent_run_id=args.parent_run_id, tracking_uri=args.tracking_uri or cfg.tracking.tracking_uri,
                       experiment=cfg.tracking.experiment, run_name=args.run_name, track=not args.no_tracking,
-                      device=args.device)
+                      device=args.device, registered_model=registered_model_name(cfg, args.task))
     scores = ", ".join(f"{k} {v:.2f}" for k, v in result["metrics"].items())
     print(f"{args.task} ({result['eval_split']}): {scores}; majority baseline {result['majority']['primary']:.2f}")
     print(f"wrote {args.out}/{METRICS_FILE}, {PREDICTIONS_DIR}/, {MODEL_DIR}/")

@@ -179,23 +179,12 @@ def run_train_tokenizer(plan: Plan, corpus: Path) -> Path:
     t = plan.cfg.tokenizer
 
     def build(out: Path) -> dict:
-        texts = iter_texts(corpus, "train")
-        if t.max_train_chars:
-            texts = _cap_chars(texts, t.max_train_chars)
-        tok = tokenizer.train(texts, merges=t.merges, min_frequency=t.min_frequency)
+        texts = tokenizer.capped(iter_texts(corpus, "train"), t.max_train_chars, {"documents": 0, "characters": 0})
+        tok = tokenizer.train(texts, merges=t.merges, min_frequency=t.min_frequency, limit_alphabet=t.limit_alphabet)
         tok.save(out)
         return {"vocab_size": tok.vocab_size, "sha256": tok.sha256}
 
     return _once(plan, "tokenizer", build)
-
-
-def _cap_chars(texts, limit: int):
-    seen = 0
-    for text in texts:
-        if seen >= limit:
-            return
-        seen += len(text)
-        yield text
 
 
 def run_tokenize(plan: Plan, corpus: Path, tokenizer_dir: Path) -> Path:

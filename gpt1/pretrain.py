@@ -39,7 +39,7 @@ Choices where the spec is silent:
   samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
 - Without --resume, an OUT that already has checkpoints is refused (no silent restart from scratch).
 - Zero-shot probe data: --task-data DIR, else finetune.data when it is 'hf' or a folder ('sample' needs
-  --task-data); the Winograd probe always runs (built-in items). Probes cap examples at --probe-examples.
+  --task-data); the Winograd probe always runs (built-in items). Probes cap examples at pretrain.probe_max_examples.
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class Pretraining:
         if self.tokenizer is not None:
             from gpt1.probes import load_probe_data
 
-            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), args.probe_examples)
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples)
         else:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
@@ -507,7 +507,6 @@ def worker_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", help="'auto' (latest complete checkpoint) or a checkpoint directory")
     parser.add_argument("--tokenizer", help="tokenizer folder: text samples, probes, OUT/final/tokenizer.json")
     parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
-    parser.add_argument("--probe-examples", type=int, default=200, help="examples per zero-shot probe")
     parser.add_argument("--parent-run-id", help="MLflow parent run (pipeline nesting)")
     parser.add_argument("--local_rank", "--local-rank", type=int, help="set by the deepspeed launcher; unused")
     return parser
@@ -552,7 +551,7 @@ def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parent-run-id", help="MLflow parent run id (pipeline nesting)")
     parser.add_argument("--tokenizer", help="tokenizer folder (samples, probes, copied into OUT/final)")
     parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
-    parser.add_argument("--probe-examples", type=int, default=200, help="examples per zero-shot probe")
+    parser.add_argument("--probe-examples", type=int, help="pretrain.probe_max_examples")
     parser.add_argument("--dry-run", action="store_true",
                         help="validate, write OUT/config.json and print the worker arguments (for multi-node "
                              "launchers, infra/multinode/) without starting anything")
@@ -561,7 +560,7 @@ def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
 def _cli_overrides(args: argparse.Namespace) -> list[str]:
     flags = {"pretrain.max_steps": args.max_steps, "pretrain.save_every": args.save_every,
              "pretrain.precision": args.precision, "pretrain.zero_stage": args.zero_stage,
-             "tracking.tracking_uri": args.tracking_uri}
+             "pretrain.probe_max_examples": args.probe_examples, "tracking.tracking_uri": args.tracking_uri}
     return list(args.set) + [f"{key}={value}" for key, value in flags.items() if value is not None]
 
 
@@ -575,8 +574,6 @@ def prepare_run(args: argparse.Namespace) -> tuple[PipelineConfig, list[str]]:
     if args.nnodes > 1 and not args.dry_run:
         raise ValueError("a multi-node job is started on every node by torchrun or the deepspeed launcher "
                          "(infra/multinode/README.md); use --nnodes with --dry-run to validate it and write the config")
-    if args.probe_examples < 1:
-        raise ValueError(f"--probe-examples must be >= 1, got {args.probe_examples}")
     manifest = load_manifest(args.shards)
     cfg = resolve_config(load_config(args.preset, _cli_overrides(args)), manifest)
     deepspeed_config(cfg.pretrain, args.nproc * args.nnodes, device_type())  # batch layout, precision, offload
@@ -589,8 +586,7 @@ def prepare_run(args: argparse.Namespace) -> tuple[PipelineConfig, list[str]]:
     out = Path(args.out)
     resume_point(out, args.resume, cfg.model.model_dump())
     write_json(out / "config.json", cfg.model_dump(mode="json"))
-    worker_args = ["--config", str(out / "config.json"), "--shards", str(args.shards), "--out", str(out),
-                   "--probe-examples", str(args.probe_examples)]
+    worker_args = ["--config", str(out / "config.json"), "--shards", str(args.shards), "--out", str(out)]
     for flag, value in (("--resume", args.resume), ("--tokenizer", args.tokenizer), ("--task-data", args.task_data),
                         ("--parent-run-id", args.parent_run_id)):
         if value is not None:

@@ -454,9 +454,11 @@ def add_train_tokenizer_args(parser: argparse.ArgumentParser) -> None:
                         help="a pair must occur this often to be merged")
     parser.add_argument("--max-chars", type=int, default=defaults.max_train_chars,
                         help="read at most this many characters of the corpus")
+    parser.add_argument("--limit-alphabet", type=int, default=defaults.limit_alphabet,
+                        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)")
 
 
-def _capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) -> Iterator[str]:
+def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) -> Iterator[str]:
     """`texts` up to `max_chars` characters in all (the last one cut), counting documents and characters."""
     for text in texts:
         if max_chars is not None:
@@ -471,14 +473,14 @@ def _capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int])
 def run_train_tokenizer(args: argparse.Namespace) -> int:
     from gpt1.data.corpus import iter_texts, split_files
 
-    if args.merges < 1 or args.min_frequency < 1 or (args.max_chars is not None and args.max_chars < 1):
-        raise ValueError("--merges, --min-frequency and --max-chars must be positive")
+    if min(args.merges, args.min_frequency, args.limit_alphabet, args.max_chars or 1) < 1:
+        raise ValueError("--merges, --min-frequency, --limit-alphabet and --max-chars must be positive")
     if not split_files(args.corpus, "train"):
         raise InputError("the corpus has no train documents", file=Path(args.corpus) / "train")
     counts = {"documents": 0, "characters": 0}
     start = time.perf_counter()
-    tokenizer = train(_capped(iter_texts(args.corpus, "train"), args.max_chars, counts), args.merges,
-                      min_frequency=args.min_frequency)
+    tokenizer = train(capped(iter_texts(args.corpus, "train"), args.max_chars, counts), args.merges,
+                      min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet)
     seconds = time.perf_counter() - start
     out = Path(args.out)
     tokenizer.save(out)
@@ -488,7 +490,7 @@ def run_train_tokenizer(args: argparse.Namespace) -> int:
         "merges_requested": args.merges,
         "merges": tokenizer.num_merges,
         "min_frequency": args.min_frequency,
-        "limit_alphabet": LIMIT_ALPHABET,
+        "limit_alphabet": args.limit_alphabet,
         "documents": counts["documents"],
         "characters": counts["characters"],
         "seconds": round(seconds, 3),

@@ -22,8 +22,8 @@ from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.data.sample import write_sample_data
-from gpt1.finetune import (TaskPredictor, build_model, evenly_spaced, finetune, held_out_splits, lm_loss,
-                           read_inputs, warmup_linear)
+from gpt1.finetune import (TaskPredictor, backward, build_model, evenly_spaced, finetune, held_out_splits,
+                           lm_loss, load_task_data, read_inputs, warmup_linear)
 from gpt1.model import GPT1
 
 torch.set_num_threads(1)
@@ -74,7 +74,8 @@ def runs(work, sample_tasks, checkpoint, tracking_uri):
         if task not in done:
             out = work / "runs" / task
             result = finetune(task, sample_tasks / FOLDERS[task], checkpoint, out, QUICK, track=task in TRACKED,
-                              tracking_uri=tracking_uri, experiment="test-finetune")
+                              tracking_uri=tracking_uri, experiment="test-finetune",
+                              registered_model=f"test-finetune-{task}" if task in TRACKED else None)
             done[task] = (out, result)
         return done[task]
 
@@ -198,6 +199,25 @@ def test_lm_loss_ignores_padding_and_matches_a_direct_computation():
         lm_loss(logits, ids, mask).item(), rel=1e-6)
 
 
+def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_tasks):
+    """finetune.micro_batch_size changes memory, not the update: same losses and gradients as one forward."""
+    spec, tok = tasks.get("rte"), tokenization.load(checkpoint)
+    train_set, _ = load_task_data(spec, sample_tasks / "RTE", tok, TINY["n_ctx"], QUICK)
+    labels, index = torch.tensor(train_set.labels), torch.arange(12)
+    results = {}
+    for micro in (None, 5):  # 12 examples as 5 + 5 + 2: unequal shares
+        torch.manual_seed(0)
+        model = build_model(spec, checkpoint, tok.vocab_size, QUICK).eval()  # eval: no dropout, same arithmetic
+        losses, tokens = backward(model, spec, train_set, index, labels,
+                                  QUICK.model_copy(update={"micro_batch_size": micro}), torch.device("cpu"))
+        results[micro] = losses, tokens, {n: p.grad for n, p in model.named_parameters()}
+    (whole, whole_tokens, whole_grads), (parts, part_tokens, part_grads) = results[None], results[5]
+    assert part_tokens == whole_tokens > 0
+    assert parts == pytest.approx(whole, rel=1e-5) and whole["train/lm_loss"] > 0
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(part_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_warmup_then_linear_decay():
     factor = warmup_linear(total=100, warmup=4)
     assert [factor(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
@@ -302,6 +322,13 @@ def test_mlflow_run_and_pyfunc_model_on_raw_inputs(runs, tracking_uri, sample_ta
     assert list(predicted["prediction"]) == [r["prediction"] for r in rows]
     assert np.allclose(np.stack(predicted["probabilities"]), [r["probabilities"] for r in rows], atol=1e-5)
     assert not (out / "mlflow_model").exists()  # uploaded, local staging copy removed
+
+    # registered in the Model Registry: a version of the task's model pointing at this run, loadable by name
+    [version] = client.search_model_versions("name='test-finetune-mnli'")
+    assert version.run_id == run.info.run_id and version.tags["task"] == "mnli"
+    assert float(version.tags[result["primary_metric"]]) == pytest.approx(result["metrics"]["primary"])
+    registered = mlflow.pyfunc.load_model(f"models:/test-finetune-mnli/{version.version}")
+    assert list(registered.predict(frame)["prediction"]) == list(predicted["prediction"])
 
 
 def test_pyfunc_multiple_choice_takes_options_lists(runs, tracking_uri, sample_tasks):

@@ -254,7 +254,7 @@ def test_cli_rejects_bad_input_before_launch(tmp_path, monkeypatch):
     args = SimpleNamespace(preset="smoke", shards=str(tmp_path / "none"), out=str(tmp_path / "out"), set=[],
                            resume=None, max_steps=None, save_every=None, precision=None, zero_stage=None, nproc=1,
                            nnodes=1, dry_run=False, tracking_uri=None, parent_run_id=None, tokenizer=None,
-                           task_data=None, probe_examples=200)
+                           task_data=None, probe_examples=None)
     with pytest.raises(FileNotFoundError, match="manifest.json"):
         prepare_run(args)
     shards = tmp_path / "shards"

@@ -301,6 +301,14 @@ def test_cli_trains_on_an_ingested_corpus(tmp_path):
     assert stats["vocab_size"] == loaded.vocab_size and stats["sha256"] == loaded.sha256
     assert stats["characters"] == 500 and stats["seconds"] > 0
 
+    narrow = tmp_path / "tok-narrow"  # tokenizer.limit_alphabet: only the 12 most frequent characters are symbols
+    assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(narrow), "--merges", "30",
+                "--limit-alphabet", "12"]) == 0
+    assert json.loads((narrow / "tokenizer_stats.json").read_text())["limit_alphabet"] == 12
+    text = " ".join(CORPUS)
+    unknown = [gpt1_tokenizer.load(path).encode(text).count(0) for path in (out, narrow)]  # id 0 is <unk>
+    assert unknown[0] == 0 < unknown[1]
+
 
 def test_cli_reports_a_folder_that_is_not_a_corpus(tmp_path, capsys):
     assert cli(["train-tokenizer", "--corpus", str(tmp_path), "--out", str(tmp_path / "tok")]) == 2
