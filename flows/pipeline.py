@@ -6,7 +6,8 @@
 - `gpt1-finetune-all`: fine-tune every task (and report) from a given checkpoint.
 
 Caching: each task's Prefect cache key is the stage's content key from `gpt1.pipeline.Plan`, and the stage
-directories carry `.done` markers, so a re-run skips finished stages even when Prefect's result store is gone.
+directories carry `.done` markers, so a re-run skips finished stages even when Prefect's result store is gone
+(and a cached result whose stage directory is no longer finished is recomputed, not trusted).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prefect.tasks import exponential_backoff
 
 from gpt1 import pipeline as P
 from gpt1.config import PipelineConfig, load_config
+from gpt1.io import stable_hash
 from gpt1.tracking import RunLogger
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
@@ -30,7 +32,8 @@ _finetune_slots: dict[str, threading.Semaphore] = {}
 
 
 def _key(stage: str):
-    return lambda _ctx, params: f"gpt1-{stage}-{params['plan'].keys[stage]}"
+    """Prefect cache key: the stage's content key, in this work dir (another work dir has its own outputs)."""
+    return lambda _ctx, params: f"gpt1-{stage}-{params['plan'].keys[stage]}-{stable_hash(str(params['plan'].work))}"
 
 
 def _stage_task(stage: str, fn):
@@ -54,6 +57,12 @@ def _retrying(t, cfg: PipelineConfig, stage: str):
     n = cfg.orchestration.retries.get(stage, 0)
     return t.with_options(retries=n, retry_delay_seconds=exponential_backoff(cfg.orchestration.retry_delay_seconds)
                           if n else 0)
+
+
+def _stage(t, plan: P.Plan, stage: str):
+    """A cached stage task that trusts Prefect's cache only while the stage's output is still finished on disk
+    (a deleted or half-written stage directory re-runs instead of returning a stale path)."""
+    return _retrying(t, plan.cfg, stage).with_options(refresh_cache=not P.is_done(plan.dir(stage)))
 
 
 sample_task = _stage_task("sample", lambda plan: P.run_sample_data(plan))
@@ -157,7 +166,7 @@ def gpt1_pipeline(preset: str = "smoke", overrides: list[str] | None = None, wor
     plan = P.Plan.make(cfg, work_dir)
     run = _parent_run(cfg, f"gpt1-{cfg.preset}")
     try:
-        stages = {s: _retrying(t, cfg, s) for s, t in
+        stages = {s: _stage(t, plan, s) for s, t in
                   [("sample", sample_task), ("ingest", ingest_task), ("tokenizer", tokenizer_task),
                    ("shards", shards_task), ("pretrain", pretrain_task)]}
         needs_sample = cfg.data.source == "sample" or cfg.finetune.data == "sample"
@@ -195,7 +204,7 @@ def finetune_all(checkpoint: str, tokenizer_dir: str, preset: str = "paper", ove
     run = _parent_run(cfg, f"gpt1-{cfg.preset}-finetune")
     try:
         if cfg.finetune.data == "sample":
-            _retrying(sample_task, cfg, "sample")(plan, run.run_id)
+            _stage(sample_task, plan, "sample")(plan, run.run_id)
         failures = _fan_out(plan, Path(checkpoint), Path(tokenizer_dir), run.run_id)
         report = report_task(plan, run.run_id)
     except BaseException:
