@@ -11,7 +11,10 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
+import threading
+import time
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "sample-data": ("gpt1.data.sample", "write the offline sample corpus and the 12 tasks in official layouts"),
@@ -44,7 +47,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def stop_with_parent() -> None:
+    """When started by a pipeline stage (GPT1_PARENT_PID, see `gpt1.pipeline.stream_subprocess`), stop this
+    command's process group as soon as that parent is gone (killed worker, OOM): the command runs in a session of
+    its own, so nothing else would stop it."""
+    parent = os.environ.pop("GPT1_PARENT_PID", None)  # popped: this command's own children watch nothing
+    if not parent or os.getppid() != int(parent):
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        logging.getLogger("gpt1").error("parent process %s is gone: stopping", parent)
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="stop-with-parent", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
+    stop_with_parent()
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if a in COMMANDS), None)
     args = build_parser(command).parse_args(argv)

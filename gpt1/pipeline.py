@@ -201,8 +201,12 @@ def run_tokenize(plan: Plan, corpus: Path, tokenizer_dir: Path) -> Path:
 
 
 def stream_subprocess(cmd: list[str], log_line: Callable[[str], None] = print, env: dict | None = None) -> None:
-    """Run a command, forwarding its output line by line (into Prefect's logs when called from a flow)."""
-    merged = {**os.environ, **(env or {})}
+    """Run a command, forwarding its output line by line (into Prefect's logs when called from a flow).
+
+    The command gets its own session, so its whole process tree (a launcher and its workers) is one group; and it
+    stops when this process dies (`gpt1.cli` watches GPT1_PARENT_PID), so a killed worker leaves no stage running
+    on into the outputs a re-run takes over."""
+    merged = {**os.environ, **(env or {}), "GPT1_PARENT_PID": str(os.getpid())}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=merged,
                             start_new_session=True)
     assert proc.stdout is not None

@@ -74,8 +74,18 @@ stop_group() {  # name signal... : signal the process group, wait for it to go
   echo "stopped $name"
 }
 
+stop_flow_runs() {  # the worker starts each flow run in a session of its own: stop those sessions too
+  alive worker || return 0
+  local run
+  for run in $(pgrep -P "$(cat "$STATE/pids/worker.pgid")" || true); do
+    kill -TERM -- "-$run" 2>/dev/null || kill -TERM "$run" 2>/dev/null || true
+    echo "stopped flow run process $run"
+  done
+}
+
 services_down() {
-  stop_group worker TERM INT   # worker first, so no flow run is left half-submitted
+  stop_flow_runs  # their stage subprocesses follow them (gpt1.cli stop_with_parent)
+  stop_group worker TERM INT   # then the worker, so no flow run is left half-submitted
   stop_group mlflow-server TERM
   stop_group prefect-server TERM
 }
