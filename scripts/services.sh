@@ -76,9 +76,12 @@ stop_group() {  # name signal... : signal the process group, wait for it to go
 
 stop_flow_runs() {  # the worker starts each flow run in a session of its own: stop those sessions too
   alive worker || return 0
-  local run
-  for run in $(pgrep -P "$(cat "$STATE/pids/worker.pgid")" || true); do
-    kill -TERM -- "-$run" 2>/dev/null || kill -TERM "$run" 2>/dev/null || true
+  local run runs
+  runs=$(pgrep -P "$(cat "$STATE/pids/worker.pgid")" || true)
+  for run in $runs; do kill -TERM -- "-$run" 2>/dev/null || true; done
+  for run in $runs; do  # Prefect's engine may outlive TERM while it reports the crash: give it 10 s
+    for _ in $(seq 20); do kill -0 "$run" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL -- "-$run" 2>/dev/null || true
     echo "stopped flow run process $run"
   done
 }
