@@ -150,6 +150,10 @@ class OrchestrationConfig(_Section):
     )
     finetune_deployment: str = Field("gpt1-finetune/gpu", description="used when fanout=deployment")
     pretrain_nproc: int = Field(1, gt=0, description="processes per node for the DeepSpeed launcher")
+    pretrain_launcher: Literal["local", "slurm"] = Field(
+        "local", description="local: `gpt1 pretrain` on this worker; slurm: sbatch the job in infra/multinode/slurm/"
+    )
+    pretrain_nnodes: int = Field(1, gt=0, description="nodes of the Slurm job (pretrain_launcher=slurm)")
     ablations: list[Literal["no_pretrain", "no_aux_lm", "transfer_layers"]] = Field(
         default_factory=list, description="extra fine-tune fan-outs beside the full run (paper Table 5)"
     )

@@ -17,8 +17,11 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
+import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 
 DONE = ".done"
 STAGES = ("sample", "ingest", "tokenizer", "shards", "pretrain", "finetune", "report")
+SLURM_SCRIPT = Path(__file__).resolve().parents[1] / "infra" / "multinode" / "slurm" / "pretrain.sbatch"
 
 
 def _source_fingerprint(source: str) -> str:
@@ -241,24 +245,91 @@ def write_resolved_config(cfg: PipelineConfig, path: Path) -> Path:
 
 def run_pretrain(plan: Plan, shards: Path, tokenizer_dir: Path, *, tracking_uri: str | None = None,
                  parent_run_id: str | None = None, log_line: Callable[[str], None] = print) -> Path:
-    """DeepSpeed pre-training as a subprocess (`gpt1 pretrain`); resumes from its latest checkpoint on re-run."""
+    """DeepSpeed pre-training as a subprocess (`gpt1 pretrain`), or as a multi-node Slurm job when
+    `orchestration.pretrain_launcher` is "slurm" (`run_slurm_job`); resumes from its latest checkpoint on re-run."""
     out = plan.dir("pretrain")
     final = out / "final"
     if is_done(out):
         log_line(f"pretrain: up to date ({out})")
         return final
+    orch = plan.cfg.orchestration
+    script = slurm_script() if orch.pretrain_launcher == "slurm" else None  # fails before any work is done
     vocab = read_json(shards / "manifest.json")["vocab_size"]
     cfg = plan.cfg.model_copy(update={"model": plan.cfg.model.model_copy(update={"vocab_size": vocab})})
     resolved = write_resolved_config(cfg, out / "config.yaml")
-    cmd = gpt1_command(
-        "pretrain", "--preset", str(resolved), "--shards", str(shards), "--out", str(out), "--resume", "auto",
-        "--tokenizer", str(tokenizer_dir), "--nproc", str(plan.cfg.orchestration.pretrain_nproc),
-        *_task_data_args(plan), *_tracking_args(tracking_uri, parent_run_id),
-    )
     started = time.time()
-    stream_subprocess(cmd, log_line)
-    mark_done(out, {"stage": "pretrain", "key": plan.keys["pretrain"], "seconds": round(time.time() - started, 3)})
+    info = {}
+    if script is not None:
+        task_data = _task_data_args(plan)  # [] or ["--task-data", DIR]
+        env = {"SHARDS": str(Path(shards).resolve()), "TOKENIZER": str(Path(tokenizer_dir).resolve()),
+               "TASK_DATA": task_data[-1] if task_data else "", "OUT": str(out), "PRESET": str(resolved),
+               "GPUS_PER_NODE": str(orch.pretrain_nproc), "PARENT_RUN_ID": parent_run_id or ""}
+        if tracking_uri:
+            env["MLFLOW_TRACKING_URI"] = tracking_uri  # the workers' tracking server when the config names none
+        info["slurm_job"] = run_slurm_job(script, out, orch.pretrain_nnodes, env, log_line)
+    else:
+        cmd = gpt1_command(
+            "pretrain", "--preset", str(resolved), "--shards", str(shards), "--out", str(out), "--resume", "auto",
+            "--tokenizer", str(tokenizer_dir), "--nproc", str(plan.cfg.orchestration.pretrain_nproc),
+            *_task_data_args(plan), *_tracking_args(tracking_uri, parent_run_id),
+        )
+        stream_subprocess(cmd, log_line)
+    mark_done(out, {"stage": "pretrain", "key": plan.keys["pretrain"], "seconds": round(time.time() - started, 3),
+                    **info})
     return final
+
+
+def slurm_script() -> Path:
+    """The sbatch script of the repository checkout, once it is known that it can be submitted from here."""
+    if not SLURM_SCRIPT.is_file():
+        raise RuntimeError(f"orchestration.pretrain_launcher=slurm needs the repository checkout: {SLURM_SCRIPT} "
+                           "not found (an installed wheel has no infra/)")
+    if shutil.which("sbatch") is None:
+        raise RuntimeError("orchestration.pretrain_launcher=slurm: `sbatch` is not on PATH; run the Prefect worker "
+                           "on a Slurm login node")
+    return SLURM_SCRIPT
+
+
+def run_slurm_job(script: Path, out: Path, nnodes: int, env: dict[str, str],
+                  log_line: Callable[[str], None] = print) -> str:
+    """Submit `script` (infra/multinode/slurm/pretrain.sbatch) with `sbatch --wait` and return the job id.
+
+    How it maps onto the cluster: this process (the Prefect worker, on a login node) only submits and waits; the
+    job validates the config on its batch host (`gpt1 pretrain --dry-run`), then runs one torchrun per node. The
+    paths in `env` (SHARDS, TOKENIZER, TASK_DATA, OUT, PRESET) are read and written by the compute nodes, so the
+    work dir must be on a filesystem every node mounts at the same path (infra/multinode/README.md). sbatch's own
+    lines stream as they come; the job's output, OUT/slurm-<id>.out, is forwarded to `log_line` once the job ends.
+    If this process dies, the job runs on: `scancel` it before the stage is re-run."""
+    cmd = ["sbatch", "--wait", f"--nodes={nnodes}", f"--output={out}/slurm-%j.out", str(script)]
+    job_ids: list[str] = []
+
+    def relay(line: str) -> None:
+        submitted = re.match(r"Submitted batch job (\d+)", line)
+        if submitted:
+            job_ids.append(submitted.group(1))
+        log_line(line)
+
+    failure = None
+    try:
+        stream_subprocess(cmd, relay, env)
+    except RuntimeError as err:
+        failure = err
+    if not job_ids:
+        raise RuntimeError(f"sbatch did not report a submitted job ({failure or 'exit code 0'}); no job output in "
+                           f"{out}/slurm-%j.out")
+    job = job_ids[0]
+    output = out / f"slurm-{job}.out"
+    if output.exists():
+        log_line(f"pretrain: output of Slurm job {job} ({output}):")
+        with open(output, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                log_line(line.rstrip())
+    if failure is not None:
+        raise RuntimeError(f"Slurm job {job} failed ({failure}); its output: {output}") from failure
+    if not (out / "final").is_dir():
+        raise RuntimeError(f"Slurm job {job} ended without writing {out / 'final'} (is the work dir on the "
+                           f"filesystem the nodes share?); its output: {output}")
+    return job
 
 
 def _task_data_args(plan: Plan) -> list[str]:
@@ -268,11 +339,15 @@ def _task_data_args(plan: Plan) -> list[str]:
     return ["--task-data", str(plan.dir("sample") / "tasks" if source == "sample" else Path(source))]
 
 
+_variant_config_lock = threading.Lock()
+
+
 def finetune_command(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
                      tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[str]:
     out = plan.task_dir(task, variant)
     out.mkdir(parents=True, exist_ok=True)
-    resolved = write_resolved_config(plan.variant_config(variant), out.parent / "config.yaml")
+    with _variant_config_lock:  # the fan-out's threads share this file, and gpt1.io's temp name is per process
+        resolved = write_resolved_config(plan.variant_config(variant), out.parent / "config.yaml")
     return gpt1_command(
         "finetune", "--task", task, "--data", str(plan.task_data(task)), "--checkpoint", str(checkpoint),
         "--out", str(out), "--preset", str(resolved), "--tokenizer", str(tokenizer_dir),

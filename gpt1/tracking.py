@@ -8,10 +8,10 @@ Runs nest through the `mlflow.parentRunId` tag (pipeline -> stage -> task) and c
 (pre-training resume).
 
 Ending a run (`end()`), and the exit of a process that still holds undelivered calls, keep retrying with backoff
-for up to $GPT1_MLFLOW_FLUSH_TIMEOUT seconds (default 120; once one wait for a server has run out, later ones in
-the same process try once). What still cannot be delivered is written as JSON (every queued call's params,
-metrics with step and timestamp, tags, artifact paths, status) to `spool_dir` (argument, else
-$GPT1_MLFLOW_SPOOL_DIR) when one is set, and reported in a warning either way.
+for up to `flush_timeout` seconds (argument, else $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120; once one wait for a server
+has run out, later ones in the same process try once). What still cannot be delivered is written as JSON (every
+queued call's params, metrics with step and timestamp, tags, artifact paths, status) to `spool_dir` (argument,
+else $GPT1_MLFLOW_SPOOL_DIR) when one is set, and reported in a warning either way.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class RunLogger:
         tags: dict[str, str] | None = None,
         enabled: bool = True,
         spool_dir: str | os.PathLike | None = None,
+        flush_timeout: float | None = None,
     ):
         self.name = name
         self.experiment = experiment
@@ -84,6 +85,7 @@ class RunLogger:
         self.tags = dict(tags or {})
         self.enabled = enabled
         self.spool_dir = spool_dir or os.environ.get(SPOOL_DIR_ENV) or None
+        self.flush_timeout = flush_timeout  # None: $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120 s (read when needed)
         # (what, call, JSON record of what it logs: written to the spool file if it can never be delivered)
         self._pending: list[tuple[str, Callable[[], Any], dict]] = []
         self._client = None
@@ -275,8 +277,11 @@ class RunLogger:
         if not self.enabled:
             return
         self._submit("end", lambda: self.client.set_terminated(self.run_id, status=status), {"status": status})
-        if not self.flush(timeout=flush_timeout()):
+        if not self.flush(timeout=self._end_timeout()):
             self._give_up()
+
+    def _end_timeout(self) -> float:
+        return flush_timeout() if self.flush_timeout is None else max(0.0, self.flush_timeout)
 
     def _give_up(self) -> Path | None:
         """Out of retries: write what is still queued to the spool directory (if any) and say so."""
@@ -310,7 +315,7 @@ class RunLogger:
 def _drain_at_exit() -> None:
     """A process ending with undelivered calls (a run attached by id and only flushed, say): last bounded try."""
     for run in list(_UNDELIVERED):
-        if run.pending and not run.flush(timeout=flush_timeout()):
+        if run.pending and not run.flush(timeout=run._end_timeout()):
             run._give_up()
 
 
