@@ -9,6 +9,8 @@ import pytest
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
+# Tests that point MLflow at a dead server must not wait out the production flush timeout (120 s) at every run end.
+os.environ.setdefault("GPT1_MLFLOW_FLUSH_TIMEOUT", "3")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"))
