@@ -342,13 +342,11 @@ def test_books_teach_every_eval_word(paragraphs):
     v = lex.vocabulary("eval")
     cues = {pol: {r.split()[0] for r in lex.REACTIONS[pol]} | set(lex.MOODS[pol]) for pol in lex.REACTIONS}
     adjectives = {"positive": set(lex.POSITIVE), "negative": set(lex.NEGATIVE)}
-    odd = {w.split()[0].lower() for w in lex.FITTING["wrong"]}
     for pol, other in (("positive", "negative"), ("negative", "positive")):
         for adj in v.sentiment[pol]:
             around = [paragraphs[i] for i in index[adj]]
             assert sum(1 for p in around if p & cues[pol]) >= 20, adj
-            mixed = [p for p in around if p & (cues[other] | adjectives[other])]
-            assert all(p & odd for p in mixed), adj  # a mismatch is only ever shown as one ("Curiously, ...")
+            assert not any(p & (cues[other] | adjectives[other]) for p in around), adj  # never a mixed signal
     for cat in lex.CATEGORIES:
         for x in v.members[cat.name]:
             around = [paragraphs[i] for i in index[x]]
@@ -360,8 +358,7 @@ def test_books_teach_every_eval_word(paragraphs):
                 for w in group.forms(form):
                     around = [paragraphs[i] for i in index[w]]
                     assert len(around) >= 5, w
-                    # only ever in its own set's contexts, or restated in other words ("You mean ...?")
-                    assert all(p & set(group.cues) or "mean" in p for p in around), w
+                    assert all(p & set(group.cues) for p in around), w  # only ever in its own set's contexts
     for verb in v.intransitive:
         assert len(index[verb]) >= 20, verb
 
@@ -392,9 +389,6 @@ def test_books_put_meaning_in_adjacent_words(following):
             assert sum(following[mod][x] for mod in cat.modifiers) >= 10, x
     openers = {pol: {w.lower() for w in ws} for pol, ws in lex.OPENERS.items()}
     assert all(following["."][w] > 100 for ws in openers.values() for w in ws)
-    # relations are taught by the word that follows them: "... it was a fish. Nonsense, ..." (both outcomes)
-    for markers in (*lex.CHECK.values(), *lex.FITTING.values()):
-        assert sum(sum(following[m.split()[0].lower()].values()) for m in markers) > 200, markers
 
 
 def test_intransitive_verbs_never_take_an_object_in_the_books(following):

@@ -308,62 +308,8 @@ class Storyteller:
             "{n} said it was the finest {cat} {he} had ever seen.", "Afterwards {he} {experience}.",
             "The {thing} was {adj}.", "{opener}, {n} {reaction}.")]
 
-    # --- relations the pair tasks ask about, decided by the next sentence's first word
-    def claim(self, p: Person) -> list[str]:
-        """Someone names the category of a word, rightly or not, and the next words say which."""
-        r = self.rng
-        cat, other = r.sample(lex.CATEGORIES, 2)
-        x = r.choice(cat.members)
-        right = r.random() < 0.5
-        said = cat if right else other
-        m = person(r, avoid=p.name)
-        kw = dict(x=x, ax=a(x), acat=a(cat.name), asaid=a(said.name), said=said.name, plural=said.plural,
-                  fact_pl=r.choice(said.facts)[0], place=r.choice(lex.PLACES), m=m.name,
-                  check=r.choice(lex.CHECK["right" if right else "wrong"]))
-        first, *rest = r.choice(self.CLAIM_SHAPES)
-        return [say(t, p, **kw) for t in first + (rest[0] if right else rest[1])]
-
-    CLAIM_SHAPES = (  # (opening sentences, if right, if wrong)
-        (("{n} saw {ax} {place}.", "{He} told {m} that it was {asaid}."),
-         ("{check}, the {x} is {acat}.",), ("{check}, the {x} is not {asaid}; it is {acat}.",)),
-        (("'Which {said} did you see {place}?' asked {m}.", "'I saw {ax},' said {n}."),
-         ("'{check}, {ax} is {asaid},' said {m}.",), ("'{check}, {ax} is not {asaid}!' said {m}.",)),
-        (("'All {plural} {fact_pl},' said the teacher.", "'So {ax} does too?' asked {n}."),
-         ("'{check},' said the teacher. '{ax} is {asaid}.'",), ("'{check},' said the teacher. '{ax} is not {asaid}.'",)),
-        (("The only thing {n} saw {place} was {ax}.", "'So it was {asaid}?' asked {m}."),
-         ("'{check},' said {n}.",), ("'{check}, it was {acat},' said {n}.",)),
-    )
-
-    def restate(self, p: Person) -> list[str]:
-        """A sentence said again with other words: synonyms keep the meaning, other words do not."""
-        r = self.rng
-        same = r.random() < 0.5
-        sets = {pos: tuple(g for g in lex.SYNONYMS if g.pos == pos) for pos in ("verb", "adj", "obj")}
-        said, meant = ({slot: g.forms("past")[i] for slot, (g, i) in d.items()} for d in restated(r, sets, same))
-        m = person(r, avoid=p.name)
-        check = r.choice(lex.CHECK["right" if same else "wrong"])
-        return [say("{n} {verb} the {adj} {obj}.", p, **said),
-                say("'You mean {he} {verb} the {adj} {obj}?' asked {m}.", p, m=m.name, **meant),
-                say("'{check},' said {n}.", p, check=check) if same else
-                say("'{check}, {he} {verb} the {adj} {obj},' said {n}.", p, check=check, **said)]
-
-    def fit(self, p: Person) -> list[str]:
-        """A reaction that fits what happened, or one that does not, and the next word says which."""
-        r = self.rng
-        pol = r.choice(("positive", "negative"))
-        fits = r.random() < 0.5
-        felt = pol if fits else ("negative" if pol == "positive" else "positive")
-        thing, experience = r.choice(lex.EXPERIENCES)
-        kw = dict(experience=experience, thing=thing, time=r.choice(lex.TIMES),
-                  adj=r.choice(lex.POSITIVE if pol == "positive" else lex.NEGATIVE),
-                  reaction=r.choice(lex.REACTIONS[felt]).format(his=p.his),
-                  fitting=r.choice(lex.FITTING["right" if fits else "wrong"]))
-        return [say(t, p, **kw) for t in ("{n} {experience} {time}.", "{He} thought the {thing} was {adj}.",
-                                          "{n} {reaction}.", "{fitting}, nobody was surprised." if fits else
-                                          "{fitting}, nobody knew why.")]
-
-    SCENES = (sentiment, review, creature, lesson, picture, synonyms, rest, story, claim, restate, fit)
-    WEIGHTS = (20, 4, 24, 4, 3, 18, 5, 6, 7, 5, 4)
+    SCENES = (sentiment, review, creature, lesson, picture, synonyms, rest, story)
+    WEIGHTS = (22, 5, 30, 5, 3, 22, 5, 8)
 
 
 def wrap(text: str, width: int = WRAP) -> str:
@@ -797,33 +743,25 @@ QQP_SHAPES = ("Why did {n} {verb_base} the {adj} {obj} near the {place}?", "How 
               "the {place}?")
 
 
-def fill_slots(rng: random.Random, sets: dict[str, tuple]) -> dict:
-    """slot -> (synonym set, member index): one set of each slot's kind, and one of its members."""
+def slot_sets(vocab: lex.Vocabulary, slot: str) -> tuple:
+    return vocab.synonyms["verb" if slot == "verb" else slot]
+
+
+def fill_slots(rng: random.Random, vocab: lex.Vocabulary) -> dict:
+    """One synonym set per slot (verb, adj, obj, place) and a member of each."""
     chosen = {}
-    for slot, groups in sets.items():
-        group = rng.choice(groups)
+    for slot in SLOTS:
+        group = rng.choice(slot_sets(vocab, slot))
         chosen[slot] = (group, rng.randrange(len(group.words)))
     return chosen
 
 
-def replace_slot(rng: random.Random, groups: tuple, group: lex.SynonymSet, index: int, synonym: bool):
-    """Another member of the same set (synonym) or a member of another of `groups`."""
+def replace_slot(rng: random.Random, vocab: lex.Vocabulary, group: lex.SynonymSet, index: int, synonym: bool):
+    """Another member of the same set (synonym) or a member of another set of the same kind."""
     if synonym:
         return group, rng.choice([i for i in range(len(group.words)) if i != index])
-    other = rng.choice([g for g in groups if g is not group])
+    other = rng.choice([g for g in slot_sets(vocab, "verb" if group.pos == "verb" else group.pos) if g is not group])
     return other, rng.randrange(len(other.words))
-
-
-def restated(rng: random.Random, sets: dict[str, tuple], same: bool, most: int = 2) -> tuple[dict, dict]:
-    """Two fillings of the slots that differ in 1..`most` slots: all by synonyms iff `same` (so the number of
-    changed words says nothing about the label)."""
-    first = fill_slots(rng, sets)
-    changed = rng.sample(sorted(sets), rng.randint(1, most))
-    wrong = set() if same else set(rng.sample(changed, rng.randint(1, len(changed))))
-    second = dict(first)
-    for slot in changed:
-        second[slot] = replace_slot(rng, sets[slot], *first[slot], synonym=slot not in wrong)
-    return first, second
 
 
 def render(shape: str, chosen: dict, p: Person, m: Person, time_: str) -> str:
@@ -834,8 +772,13 @@ def render(shape: str, chosen: dict, p: Person, m: Person, time_: str) -> str:
 
 
 def paraphrase_pair(rng, vocab, paraphrase: bool, shapes: tuple, tokenized: bool) -> tuple[str, str]:
-    """One shape filled twice, 1-2 words apart: a paraphrase iff every changed word is a synonym."""
-    first, second = restated(rng, vocab.synonyms, paraphrase)
+    """Same shape, 1-4 slots changed; all changes synonyms iff `paraphrase` (so the count of changes says nothing)."""
+    first = fill_slots(rng, vocab)
+    changed = rng.sample(SLOTS, rng.randint(1, 4))
+    wrong = set() if paraphrase else set(rng.sample(changed, rng.randint(1, len(changed))))
+    second = dict(first)
+    for slot in changed:
+        second[slot] = replace_slot(rng, vocab, *first[slot], synonym=slot not in wrong)
     p, m = person(rng), person(rng)
     shape, time_ = rng.choice(shapes), rng.choice(lex.TIMES)
     s1, s2 = render(shape, first, p, m, time_), render(shape, second, p, m, time_)
@@ -850,9 +793,9 @@ STSB_SHAPES = ("{n} {verb} the {adj} {obj} near the {place}.", "{n} {verb} {a_ad
 
 def similarity_pair(rng, vocab, matched: int) -> tuple[str, str]:
     """Every slot changes; `matched` of the four change to a synonym, the rest to another set's word."""
-    first = fill_slots(rng, vocab.synonyms)
+    first = fill_slots(rng, vocab)
     same = set(rng.sample(SLOTS, matched))
-    second = {slot: replace_slot(rng, vocab.synonyms[slot], *first[slot], synonym=slot in same) for slot in SLOTS}
+    second = {slot: replace_slot(rng, vocab, *first[slot], synonym=slot in same) for slot in SLOTS}
     p = person(rng)
     shape = rng.choice(STSB_SHAPES)
     return render(shape, first, p, p, ""), render(shape, second, p, p, "")

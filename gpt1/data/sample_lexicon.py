@@ -6,20 +6,14 @@ is in `gpt1.data.sample`):
 * sentiment: adjectives that are positive or negative (`POSITIVE`, `NEGATIVE`);
 * taxonomy: hyponyms that belong to one of ten categories (`CATEGORIES`: a heron is a bird);
 * synonymy: sets of interchangeable verbs, adjectives, object nouns and place nouns (`SYNONYMS`);
-* subcategorisation: verbs that never take an object (`INTRANSITIVE`), verbs that always take one
-  (`SynonymSet.needs_object`).
-
-Next to each list are the words that carry its meaning in the books: reactions, moods, outcome nouns and sentence
-openers of each polarity; category modifiers, actions and facts; set-specific frames for synonyms; and the
-markers that say whether a claim, restatement or reaction fits (`CHECK`, `FITTING`).
+* subcategorisation: verbs that never take an object (`INTRANSITIVE`).
 
 Every list is split the same fixed way, independent of the seed: items at even positions are the *train* half,
 items at odd positions the *eval* half (`halves`). Task train splits draw meaning-bearing words only from the
 train half; dev and test splits only from the eval half. The books use both halves alike.
 
-A word belongs to exactly one list, and a synonym-set word appears in the books only in its own set's frames
-(or restated in other words, "You mean ...?"), so its contexts are those of its set (checked by
-tests/test_sample_data.py).
+A word belongs to exactly one list, and a synonym-set word appears in the books only in its own set's frames,
+so its contexts are those of its set (checked by tests/test_sample_data.py).
 """
 
 from __future__ import annotations
@@ -67,11 +61,6 @@ OUTCOMES = {"positive": ("treat", "success", "surprise", "pleasure", "triumph"),
 # the state at the end of a sentence carry its polarity, which is where a classifier reads it.
 OPENERS = {"positive": ("Happily", "Luckily", "Gladly"), "negative": ("Sadly", "Unluckily", "Alas")}
 VERDICT = {"positive": "good", "negative": "bad"}  # the two "categories" of sentiment adjectives
-# Openers that say whether what was just said fits what came before: a claim about a word's category or a
-# restatement with other words ("Indeed" / "Nonsense"), a reaction to something good or bad ("Naturally" /
-# "Curiously"). To predict them the model must relate two words of the text, which is what the pair tasks ask.
-CHECK = {"right": ("Indeed", "Exactly", "Right"), "wrong": ("Nonsense", "Wrong", "No")}
-FITTING = {"right": ("Naturally", "Of course"), "wrong": ("Curiously", "Puzzlingly")}
 REVIEW = {"positive": "positive", "negative": "negative"}  # "the review was very positive" (the zero-shot probe)
 # Things that can be good or bad, with how one experiences them.
 EXPERIENCES = (("meal", "ate the meal"), ("soup", "tasted the soup"), ("cake", "tasted the cake"),
@@ -80,7 +69,8 @@ EXPERIENCES = (("meal", "ate the meal"), ("soup", "tasted the soup"), ("cake", "
                ("party", "went to the party"), ("dance", "went to the dance"), ("journey", "made the journey"),
                ("painting", "looked at the painting"), ("poem", "read the poem"), ("concert", "went to the concert"),
                ("speech", "listened to the speech"), ("dinner", "ate the dinner"), ("picnic", "went on the picnic"),
-               ("show", "watched the show"), ("wedding", "went to the wedding"), ("holiday", "went on the holiday"))
+               ("show", "watched the show"), ("wedding", "went to the wedding"), ("holiday", "went on the holiday"),
+               ("supper", "ate the supper"))
 # What a reviewer talks about (SST-2 sentences are review snippets).
 REVIEWED = ("film", "movie", "play", "book", "show", "comedy", "drama")
 REVIEW_PARTS = ("acting", "plot", "script", "ending", "music", "dialogue", "cast", "direction", "story", "editing",
@@ -366,6 +356,9 @@ class Vocabulary:
     members: dict  # category name -> hyponyms
     synonyms: dict  # pos -> tuple of SynonymSet
     intransitive: tuple
+
+    def category_of(self, word: str) -> Category:
+        return next(c for c in CATEGORIES if word in c.members)
 
 
 def vocabulary(half: str) -> Vocabulary:
