@@ -9,7 +9,6 @@ STAMP := $(VENV)/.installed
 export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export TORCH_EXTENSIONS_DIR ?= $(HOME)/.cache/gpt1/torch_extensions
 
 .PHONY: venv test test-fast demo down bench clean
 

@@ -23,6 +23,7 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -65,7 +66,10 @@ def free_port() -> int:
 def prepare_env() -> None:
     """Environment a worker needs before `import deepspeed`: JIT-op cache, no telemetry, single-process defaults."""
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "gpt1" / "torch_extensions"))
+    # One cache per venv: DeepSpeed rebuilds its op when the cached build came from another interpreter, so venvs
+    # sharing one directory would rebuild it in turn (minutes on 2 cores).
+    venv_key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "gpt1" / "torch_extensions" / venv_key))
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:  # a bare process is a world of one
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")

@@ -17,7 +17,6 @@ export MLFLOW_TRACKING_URI=http://$HOST:$MLFLOW_PORT
 export MLFLOW_DISABLE_TELEMETRY=true
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
 export DS_ACCELERATOR=cpu
-export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-$HOME/.cache/gpt1/torch_extensions}
 export GPT1_WORK_DIR=${GPT1_WORK_DIR:-$STATE/work}
 mkdir -p "$STATE/pids" "$STATE/logs" "$PREFECT_HOME" "$STATE/mlflow" "$GPT1_WORK_DIR"
 
