@@ -7,8 +7,10 @@ The end-to-end runs (CLI, kill/resume, multi-node, MLflow) are in test_pretrain_
 from __future__ import annotations
 
 import math
+import os
 import random
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -17,7 +19,7 @@ import torch
 
 from gpt1.checkpoint import COMPLETE, CheckpointManager, rng_state, set_rng_state, tag_for
 from gpt1.config import ModelConfig, load_config
-from gpt1.distributed import batch_layout, deepspeed_config, worker_command
+from gpt1.distributed import batch_layout, deepspeed_config, prepare_env, worker_command
 from gpt1.generate import generate
 from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model import GPT1, flops_per_token
@@ -89,6 +91,24 @@ def test_worker_command_single_process_sets_the_launcher_environment(monkeypatch
 
 
 # ------------------------------------------------------------------------------------- optimizer recipe
+
+
+def test_each_venv_gets_its_own_deepspeed_op_cache_unless_one_is_set(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    for var in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    prepare_env()
+    ours = os.environ["TORCH_EXTENSIONS_DIR"]
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    monkeypatch.setattr(sys, "prefix", "/some/other/venv")
+    prepare_env()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] != ours
+    parents = {Path(p).parent for p in (ours, os.environ["TORCH_EXTENSIONS_DIR"])}
+    assert parents == {tmp_path / "gpt1" / "torch_extensions"}
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", "/shared/cache")
+    prepare_env()
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == "/shared/cache"  # an explicit setting wins
 
 
 def test_weight_decay_applies_to_weights_only():
