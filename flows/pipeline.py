@@ -37,14 +37,11 @@ def _key(stage: str):
 
 
 def _stage_task(stage: str, fn):
-    """A Prefect task for an in-process stage: cached by content key, logged as an MLflow child run."""
+    """A Prefect task for an in-process stage, cached by content key."""
 
     @task(name=stage, cache_key_fn=_key(stage), persist_result=True)
-    def run(plan: P.Plan, parent_run_id: str | None, *inputs: Path) -> Path:
-        cached = P.is_done(plan.dir(stage))
-        out = fn(plan, *inputs)
-        P.log_stage(plan, stage, out, tracking_uri=_uri(plan.cfg), parent_run_id=parent_run_id, cached=cached)
-        return out
+    def run(plan: P.Plan, *inputs: Path) -> Path:
+        return fn(plan, *inputs)
 
     return run
 
@@ -69,6 +66,16 @@ sample_task = _stage_task("sample", lambda plan: P.run_sample_data(plan))
 ingest_task = _stage_task("ingest", lambda plan: P.run_ingest(plan))
 tokenizer_task = _stage_task("tokenizer", P.run_train_tokenizer)
 shards_task = _stage_task("shards", P.run_tokenize)
+STAGE_TASKS = {"sample": sample_task, "ingest": ingest_task, "tokenizer": tokenizer_task, "shards": shards_task}
+
+
+def _run_stage(plan: P.Plan, stage: str, parent_run_id: str | None, *inputs: Path) -> Path:
+    """Run (or take from cache) an in-process stage, then log its MLflow child run. The logging sits outside the
+    Prefect task so a re-run served from Prefect's cache still shows every stage (tagged gpt1.cached=true)."""
+    cached = P.is_done(plan.dir(stage))
+    out = _stage(STAGE_TASKS[stage], plan, stage)(plan, *inputs)
+    P.log_stage(plan, stage, out, tracking_uri=_uri(plan.cfg), parent_run_id=parent_run_id, cached=cached)
+    return out
 
 
 @task(name="pretrain", cache_key_fn=_key("pretrain"), persist_result=True)
@@ -166,16 +173,12 @@ def gpt1_pipeline(preset: str = "smoke", overrides: list[str] | None = None, wor
     plan = P.Plan.make(cfg, work_dir)
     run = _parent_run(cfg, f"gpt1-{cfg.preset}")
     try:
-        stages = {s: _stage(t, plan, s) for s, t in
-                  [("sample", sample_task), ("ingest", ingest_task), ("tokenizer", tokenizer_task),
-                   ("shards", shards_task), ("pretrain", pretrain_task)]}
-        needs_sample = cfg.data.source == "sample" or cfg.finetune.data == "sample"
-        if needs_sample:
-            stages["sample"](plan, run.run_id)
-        corpus = stages["ingest"](plan, run.run_id)
-        tok = stages["tokenizer"](plan, run.run_id, corpus)
-        shards = stages["shards"](plan, run.run_id, corpus, tok)
-        checkpoint = stages["pretrain"](plan, run.run_id, shards, tok)
+        if cfg.data.source == "sample" or cfg.finetune.data == "sample":
+            _run_stage(plan, "sample", run.run_id)
+        corpus = _run_stage(plan, "ingest", run.run_id)
+        tok = _run_stage(plan, "tokenizer", run.run_id, corpus)
+        shards = _run_stage(plan, "shards", run.run_id, corpus, tok)
+        checkpoint = _stage(pretrain_task, plan, "pretrain")(plan, run.run_id, shards, tok)
         failures = _fan_out(plan, checkpoint, tok, run.run_id)
         report = _retrying(report_task, cfg, "report")(plan, run.run_id)
     except BaseException:
@@ -204,7 +207,7 @@ def finetune_all(checkpoint: str, tokenizer_dir: str, preset: str = "paper", ove
     run = _parent_run(cfg, f"gpt1-{cfg.preset}-finetune")
     try:
         if cfg.finetune.data == "sample":
-            _stage(sample_task, plan, "sample")(plan, run.run_id)
+            _run_stage(plan, "sample", run.run_id)
         failures = _fan_out(plan, Path(checkpoint), Path(tokenizer_dir), run.run_id)
         report = report_task(plan, run.run_id)
     except BaseException:

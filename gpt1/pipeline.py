@@ -210,7 +210,9 @@ def stream_subprocess(cmd: list[str], log_line: Callable[[str], None] = print, e
     The command gets its own session, so its whole process tree (a launcher and its workers) is one group; and it
     stops when this process dies (`gpt1.cli` watches GPT1_PARENT_PID), so a killed worker leaves no stage running
     on into the outputs a re-run takes over."""
-    merged = {**os.environ, **(env or {}), "GPT1_PARENT_PID": str(os.getpid())}
+    # Progress bars off: piped output has no terminal to redraw, so each update would become a log record.
+    merged = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **os.environ, **(env or {}),
+              "GPT1_PARENT_PID": str(os.getpid())}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=merged,
                             start_new_session=True)
     assert proc.stdout is not None
@@ -366,7 +368,13 @@ def run_finetune(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, v
     cmd = finetune_command(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
                            parent_run_id=parent_run_id)
     started = time.time()
-    stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"))
+    try:
+        stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"))
+    except RuntimeError as err:  # name the cause (the command's error.json), not only its exit code
+        error = out / "error.json"
+        if error.is_file() and error.stat().st_mtime >= started:
+            raise RuntimeError(f"{variant}/{task}: {read_json(error)['error']} ({err})") from None
+        raise
     mark_done(out, {"stage": "finetune", "task": task, "variant": variant, "seconds": round(time.time() - started, 3)})
     return read_json(out / "metrics.json")
 

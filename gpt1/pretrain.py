@@ -299,7 +299,9 @@ class Pretraining:
         from tqdm import tqdm
 
         p = self.cfg.pretrain
-        bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step", disable=not self.world.is_main)
+        # disable=None: drawn on a terminal only (piped into Prefect logs, each redraw would be a record)
+        bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
+                   disable=None if self.world.is_main else True)
         window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
         batches = self.batches()
         while self.step < self.total:

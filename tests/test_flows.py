@@ -289,6 +289,11 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
     assert state.is_completed(), state.message
     assert done_markers(work) == done, "a re-run with the same parameters recomputed a stage"
     assert {t: (plan.task_dir(t) / "metrics.json").read_bytes() for t in TASKS} == metrics
+    # served from cache, yet the run still shows its stages in MLflow, marked as cached
+    runs = mlflow_runs(base.uri)
+    stages = child_runs(runs, parent_run(runs, state.state_details.flow_run_id))
+    in_process = UPSTREAM[:-1]  # pre-training logs its own run when it trains
+    assert {s: stages[s].data.tags.get("gpt1.cached") for s in in_process} == dict.fromkeys(in_process, "true")
 
     changed = ["finetune.lr=1e-3"]
     new_plan = plan_for(work, changed)
@@ -385,6 +390,7 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
     failures = json.loads(Path(download_artifacts(run_id=parent.info.run_id, artifact_path="failures.json",
                                                   tracking_uri=uri, dst_path=str(tmp_path / "dl"))).read_text())
     assert set(failures) == {"full/rte"}
+    assert "train.tsv" in failures["full/rte"], failures  # the cause itself, not only an exit code
     assert {"task/sst2/accuracy", "task/stsb/pearson"} <= set(parent.data.metrics)  # the report reached the parent
     children = child_runs(runs, parent)
     for task in ("sst2", "stsb"):
