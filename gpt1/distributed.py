@@ -63,6 +63,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def threads_per_process(processes: int) -> str:
+    """OMP_NUM_THREADS for one of `processes` processes sharing this machine: each takes its share of the cores,
+    instead of every one spawning a thread per core and all of them contending."""
+    return str(max(1, (os.cpu_count() or 1) // processes))
+
+
 def prepare_env() -> None:
     """Environment a worker needs before `import deepspeed`: JIT-op cache, no telemetry, single-process defaults."""
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -175,8 +181,7 @@ def worker_command(nproc: int, worker_args: list[str]) -> tuple[list[str], dict[
     if nproc == 1:
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         return [sys.executable, "-m", "gpt1.pretrain", *worker_args], env
-    # Share the cores instead of letting every rank spawn a thread per core.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    env.setdefault("OMP_NUM_THREADS", threads_per_process(nproc))
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                "-m", "gpt1.pretrain", *worker_args]
     return command, env

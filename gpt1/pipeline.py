@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.distributed import threads_per_process
 from gpt1.io import read_json, sha256_file, sha256_tree, stable_hash, write_json
 
 log = logging.getLogger(__name__)
@@ -368,8 +369,10 @@ def run_finetune(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, v
     cmd = finetune_command(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
                            parent_run_id=parent_run_id)
     started = time.time()
+    threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
+               or threads_per_process(plan.cfg.orchestration.finetune_concurrency)}
     try:
-        stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"))
+        stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"), threads)
     except RuntimeError as err:  # name the cause (the command's error.json), not only its exit code
         error = out / "error.json"
         if error.is_file() and error.stat().st_mtime >= started:
