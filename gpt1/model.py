@@ -219,8 +219,10 @@ class GPT1(nn.Module):
                 raise ValueError(f"transfer_layers={transfer_layers} must be in 1..{cfg.n_layer} ({directory})")
             state = {k: v for k, v in state.items() if _block_index(k) < transfer_layers}
             cfg = cfg.model_copy(update={"n_layer": transfer_layers})
-        with torch.device("meta"):  # no random init for weights about to be replaced
-            model = cls(cfg)
+        # Built on the CPU and initialised, then overwritten: under torch.device("meta") the init goes through
+        # torch's reference ops, whose first use imports torch._dynamo (~3 s per process, more than a random init
+        # of the 117M model costs).
+        model = cls(cfg)
         model.load_checked_state_dict(state, source=directory / WEIGHTS_NAME)
         if vocab_size is not None and vocab_size != cfg.vocab_size:
             model.resize_token_embeddings(vocab_size)
