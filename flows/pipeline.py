@@ -108,8 +108,8 @@ def _fan_out(plan: P.Plan, checkpoint: Path, tokenizer_dir: Path, parent_run_id:
     ft = _retrying(finetune_task, cfg, "finetune")
     futures = {
         f"{variant}/{name}": ft.submit(plan, name, variant, checkpoint, tokenizer_dir, parent_run_id)
-        for name in P.longest_first(cfg.finetune.tasks)
         for variant in plan.variants
+        for name in cfg.finetune.tasks
     }
     for label, future in futures.items():
         future.wait()

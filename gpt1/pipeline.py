@@ -358,18 +358,6 @@ def finetune_command(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Pat
     )
 
 
-def longest_first(task_names: list[str]) -> list[str]:
-    """Fan-out order: most sequences per example first (RACE's four options, Story Cloze's two endings, both orders
-    of a similarity pair), so the longest fine-tunes start at once rather than run alone at the end."""
-    from gpt1 import tasks
-
-    def sequences(name: str) -> int:
-        spec = tasks.get(name)
-        return spec.n_choices or (2 if spec.kind == "similarity" else 1)
-
-    return sorted(task_names, key=sequences, reverse=True)
-
-
 def run_finetune(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
                  tracking_uri: str | None = None, parent_run_id: str | None = None,
                  log_line: Callable[[str], None] = print) -> dict:

@@ -330,13 +330,6 @@ def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base
     assert {k: after[k] for k in others} == others, "rebuilding one stage recomputed others"
 
 
-def test_fan_out_starts_the_longest_fine_tunes_first():
-    order = P.longest_first(["cola", "sst2", "mrpc", "stsb", "qqp", "race", "storycloze", "rte"])
-    assert order[0] == "race"  # four sequences per example
-    assert set(order[1:5]) == {"mrpc", "stsb", "qqp", "storycloze"}  # two
-    assert order[5:] == ["cola", "sst2", "rte"]  # one, in the configured order
-
-
 def test_fan_out_threads_write_the_shared_variant_config_safely(tmp_path):
     """The local fan-out runs its tasks in threads of the flow process, and every task of a variant writes the
     variant's config.yaml: the writes must not collide (they did: FileNotFoundError from the shared temp name)."""
