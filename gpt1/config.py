@@ -78,6 +78,9 @@ class DataConfig(_Section):
     val_fraction: float = Field(0.01, ge=0, lt=1, description="share of documents held out for validation")
     split_seed: int = 0
     min_doc_chars: int = Field(1, ge=0)
+    unwrap_lines: bool = Field(
+        True, description="join the lines of hard-wrapped prose paragraphs; verse, lists and headings keep theirs"
+    )
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
     workers: int = Field(2, gt=0)
 

@@ -68,7 +68,7 @@ class Plan:
         source = k["sample"] if d.source == "sample" else _source_fingerprint(d.source)
         k["ingest"] = stable_hash(
             {"source": source, "text_column": d.text_column, "val": d.val_fraction, "seed": d.split_seed,
-             "min_chars": d.min_doc_chars, "rows_per_doc": d.rows_per_doc}
+             "min_chars": d.min_doc_chars, "rows_per_doc": d.rows_per_doc, "unwrap_lines": d.unwrap_lines}
         )
         k["tokenizer"] = stable_hash({"corpus": k["ingest"], "tok": cfg.tokenizer.model_dump()})
         k["shards"] = stable_hash(
@@ -171,7 +171,8 @@ def run_ingest(plan: Plan) -> Path:
 
     def build(out: Path) -> dict:
         stats = ingest(source, out / "corpus", text_column=d.text_column, val_fraction=d.val_fraction,
-                       split_seed=d.split_seed, min_doc_chars=d.min_doc_chars, rows_per_doc=d.rows_per_doc)
+                       split_seed=d.split_seed, min_doc_chars=d.min_doc_chars, rows_per_doc=d.rows_per_doc,
+                       unwrap_lines=d.unwrap_lines)
         return {"stats": stats}
 
     return _once(plan, "ingest", build) / "corpus"

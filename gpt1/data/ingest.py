@@ -1,7 +1,7 @@
 """Stage 1, corpus ingestion: a text source -> cleaned, deduplicated documents split into train/val.
 
     stats = ingest("../shared/data/books", "runs/corpus")
-    gpt1 ingest --source SRC --out DIR [--text-column C] [--val-fraction F] [--seed N]
+    gpt1 ingest --source SRC --out DIR [--text-column C] [--val-fraction F] [--seed N] [--no-unwrap-lines]
 
 Source specs:
     DIR                  every .txt/.jsonl/.parquet file under DIR (recursive; hidden files and out_dir skipped)
@@ -22,6 +22,10 @@ Choices where the spec is silent:
 - Split: a document is val iff hash(split_seed, id) < val_fraction, so adding or removing documents never moves
   the others. Floor: if val would be empty (val_fraction > 0, >= 2 documents), the train document with the lowest
   hash goes to val instead; it is held back while streaming, so nothing has to be rewritten.
+- Cleaning is gpt1/data/clean.py. `unwrap_lines` (default on) joins hard-wrapped prose lines into paragraphs in a
+  text file or a row; stats.json says how many paragraphs and line breaks it joined and how many multi-line
+  paragraphs it kept. Rows grouped into one document keep one row per line: those breaks are row boundaries (the
+  sentences of lower-cased BooksCorpus, which the lowercase-continuation rule would otherwise join), not wraps.
 - Duplicates are exact (same id = sha256 of the cleaned text); the first one in source order is kept.
 - Inputs that cannot be used (binary, undecodable, unreadable, empty or shorter than min_doc_chars once cleaned)
   are named in stats.json and the run continues. Malformed rows (bad JSON, missing/null/non-text field) are
@@ -45,7 +49,7 @@ import re
 import shutil
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -60,7 +64,7 @@ from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
+FORMAT_VERSION = 2  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
 ROWS_PER_PART = 10_000  # documents per Parquet part
 ROW_GROUP_CHARS = 2_000_000  # characters per row group (or one larger document): bounds the write buffer
 MAX_MALFORMED_SHARE = 0.01
@@ -74,6 +78,7 @@ DIR_SUFFIXES = {".txt", ".jsonl", ".parquet"}
 class Record:
     source: str  # where it came from: file name, "file:line", "file:first-last" for grouped rows
     text: str
+    grouped_rows: bool = False  # several rows, one per line: those line breaks are row boundaries, not wraps
 
 
 @dataclass
@@ -112,6 +117,7 @@ class Report:
         self.fallbacks: dict[str, Tally] = defaultdict(Tally)
         self.duplicates = Tally()
         self.boilerplate: Counter[str] = Counter()
+        self.unwrapped: Counter[str] = Counter()
 
     def reject(self, reason: str, source: str, detail: str) -> None:
         if self.rejects[reason].add(source):
@@ -136,6 +142,7 @@ class Report:
             "malformed_rows": self.malformed.as_dict(),
             "decode_fallbacks": {enc: tally.as_dict() for enc, tally in sorted(self.fallbacks.items())},
             "boilerplate_removed": {k: self.boilerplate[k] for k in ("header", "footer", "notes", "characters")},
+            "unwrapped": {k: self.unwrapped[k] for k in ("paragraphs", "lines_joined", "paragraphs_kept")},
         }
 
 
@@ -218,7 +225,7 @@ def _grouped(rows: Iterator[tuple[str, int, str]], rows_per_doc: int) -> Iterato
 def _join(group: list[tuple[str, int, str]]) -> Record:
     name, first, _ = group[0]
     where = f"{first}" if len(group) == 1 else f"{first}-{group[-1][1]}"
-    return Record(f"{name}:{where}", "\n".join(text for _, _, text in group))
+    return Record(f"{name}:{where}", "\n".join(text for _, _, text in group), grouped_rows=len(group) > 1)
 
 
 class FileSource:
@@ -467,12 +474,13 @@ class TrainValSplit:
 # -- the stage --------------------------------------------------------------------------------------------------
 def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
            split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
-           rows_per_part: int = ROWS_PER_PART) -> dict:
+           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True) -> dict:
     """Clean, deduplicate and split `source` into the corpus layout at `out_dir`; returns the stats.
 
     `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
-    for hub BooksCorpus, else 1). Built in a temporary folder renamed at the end, so `out_dir` never holds half a
-    corpus; a finished corpus of the same inputs and settings already there is reused.
+    for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
+    gpt1/data/clean.py). Built in a temporary folder renamed at the end, so `out_dir` never holds half a corpus; a
+    finished corpus of the same inputs and settings already there is reused.
     """
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
@@ -482,7 +490,7 @@ def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text"
     src = open_source(source, exclude=out)
     settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
                 "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
-                "rows_per_part": rows_per_part, "format": FORMAT_VERSION}
+                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "format": FORMAT_VERSION}
     source_hash = src.fingerprint()
     key = stable_hash({"source": source_hash, "settings": settings})
     if (done := _finished_corpus(out, key)) is not None:
@@ -512,9 +520,11 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
         split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"])
         for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
             report.records += 1
-            text, removed = clean(record.text)
+            unwrap = settings["unwrap_lines"] and not record.grouped_rows
+            text, removed, unwrapped = clean(record.text, unwrap_lines=unwrap)
             report.boilerplate.update(header=removed.header, footer=removed.footer, notes=removed.notes,
                                       characters=removed.chars)
+            report.unwrapped.update(asdict(unwrapped))
             if len(text) < max(1, settings["min_doc_chars"]):
                 reason = "empty" if not text else "too_short"
                 report.reject(reason, record.source, f"{len(text)} characters after cleaning")
@@ -587,13 +597,15 @@ def add_ingest_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows-per-doc", type=int, default=None,
                         help=f"rows joined per document for row sources (default: {BOOKCORPUS_ROWS_PER_DOC} for "
                              f"hub BooksCorpus, else 1)")
+    parser.add_argument("--unwrap-lines", action=argparse.BooleanOptionalAction, default=defaults.unwrap_lines,
+                        help="join the lines of hard-wrapped prose paragraphs (verse, lists and headings keep theirs)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_ingest(args: argparse.Namespace) -> int:
     stats = ingest(args.source, args.out, text_column=args.text_column, val_fraction=args.val_fraction,
                    split_seed=args.seed, min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc,
-                   show_progress=not args.no_progress)
+                   unwrap_lines=args.unwrap_lines, show_progress=not args.no_progress)
     print(summary(stats, args.out))
     return 0
 
@@ -617,4 +629,9 @@ def summary(stats: dict, out: str | os.PathLike) -> str:
     if removed["header"] or removed["footer"]:
         lines.append(f"  Gutenberg boilerplate removed: {removed['header']} headers, {removed['footer']} footers, "
                      f"{removed['notes']} notes")
+    unwrapped = stats["unwrapped"]
+    if unwrapped["paragraphs"]:
+        lines.append(f"  hard-wrapped lines joined: {unwrapped['lines_joined']:,} line breaks in "
+                     f"{unwrapped['paragraphs']:,} paragraphs; {unwrapped['paragraphs_kept']:,} multi-line "
+                     f"paragraphs kept (verse, lists, headings)")
     return "\n".join(lines)
