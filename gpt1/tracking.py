@@ -1,17 +1,24 @@
 """MLflow logging that never stops training: run nesting, lineage, and buffered, retried writes.
 
-Every stage logs through `RunLogger`. Each MLflow call is attempted once (short timeout, no long HTTP retry
-loop); on failure it is queued and replayed in order on a later call or `flush()`, so an unreachable tracking
-server costs nothing but a warning, and the run catches up when the server returns. While the server is down,
-logging calls only queue (a retry at most every 1, 2, 4 ... 30 s), so a server that hangs cannot slow training.
-Runs nest through the `mlflow.parentRunId` tag (pipeline -> stage -> task) and can be re-attached by id
-(pre-training resume).
+Every stage logs through `RunLogger`. Metrics are buffered: `log_metrics` only appends to the run's buffer, and a
+background thread sends the buffer as one `log_batch` request (at most 1000 metrics each) once its oldest metric is
+`metrics_interval` seconds old (argument, default `METRICS_INTERVAL` = 2 s; 0 sends every call at once) or it holds
+1000 metrics. Any other call of the run (params, tags, artifacts, datasets, model registration, end) and `flush()`
+send the buffer first, so the store receives everything in the order it was logged; timestamps and steps are those
+of the original `log_metrics` call.
 
-Ending a run (`end()`), and the exit of a process that still holds undelivered calls, keep retrying with backoff
-for up to `flush_timeout` seconds (argument, else $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120; once one wait for a server
-has run out, later ones in the same process try once). What still cannot be delivered is written as JSON (every
-queued call's params, metrics with step and timestamp, tags, artifact paths, status) to `spool_dir` (argument,
-else $GPT1_MLFLOW_SPOOL_DIR) when one is set, and reported in a warning either way.
+Each MLflow request is attempted once (short timeout, no long HTTP retry loop); on failure it is queued and replayed
+in order on a later call or `flush()`, so an unreachable tracking server costs nothing but a warning, and the run
+catches up when the server returns. While the server is down, logging calls only queue (a retry at most every 1, 2,
+4 ... 30 s), so a server that hangs cannot slow training. Runs nest through the `mlflow.parentRunId` tag
+(pipeline -> stage -> task) and can be re-attached by id (pre-training resume). A logger may be shared by threads.
+
+Ending a run (`end()`), and the exit of a process that still holds undelivered calls or buffered metrics, keep
+retrying with backoff for up to `flush_timeout` seconds (argument, else $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120; once
+one wait for a server has run out, later ones in the same process try once). What still cannot be delivered is
+written as JSON (every undelivered call's params, metrics with step and timestamp, tags, artifact paths, status; one
+entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
+one is set, and reported in a warning either way.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ import json
 import logging
 import os
 import re
+import threading
 import time
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -37,9 +47,15 @@ _MAX_PARAM_LEN = 6000
 FLUSH_TIMEOUT_ENV = "GPT1_MLFLOW_FLUSH_TIMEOUT"
 SPOOL_DIR_ENV = "GPT1_MLFLOW_SPOOL_DIR"
 DEFAULT_FLUSH_TIMEOUT = 120.0
+METRICS_INTERVAL = 2.0  # seconds a logged metric may wait in the buffer before it is sent
+# MLflow's log_batch limits: MAX_METRICS_PER_BATCH and MAX_ENTITIES_PER_BATCH (metrics-only requests count only
+# metrics). 1000 metrics with keys at MLflow's 250-character maximum stay far below its 1 MB request size limit.
+METRICS_PER_REQUEST = 1000
 _MAX_RETRY_DELAY = 30.0  # seconds between attempts while a server stays down
+_BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is delivering the same run's calls
 
-# Process-wide: loggers holding undelivered calls (drained at exit), and servers a bounded wait already gave up on.
+# Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
+# already gave up on.
 _UNDELIVERED: set["RunLogger"] = set()
 _GAVE_UP: set[str] = set()
 
@@ -61,8 +77,76 @@ def tracking_uri(uri: str | None = None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+@dataclass
+class _Call:
+    """One MLflow request waiting to be delivered."""
+
+    what: str
+    send: Callable[[], Any]
+    # What it logs, one entry per logging call it carries (a metrics batch carries many `log_metrics` calls):
+    # written to the spool file if it can never be delivered.
+    records: list[dict]
+
+
+class _MetricSender:
+    """The process's background thread that sends buffered metrics when they are due.
+
+    It runs only while some run has buffered metrics, and ends when none is left, so an idle process (or one about
+    to fork) has no extra thread."""
+
+    def __init__(self) -> None:
+        self._wake = threading.Condition()
+        self._runs: set[RunLogger] = set()  # runs whose buffer may hold metrics
+        self._thread: threading.Thread | None = None
+
+    def schedule(self, run: "RunLogger") -> bool:
+        """`run` has a newly started or full buffer: (re)compute when to send it. False when no thread can be
+        started (interpreter shutdown): the caller sends the buffer itself."""
+        with self._wake:
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._loop, name="gpt1-mlflow-metrics", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't create new thread at interpreter shutdown"
+                    return False
+                self._thread = thread
+            self._runs.add(run)
+            self._wake.notify()
+            return True
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                now = time.monotonic()
+                due_at = {}
+                for run in list(self._runs):
+                    at = run._metrics_due_at()
+                    if at is None:  # sent (by this thread or by a call of the run): nothing to wait for
+                        self._runs.discard(run)
+                    else:
+                        due_at[run] = at
+                if not due_at:
+                    self._thread = None  # under the lock: `schedule` starts a new thread from here on
+                    return
+                ready = [run for run, at in due_at.items() if at <= now]
+                if not ready:
+                    self._wake.wait(min(due_at.values()) - now)
+                    continue
+            for run in ready:  # outside the lock: a slow server must not block `schedule` (training threads)
+                try:
+                    run._send_buffered_metrics()
+                except Exception as err:  # never fatal, and this thread must keep serving the other runs
+                    log.warning("MLflow run %s: sending buffered metrics failed: %s", run.name, err)
+
+
+_SENDER = _MetricSender()
+
+
 class RunLogger:
-    """One MLflow run, written resiliently. Create with `start_run`, or directly to re-attach by `run_id`."""
+    """One MLflow run, written resiliently. Create with `start_run`, or directly to re-attach by `run_id`.
+
+    `metrics_interval`: seconds a logged metric may wait in the buffer (default `METRICS_INTERVAL`); 0 sends each
+    `log_metrics` call as its own request, in the calling thread."""
 
     def __init__(
         self,
@@ -76,6 +160,7 @@ class RunLogger:
         enabled: bool = True,
         spool_dir: str | os.PathLike | None = None,
         flush_timeout: float | None = None,
+        metrics_interval: float | None = None,
     ):
         self.name = name
         self.experiment = experiment
@@ -86,8 +171,18 @@ class RunLogger:
         self.enabled = enabled
         self.spool_dir = spool_dir or os.environ.get(SPOOL_DIR_ENV) or None
         self.flush_timeout = flush_timeout  # None: $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120 s (read when needed)
-        # (what, call, JSON record of what it logs: written to the spool file if it can never be delivered)
-        self._pending: list[tuple[str, Callable[[], Any], dict]] = []
+        self.metrics_interval = METRICS_INTERVAL if metrics_interval is None else max(0.0, metrics_interval)
+        # Two locks so that logging never waits for the network: `_lock` guards the queue and the metric buffer
+        # for a moment (appends, swaps); `_send_lock` is held while requests are made (one delivery at a time,
+        # by the calling thread or the background sender). Order: `_send_lock`, then `_lock`.
+        self._lock = threading.Lock()
+        self._send_lock = threading.RLock()
+        self._pending: deque[_Call] = deque()  # requests not delivered yet, in order
+        # (metrics, record) per buffered `log_metrics` call, and how many metrics they hold
+        self._buffer: list[tuple[list, dict]] = []
+        self._buffered_metrics = 0
+        self._buffer_since = 0.0  # monotonic time the oldest buffered metric was logged
+        self._background_not_before = 0.0  # the background sender found another delivery running: wait a moment
         self._client = None
         self._warned = False
         self._retry_at = 0.0  # monotonic time before which logging calls only queue (server known to be down)
@@ -133,37 +228,98 @@ class RunLogger:
     def _submit(self, what: str, fn: Callable[[], Any], record: dict | None = None) -> None:
         if not self.enabled:
             return
-        self._pending.append((what, fn, record or {}))
+        with self._lock:
+            self._queue_buffered_metrics()  # metrics logged before this call are delivered before it
+            self._pending.append(_Call(what, fn, [record or {}]))
+            _UNDELIVERED.add(self)
         if time.monotonic() >= self._retry_at:
             self._flush_once()
-        else:
-            _UNDELIVERED.add(self)
+
+    def _queue_buffered_metrics(self) -> None:
+        """Move the metric buffer to the end of the queue as `log_batch` requests of at most METRICS_PER_REQUEST
+        metrics. A `log_metrics` call is split across requests only when it alone holds more. Caller holds `_lock`."""
+        if not self._buffer:
+            return
+        batch: list = []
+        records: list[dict] = []
+
+        def close_batch() -> None:
+            nonlocal batch, records
+            if batch:
+                self._pending.append(_Call("log_metrics", self._metrics_request(batch), records))
+                batch, records = [], []
+
+        for items, record in self._buffer:
+            if len(batch) + len(items) > METRICS_PER_REQUEST:
+                close_batch()
+            if len(items) <= METRICS_PER_REQUEST:
+                batch.extend(items)
+                records.append(record)
+                continue
+            for start in range(0, len(items), METRICS_PER_REQUEST):
+                part = items[start : start + METRICS_PER_REQUEST]
+                batch, records = part, [{**record, "metrics": {m.key: m.value for m in part}}]
+                close_batch()
+        close_batch()
+        self._buffer, self._buffered_metrics = [], 0
+
+    def _metrics_request(self, items: list) -> Callable[[], Any]:
+        return lambda: self.client.log_batch(self.run_id, metrics=items)
 
     def _flush_once(self) -> bool:
-        """One pass: replay queued calls in order until one fails."""
-        if not self._ensure_run():
-            _UNDELIVERED.add(self)
-            return False
-        while self._pending:
-            what, fn, _ = self._pending[0]
-            try:
-                fn()
-            except Exception as err:
-                self._warn(f"MLflow {what} failed: {err}")
-                self._back_off()
-                _UNDELIVERED.add(self)
+        """One pass: send the metric buffer, then replay queued calls in order until one fails."""
+        with self._send_lock:
+            with self._lock:
+                self._queue_buffered_metrics()
+            if not self._ensure_run():
                 return False
-            self._pending.pop(0)
-        if self._warned:
-            log.info("MLflow reachable again at %s: run %s is up to date", self.uri, self.name)
-            self._warned = False
-        self._retry_at, self._retry_delay = 0.0, 1.0
-        _UNDELIVERED.discard(self)
-        _GAVE_UP.discard(self.uri)
-        return True
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        break
+                    call = self._pending[0]
+                try:
+                    call.send()
+                except Exception as err:
+                    self._warn(f"MLflow {call.what} failed: {err}")
+                    self._back_off()
+                    return False
+                with self._lock:
+                    self._pending.popleft()  # only the holder of `_send_lock` removes calls: still the head
+            if self._warned:
+                log.info("MLflow reachable again at %s: run %s is up to date", self.uri, self.name)
+                self._warned = False
+            self._retry_at, self._retry_delay = 0.0, 1.0
+            with self._lock:
+                if not self._pending and not self._buffer:  # another thread may have logged meanwhile
+                    _UNDELIVERED.discard(self)
+            _GAVE_UP.discard(self.uri)
+            return True
+
+    def _metrics_due_at(self) -> float | None:
+        """Monotonic time the buffer should be sent (None: empty); for the background sender."""
+        with self._lock:
+            if not self._buffer:
+                return None
+            full = self._buffered_metrics >= METRICS_PER_REQUEST
+            at = 0.0 if full else self._buffer_since + self.metrics_interval
+            return max(at, self._retry_at, self._background_not_before)  # a down server: wait for the next retry
+
+    def _send_buffered_metrics(self) -> None:
+        """From the background sender: deliver the buffer (and whatever is queued before it)."""
+        if time.monotonic() < self._retry_at:
+            return  # the server went down meanwhile: the buffer stays and is rescheduled for the next retry
+        if not self._send_lock.acquire(blocking=False):
+            # another thread is delivering this run's calls: never queue up behind a slow server, come back soon
+            self._background_not_before = time.monotonic() + min(self.metrics_interval, _BUSY_RETRY)
+            return
+        try:
+            self._flush_once()
+        finally:
+            self._send_lock.release()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Replay queued calls in order; True when nothing is left pending.
+        """Send buffered metrics and replay queued calls in order; True when nothing is left pending.
 
         `timeout`: keep retrying with backoff (1, 2, 4 ... 30 s) for up to this many seconds; only one attempt
         when a bounded wait for the same server already ran out in this process."""
@@ -175,9 +331,9 @@ class RunLogger:
             return False
         deadline, delay = time.monotonic() + timeout, 1.0
         log.warning("MLflow run %s: %d logging call(s) not delivered to %s yet; retrying for up to %.0fs",
-                    self.name, len(self._pending), self.uri, timeout)
+                    self.name, self.pending, self.uri, timeout)
         while (remaining := deadline - time.monotonic()) > 0:
-            time.sleep(min(delay, remaining))
+            time.sleep(min(delay, remaining))  # no lock held: other threads keep logging meanwhile
             delay = min(2 * delay, _MAX_RETRY_DELAY)
             if self._flush_once():
                 return True
@@ -186,7 +342,10 @@ class RunLogger:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """Logging calls not delivered yet: queued after a failure, or metrics still in the buffer (each
+        `log_metrics` call counts once)."""
+        with self._lock:
+            return sum(len(call.records) for call in self._pending) + len(self._buffer)
 
     # -- logging API ----------------------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any]) -> None:
@@ -201,15 +360,31 @@ class RunLogger:
                          {"params": {p.key: p.value for p in chunk}})
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Buffered (see the module docstring); timestamped now, at `step` (default 0)."""
         if not self.enabled:
             return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
-        if items:
-            self._submit("log_metrics", lambda: self.client.log_batch(self.run_id, metrics=items),
-                         {"metrics": {m.key: m.value for m in items}, "step": step or 0, "timestamp": now})
+        if not items:
+            return
+        record = {"metrics": {m.key: m.value for m in items}, "step": step or 0, "timestamp": now}
+        if self.metrics_interval <= 0:
+            self._submit("log_metrics", self._metrics_request(items), record)
+            return
+        with self._lock:
+            started = not self._buffer
+            if started:
+                self._buffer_since = time.monotonic()
+                _UNDELIVERED.add(self)  # a process exiting with a full buffer still delivers it
+            before = self._buffered_metrics
+            self._buffer.append((items, record))
+            self._buffered_metrics += len(items)
+            filled = before < METRICS_PER_REQUEST <= self._buffered_metrics
+        # outside `_lock`: the sender takes its own lock, then ours
+        if (started or filled) and not _SENDER.schedule(self) and time.monotonic() >= self._retry_at:
+            self._flush_once()
 
     def set_tags(self, tags: dict[str, Any]) -> None:
         if not self.enabled:
@@ -284,22 +459,29 @@ class RunLogger:
         return flush_timeout() if self.flush_timeout is None else max(0.0, self.flush_timeout)
 
     def _give_up(self) -> Path | None:
-        """Out of retries: write what is still queued to the spool directory (if any) and say so."""
-        _UNDELIVERED.discard(self)
-        path = None
-        if self.spool_dir:
-            try:
-                path = self._spool(Path(self.spool_dir))
-            except OSError as err:
-                log.warning("MLflow run %s: could not write the undelivered calls to %s: %s", self.name,
-                            self.spool_dir, err)
-        log.warning("MLflow run %s: %d logging call(s) could not be delivered to %s%s", self.name,
-                    len(self._pending), self.uri, f"; written to {path}" if path else "")
-        if path is not None:
-            self._pending.clear()  # the spool file is now their record: never deliver them twice
-        return path
+        """Out of retries: write what is still queued or buffered to the spool directory (if any) and say so."""
+        with self._send_lock:  # no delivery may run meanwhile: a call both delivered and spooled would count twice
+            with self._lock:
+                self._queue_buffered_metrics()
+                calls = list(self._pending)
+                _UNDELIVERED.discard(self)
+            count = sum(len(call.records) for call in calls)
+            path = None
+            if self.spool_dir:
+                try:
+                    path = self._spool(Path(self.spool_dir), calls)
+                except OSError as err:
+                    log.warning("MLflow run %s: could not write the undelivered calls to %s: %s", self.name,
+                                self.spool_dir, err)
+            log.warning("MLflow run %s: %d logging call(s) could not be delivered to %s%s", self.name, count,
+                        self.uri, f"; written to {path}" if path else "")
+            if path is not None:
+                with self._lock:  # the spool file is now their record: never deliver them twice
+                    for _ in calls:
+                        self._pending.popleft()
+            return path
 
-    def _spool(self, directory: Path) -> Path:
+    def _spool(self, directory: Path, calls: list[_Call]) -> Path:
         from gpt1.io import write_json
 
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)
@@ -307,13 +489,14 @@ class RunLogger:
         write_json(path, {
             "tracking_uri": self.uri, "experiment": self.experiment, "run_name": self.name, "run_id": self.run_id,
             "parent_run_id": self.parent_run_id, "tags": self.tags, "written": time.time(),
-            "calls": [{"call": what, **record} for what, _, record in self._pending],
+            "calls": [{"call": call.what, **record} for call in calls for record in call.records],
         })
         return path
 
 
 def _drain_at_exit() -> None:
-    """A process ending with undelivered calls (a run attached by id and only flushed, say): last bounded try."""
+    """A process ending with undelivered calls or buffered metrics (a run attached by id and only flushed, a run
+    that raised before `end()`): last bounded try."""
     for run in list(_UNDELIVERED):
         if run.pending and not run.flush(timeout=run._end_timeout()):
             run._give_up()

@@ -1,12 +1,23 @@
-"""RunLogger: nesting, lineage, and buffering while the tracking server is unreachable."""
+"""RunLogger: nesting, lineage, buffering while the tracking server is unreachable, and metrics sent in batches.
+
+The batching tests wrap the logger's MlflowClient to see each request it makes; an outage is a real HTTP client
+aimed at a port nobody listens on, the store a temp SQLite database."""
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
+import threading
+import time
 
+import pytest
 from mlflow.tracking import MlflowClient
 
-from gpt1.tracking import RunLogger, start_run
+from gpt1 import tracking
+from gpt1.tracking import METRICS_PER_REQUEST, RunLogger, start_run
+from tests.conftest import REPO
 
 
 def _closed_port() -> int:
@@ -61,7 +72,255 @@ def test_reattach_by_run_id_continues_steps(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     first = RunLogger("pretrain", experiment="t", uri=uri)
     first.log_metrics({"loss": 1.0}, step=1)
+    first.flush()  # metrics are buffered: the first process's end (or exit) delivers them before a resume
     again = RunLogger("pretrain", experiment="t", uri=uri, run_id=first.run_id)
     again.log_metrics({"loss": 0.5}, step=2)
+    again.flush()
     steps = [m.step for m in MlflowClient(uri).get_metric_history(first.run_id, "loss")]
     assert steps == [1, 2]
+
+
+# -- metrics sent in batches ----------------------------------------------------------------------------------
+class RecordingClient:
+    """Stands in for a RunLogger's MlflowClient: records every delivered `log_batch` request in order. While `down`,
+    every call goes to a real HTTP client for a closed port instead, and fails as an unreachable server does."""
+
+    def __init__(self, store: str):
+        self.store = MlflowClient(store)
+        self.unreachable = MlflowClient(f"http://127.0.0.1:{_closed_port()}")
+        self.down = False
+        self.requests: list[dict] = []  # {"metrics": [(key, value, step, timestamp)], "params": {...}, "tags": {...}}
+        self.failed = 0  # log_batch requests that did not reach the store
+        self.lock = threading.Lock()
+
+    def _target(self) -> MlflowClient:
+        return self.unreachable if self.down else self.store
+
+    def __getattr__(self, name: str):
+        return getattr(self._target(), name)
+
+    def log_batch(self, run_id, metrics=(), params=(), tags=()):
+        try:
+            self._target().log_batch(run_id, metrics=metrics, params=params, tags=tags)
+        except Exception:
+            with self.lock:
+                self.failed += 1
+            raise
+        with self.lock:
+            self.requests.append({"metrics": [(m.key, m.value, m.step, m.timestamp) for m in metrics],
+                                  "params": {p.key: p.value for p in params}, "tags": {t.key: t.value for t in tags}})
+
+    def metric_requests(self) -> list[list[tuple]]:
+        return [r["metrics"] for r in self.requests if r["metrics"]]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    """One SQLite store for the batching tests (creating its tables costs seconds), with artifacts in a temp dir."""
+    root = tmp_path_factory.mktemp("batching")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    MlflowClient(uri).create_experiment("t", artifact_location=(root / "artifacts").as_uri())
+    return uri
+
+
+def recorded_run(store: str, name: str, **kwargs) -> tuple[RunLogger, RecordingClient]:
+    run = RunLogger(name, experiment="t", uri=store, **kwargs)
+    client = RecordingClient(store)
+    run._client = client
+    return run, client
+
+
+def history(store: str, run_id: str, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in MlflowClient(store).get_metric_history(run_id, key)]
+
+
+def wait_until(condition, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_request_limit_is_mlflows():
+    from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH, MAX_METRICS_PER_BATCH
+
+    assert METRICS_PER_REQUEST <= min(MAX_METRICS_PER_BATCH, MAX_ENTITIES_PER_BATCH)
+
+
+def test_300_metric_calls_reach_the_store_as_a_few_requests(store):
+    keys = ["loss", "clf_loss", "lm_loss", "lr", "grad_norm"]
+    run, client = recorded_run(store, "batched", metrics_interval=60)  # only size and end() send here
+    started_ms = int(time.time() * 1000)
+    for step in range(1, 301):  # 1,500 metrics: the buffer fills once, the background thread sends it
+        run.log_metrics({k: step + i / 10 for i, k in enumerate(keys)}, step=step)
+    logged_ms = int(time.time() * 1000)
+    assert run.pending <= 300
+    run.end()
+
+    requests = client.metric_requests()
+    assert 2 <= len(requests) <= 3 and all(len(r) <= METRICS_PER_REQUEST for r in requests), [len(r) for r in requests]
+    sent = [m for r in requests for m in r]
+    assert len(sent) == len(set(sent)) == 1500  # each metric sent once
+    assert all(started_ms <= ts <= logged_ms for *_, ts in sent)  # the time of the call, not of the request
+    for i, key in enumerate(keys):
+        assert history(store, run.run_id, key) == [(s, s + i / 10) for s in range(1, 301)]
+    assert MlflowClient(store).get_run(run.run_id).info.status == "FINISHED"
+    assert run.pending == 0 and run not in tracking._UNDELIVERED
+
+
+def test_an_interval_of_zero_sends_every_call(store):
+    run, client = recorded_run(store, "unbuffered", metrics_interval=0)
+    for step in range(1, 31):
+        run.log_metrics({"loss": 1.0 / step}, step=step)
+        assert run.pending == 0  # sent before the call returned
+    assert len(client.metric_requests()) == 30
+    run.end()
+
+
+def test_one_call_larger_than_a_request_is_split(store):
+    run, client = recorded_run(store, "wide", metrics_interval=60)
+    run.log_metrics({f"m{i}": float(i) for i in range(2500)}, step=3)
+    run.log_metrics({"loss": 1.0}, step=3)
+    run.end()
+    assert [len(r) for r in client.metric_requests()] == [1000, 1000, 500, 1]
+    assert len(MlflowClient(store).get_run(run.run_id).data.metrics) == 2501
+
+
+def test_buffered_metrics_are_sent_once_old_enough_without_any_other_call(store):
+    run, client = recorded_run(store, "aged", metrics_interval=0.2)
+    run.log_metrics({"loss": 2.0}, step=1)
+    run.log_metrics({"loss": 1.5}, step=2)
+    assert run.pending == 2
+    assert wait_until(lambda: run.pending == 0, timeout=20)  # the background thread sent them
+    assert history(store, run.run_id, "loss") == [(1, 2.0), (2, 1.5)]
+    assert len(client.metric_requests()) == 1
+    run.end()
+
+
+def test_metric_timestamps_are_those_of_the_calls(store):
+    run, _ = recorded_run(store, "timestamps", metrics_interval=60)
+    before = int(time.time() * 1000)
+    run.log_metrics({"loss": 2.0}, step=1)
+    time.sleep(0.3)
+    run.log_metrics({"loss": 1.0}, step=2)
+    time.sleep(0.3)
+    delivered = int(time.time() * 1000)
+    run.end()
+    first, second = MlflowClient(store).get_metric_history(run.run_id, "loss")
+    assert before <= first.timestamp and second.timestamp - first.timestamp >= 250
+    assert second.timestamp <= delivered - 250
+
+
+def test_every_other_call_sends_the_buffered_metrics_first(store):
+    run, client = recorded_run(store, "order", metrics_interval=60)
+    for step in (1, 2, 3):
+        run.log_metrics({"loss": float(step)}, step=step)
+    run.log_params({"lr": 0.1})
+    run.log_metrics({"loss": 4.0}, step=4)
+    run.set_tags({"phase": "eval"})
+    run.log_metrics({"acc": 0.5}, step=4)
+    run.log_text("done", "notes/done.txt")
+    assert run.pending == 0  # what serving.log_model relies on: after an artifact call, 0 = all delivered
+    run.log_metrics({"acc": 0.75}, step=5)
+    run.end()
+
+    kinds = [next(kind for kind in ("metrics", "params", "tags") if r[kind]) for r in client.requests]
+    assert kinds == ["metrics", "params", "metrics", "tags", "metrics", "metrics"]
+    assert [step for _, _, step, _ in client.requests[0]["metrics"]] == [1, 2, 3]  # one request for three calls
+    assert history(store, run.run_id, "loss") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    assert history(store, run.run_id, "acc") == [(4, 0.5), (5, 0.75)]
+
+
+def test_server_down_mid_run_then_back_delivers_every_buffered_metric_once(store):
+    run, client = recorded_run(store, "outage", metrics_interval=0.1)
+    for step in range(1, 51):
+        run.log_metrics({"loss": 1.0 / step}, step=step)
+    assert run.flush() and run.pending == 0
+
+    client.down = True
+    for step in range(51, 151):
+        run.log_metrics({"loss": 1.0 / step}, step=step)
+        time.sleep(0.002)  # ~0.3 s of training: the background thread tries, fails, backs off
+    run.log_params({"phase": "outage"})  # flushes the buffer first: fails too, everything queues in order
+    for step in range(151, 201):
+        run.log_metrics({"loss": 1.0 / step}, step=step)
+    assert run.pending > 0 and client.failed >= 1
+    client.down = False  # the server returns; the next retry (background thread, <= 2 s of backoff) catches up
+    assert wait_until(lambda: run.pending == 0, timeout=30), run.pending
+    run.end()
+
+    sent = [(key, step) for r in client.metric_requests() for key, _, step, _ in r]
+    assert sorted(sent) == [("loss", s) for s in range(1, 201)]  # delivered once each, none lost
+    assert history(store, run.run_id, "loss") == [(s, 1.0 / s) for s in range(1, 201)]
+    params_at = next(i for i, r in enumerate(client.requests) if r["params"])
+    before_params = [step for r in client.requests[:params_at] for _, _, step, _ in r["metrics"]]
+    assert sorted(before_params) == list(range(1, 151))  # logged before the param: delivered before it
+    assert MlflowClient(store).get_run(run.run_id).data.params == {"phase": "outage"}
+
+
+def test_spool_holds_buffered_metrics_when_the_server_never_returns(tmp_path):
+    gone = RunLogger("gone", experiment="t", uri=f"http://127.0.0.1:{_closed_port()}", spool_dir=tmp_path / "spool",
+                     flush_timeout=0.5, metrics_interval=60)
+    gone.log_params({"a": 1})
+    stamps = []
+    for step in (1, 2, 3):
+        gone.log_metrics({"loss": 1.0 / step, "lr": 0.1}, step=step)
+        stamps.append(int(time.time() * 1000))
+    gone.set_tags({"k": "v"})
+    gone.log_metrics({"loss": 0.2}, step=4)
+    assert gone.pending == 6
+    gone.end("FAILED")
+    assert gone.pending == 0 and gone not in tracking._UNDELIVERED
+
+    [spool] = (tmp_path / "spool").glob("mlflow-undelivered-gone-*.json")
+    calls = json.loads(spool.read_text())["calls"]
+    assert [c["call"] for c in calls] == ["log_params", "log_metrics", "log_metrics", "log_metrics", "set_tags",
+                                          "log_metrics", "end"]
+    metric_calls = [c for c in calls if c["call"] == "log_metrics"]
+    assert [(c["step"], c["metrics"]) for c in metric_calls] == [
+        (1, {"loss": 1.0, "lr": 0.1}), (2, {"loss": 0.5, "lr": 0.1}), (3, {"loss": 1 / 3, "lr": 0.1}),
+        (4, {"loss": 0.2})]
+    assert all(c["timestamp"] <= stamp for c, stamp in zip(metric_calls, stamps))
+    assert calls[0]["params"] == {"a": "1"} and calls[4]["tags"] == {"k": "v"} and calls[6]["status"] == "FAILED"
+
+
+def test_threads_sharing_one_logger(store):
+    run, client = recorded_run(store, "threads", metrics_interval=0.05)
+
+    def worker(name: str) -> None:
+        for step in range(1, 101):
+            run.log_metrics({f"{name}/loss": step / 100}, step=step)
+            if step % 25 == 0:
+                run.set_tags({f"{name}/at": step})
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    run.end()
+    got = MlflowClient(store).get_run(run.run_id)
+    assert got.info.status == "FINISHED"
+    for i in range(4):
+        assert history(store, run.run_id, f"w{i}/loss") == [(s, s / 100) for s in range(1, 101)]
+        assert got.data.tags[f"w{i}/at"] == "100"
+    sent = [(key, step) for r in client.metric_requests() for key, _, step, _ in r]
+    assert len(sent) == len(set(sent)) == 400
+
+
+def test_a_process_exiting_without_end_delivers_its_buffered_metrics(store):
+    script = (
+        "import sys\n"
+        "from gpt1.tracking import RunLogger\n"
+        "run = RunLogger('exits', experiment='t', uri=sys.argv[1], metrics_interval=600)\n"
+        "for step in range(1, 21):\n"
+        "    run.log_metrics({'loss': 1.0 / step}, step=step)\n"
+        "print(run.run_id)\n"  # no end(), no flush(): the exit drain sends the buffer
+    )
+    done = subprocess.run([sys.executable, "-c", script, store], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.strip().splitlines()[-1]
+    assert history(store, run_id, "loss") == [(s, 1.0 / s) for s in range(1, 21)]
