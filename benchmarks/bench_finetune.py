@@ -129,13 +129,14 @@ def main() -> None:
           f"seq={seq} steps/round={steps} rounds={args.rounds} precision={args.precision} "
           f"threads={torch.get_num_threads()} train flops/token={flops / 1e9:.3f} G")
     peak = measure_matmul_flops(args.precision, seconds=1.0)
-    train(ours, spec, synthetic_split("warm", batch, seq, model_cfg.vocab_size, 3), {}, cfg, torch.device("cpu"), log)
+    warm = synthetic_split("warm", batch, seq, model_cfg.vocab_size, 3)
+    train(ours, spec, warm, {}, cfg, torch.device("cpu"), log, "dev")
     peer.train_steps(1)  # warm-up both: allocator, kernels, optimizer state
     peer.train_seconds, peer.train_examples = 0.0, 0
 
     seconds = {"train": 0.0, "eval": 0.0}
     for _ in range(args.rounds):
-        stats, _ = train(ours, spec, train_split, {"dev": eval_split}, cfg, torch.device("cpu"), log)
+        stats, _ = train(ours, spec, train_split, {"dev": eval_split}, cfg, torch.device("cpu"), log, "dev")
         seconds["train"] += stats["seconds"]
         seconds["eval"] += len(eval_split.examples) / stats["eval_examples_per_s"]
         peer.train_steps(steps)

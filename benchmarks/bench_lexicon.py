@@ -4,11 +4,12 @@ The sample tasks (gpt1.data.sample) train on one half of the lexicon and evaluat
 only generalise if pre-training already placed the held-out words by meaning. This measures that directly, for a
 checkpoint and, in the same run, for a randomly initialised model of the same shape (the no-pre-training peer):
 
-  category   last-layer state of a hyponym in "There was a {w} there.", classified by the nearest category centroid
-             of the train-half hyponyms (10 categories: chance 10%)
-  sentiment  the same for adjectives in "It was {w} .", positive vs negative centroids (chance 50%)
-  synonyms   for each eval-half synonym-set member, is its nearest eval-half neighbour (same part of speech, cosine)
-             a member of its own set (chance: about 1 / number of other words)
+  kind         last-layer state of a noun in "There was a {w} there.", classified by the nearer of the animal and
+               plant centroids of the train-half nouns (chance 50%)
+  category     the same with the four category centroids (bird, fish, tree, flower: chance 25%)
+  sentiment    the same for adjectives in "It was {w} .", positive vs negative centroids (chance 50%)
+  fed/watered  zero-shot, no centroids: is the noun likelier after "Anna fed the" (animals) or after "Anna watered
+               the" (plants)? (chance 50%)
 
     python benchmarks/bench_lexicon.py --checkpoint RUN/pretrain/KEY/final
 """
@@ -49,35 +50,39 @@ def centroid_accuracy(model, tok, frame: str, train_groups: list, eval_groups: l
     return 100 * right / total
 
 
-def synonym_neighbour_accuracy(model, tok, vocab: lex.Vocabulary) -> tuple[float, float]:
-    """(accuracy, chance) of 'nearest other word is a set-mate' over the eval half."""
+def continuation_accuracy(model: GPT1, tok, groups: dict[str, tuple[str, ...]], frames: dict[str, str]) -> float:
+    """Zero-shot: does the LM find a word likelier after its own group's frame ("Anna fed the {w}") than after the
+    other group's ("Anna watered the {w}")? In percent of the words; chance is 50%."""
+    def logprob(prefix: str, word: str) -> float:
+        context = [tok.start_id, *tok.encode(prefix)]
+        target = tok.encode(f"{prefix} {word}")[len(context) - 1:]
+        ids = torch.tensor([context + target])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(ids[:, :-1]).logits[0].float(), -1)
+        return sum(float(logp[len(context) - 1 + i, t]) for i, t in enumerate(target))
+
     right = total = 0
-    chance = 0.0
-    for sets in vocab.synonyms.values():
-        words = [(w, i) for i, s in enumerate(sets) for w in s.forms("base")]
-        states = word_states(model, tok, "They said {w} .", [w for w, _ in words])
-        similarity = states @ states.T
-        similarity.fill_diagonal_(-2.0)
-        for j, (_, own) in enumerate(words):
-            right += words[int(similarity[j].argmax())][1] == own
-            mates = sum(1 for _, i in words if i == own) - 1
-            chance += mates / (len(words) - 1)
+    for group, words in groups.items():
+        for word in words:
+            scores = {g: logprob(frame, word) for g, frame in frames.items()}
+            right += max(scores, key=scores.get) == group
             total += 1
-    return 100 * right / total, 100 * chance / total
+    return 100 * right / total
 
 
 def measure(model: GPT1, tok) -> dict[str, float]:
     train, held_out = lex.vocabulary("train"), lex.vocabulary("eval")
     names = [c.name for c in lex.CATEGORIES]
-    polarities = ("positive", "negative")
-    synonyms, chance = synonym_neighbour_accuracy(model, tok, held_out)
+    kinds, polarities = ("animal", "plant"), ("positive", "negative")
     return {
+        "kind": centroid_accuracy(model, tok, "There was a {w} there.", [train.nouns(k) for k in kinds],
+                                  [held_out.nouns(k) for k in kinds]),
         "category": centroid_accuracy(model, tok, "There was a {w} there.", [train.members[n] for n in names],
                                       [held_out.members[n] for n in names]),
         "sentiment": centroid_accuracy(model, tok, "It was {w} .", [train.sentiment[p] for p in polarities],
                                        [held_out.sentiment[p] for p in polarities]),
-        "synonyms": synonyms,
-        "synonyms_chance": chance,
+        "fed/watered": continuation_accuracy(model, tok, {k: held_out.nouns(k) for k in kinds},
+                                             {k: f"Anna {lex.KINDS[k].care} the" for k in kinds}),
     }
 
 
@@ -94,9 +99,10 @@ def main() -> None:
     scratch = GPT1(pretrained.config).eval()
     ours, peer = measure(pretrained, tok), measure(scratch, tok)
     print(f"held-out words placed by meaning ({args.checkpoint}):")
-    print(f"  {'probe':10s} {'pre-trained':>12s} {'random init':>12s} {'chance':>8s}")
-    for name, chance in (("category", 10.0), ("sentiment", 50.0), ("synonyms", ours["synonyms_chance"])):
-        print(f"  {name:10s} {ours[name]:11.1f}% {peer[name]:11.1f}% {chance:7.1f}%")
+    print(f"  {'probe':12s} {'pre-trained':>12s} {'random init':>12s} {'chance':>8s}")
+    chances = {"kind": 50.0, "category": 100 / len(lex.CATEGORIES), "sentiment": 50.0, "fed/watered": 50.0}
+    for name, chance in chances.items():
+        print(f"  {name:12s} {ours[name]:11.1f}% {peer[name]:11.1f}% {chance:7.1f}%")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 `gpt1 sample-data --out DIR [--seed N]` (or `write_sample_data(DIR, seed)`) writes, in a few seconds:
 
-    DIR/books/*.txt          ~2.5 MB of generated "books" (chapters, paragraphs, hard-wrapped lines)
+    DIR/books/*.txt          ~2.5 MB of generated "books" (chapters of paragraphs, one paragraph per line)
     DIR/tasks/<TASK>/...     CoLA SST-2 MRPC STS-B QQP MNLI QNLI RTE snli_1.0 SciTailV1.1 RACE StoryCloze
     DIR/sample_data.json     what was written: example counts per split, the lexicon halves
 
@@ -11,35 +11,44 @@ to show the paper's central claim on a tiny model: pre-training on the books mak
 
 Design: the meaning is in the books, the held-out words are in the dev sets
 ---------------------------------------------------------------------------
-Every label follows from the meaning of a few words (`gpt1.data.sample_lexicon`): sentiment adjectives (positive
-or negative), hyponyms of ten categories (a heron is a bird), sets of synonyms, and verbs that take no object.
-Each list is split once, by position, into a *train* half and an *eval* half. Task train splits use only
-train-half words; dev and test splits only eval-half words. A model fine-tuned from scratch has never seen an
-eval-half word with a label and has random embeddings for it, so it stays near chance on dev. The books use
-both halves in the same consistent contexts, so a language model trained on them places each eval word next to
-the train words that share its meaning, and the fine-tuned classifier carries over:
+Every label follows from a property of words (`gpt1.data.sample_lexicon`): the polarity of an adjective, whether
+a noun names an animal or a plant, whether a verb takes an object. Each word list is split once, by position, into
+a *train* half and an *eval* half. Task train splits use only train-half words; dev and test splits only eval-half
+words. A model fine-tuned from scratch has never seen an eval-half word with a label and has random embeddings for
+it, so it stays near chance on dev. The books use both halves in the same consistent contexts, so a language model
+trained on them places each eval word next to the train words that share its meaning, and the fine-tuned
+classifier carries over:
 
-* sentiment: an adjective appears only beside reactions and moods of its own polarity ("The soup was dreadful.
-  She groaned."), so the state after it predicts the polarity of what follows. -> SST-2, Story Cloze, RACE, MNLI.
-* taxonomy: "a heron is a kind of bird", "like every bird, the heron has feathers", "the heron spread its
-  wings" -> SNLI, MNLI, QNLI, RTE, SciTail, Story Cloze, RACE (hypernym entailment).
-* synonymy: members of a set are used interchangeably in that set's own frames ("the clock was broken, so he
-  mended / repaired / fixed it") plus glosses ("mend means the same as repair") -> MRPC, QQP, STS-B.
-* grammar: every corpus sentence is grammatical; intransitive verbs never take an object -> CoLA
-  (unacceptable = an intransitive verb with an object, or a noun/verb/adjective in the wrong slot).
+* polarity: an adjective appears only beside reactions, outcomes and moods of its own polarity ("a dreadful mess.
+  Sadly, she groaned.") -> SST-2, MRPC, QQP, STS-B, RACE, Story Cloze.
+* kind: members of four categories (birds and fish are animals; trees and flowers are plants) with the actions,
+  facts and care of their kind ("the heron flew", "a heron is a bird, and every bird is an animal", "she fed the
+  heron", "she watered the oak") -> MNLI, SNLI, QNLI, RTE, SciTail, STS-B, RACE, Story Cloze.
+* subcategorisation: intransitive verbs never take an object, transitive verbs always do -> CoLA (unacceptable =
+  an intransitive verb with an object, a transitive one without, or a word of the wrong class in a slot).
 
-Pairs are built so that surface form alone does not reveal the label: in NLI every (frame, direction) cell
-holds two labels 50/50 decided by category membership (existential frame "saw a heron" -> "saw a bird":
-entailment / neutral; exclusive frame "the only thing ... was a heron" -> "... a bird": entailment /
-contradiction; reversed "... a bird" -> "... a heron": neutral / contradiction); paraphrase and similarity pairs
-change the same number of words whatever the label, and only whether the changed word is a synonym decides it.
+Each task asks about one property, always in the same direction
+--------------------------------------------------------------
+A pair task could ask whether two words *agree* (is the heron in the hypothesis' category? do the two adjectives
+share a polarity?). That is an interaction between two positions, and measured on this data it is out of reach of
+the smoke budget: with a pre-trained model that knows every word's polarity, "does the hypothesis' verdict (good /
+bad) match the premise's adjective" stayed at chance after 6 epochs, and category agreement over ten categories
+was not even fitted on the train split in 3 epochs. So every task here asks about one word's property, in one
+direction, and the other sentence only sets the scene: entailment asks whether the premise's noun is an *animal*
+(the hypothesis always says "an animal"), paraphrase whether the restatement keeps the first sentence's praise
+(MRPC, STS-B) or complaint (QQP), QA and Story Cloze for the option that names an animal or the ending that is
+happy. A classifier then needs one direction in the pre-trained states, which held-out words share with train
+words: measured at the smoke budget, 97-100% on dev across seeds when the language model has learnt the words.
+
+Pairs are built so that surface form alone does not reveal the label: in NLI every frame holds both labels of its
+scheme ("exist" frames: entailment / neutral; "only" frames: entailment / contradiction), and MNLI
+dev_mismatched uses genres and frames that train never shows.
 
 Choices where the spec was silent
 ---------------------------------
 * Labels are balanced (exactly, by construction) except CoLA (60% acceptable; real 70%), MRPC (60% paraphrase;
   real 68%) and QQP (40% duplicate; real 37%), which keep the real skew's direction, milder.
-* MNLI and SNLI hypotheses reuse the premise's frame with one noun phrase or adjective replaced; MNLI genres
-  have their own frames, and dev_mismatched uses genres (and frames) that train never shows.
+* The books are written one paragraph per line, as BooksCorpus is (no column wrapping).
 * SNLI, SciTail and Story Cloze test files carry labels (as the official ones do); GLUE test files do not.
   Story Cloze "val" is the training file (train-half words) and "test" the evaluation file (eval-half words).
 * Parse columns (MNLI, SNLI) are well-formed but naive: a right-branching binary parse and a flat tagged parse.
@@ -67,7 +76,7 @@ from gpt1.io import stable_hash, write_json, write_text
 log = logging.getLogger(__name__)
 
 SPLIT_HALF = {"train": "train", "dev": "eval", "test": "eval"}
-SIZES = {  # examples per split (RACE: articles per level; 3 questions per middle, 6 per high article)
+SIZES = {  # examples per split (RACE: articles per level; 3 questions per middle, 4 per high article)
     "cola": {"train": 500, "dev": 200, "test": 50},
     "sst2": {"train": 500, "dev": 200, "test": 50},
     "mrpc": {"train": 500, "dev": 200, "test": 50},
@@ -78,12 +87,15 @@ SIZES = {  # examples per split (RACE: articles per level; 3 questions per middl
     "rte": {"train": 500, "dev": 200, "test": 50},
     "snli": {"train": 600, "dev": 200, "test": 200},
     "scitail": {"train": 500, "dev": 200, "test": 200},
-    "race": {"train": 30, "dev": 10, "test": 10},
+    "race": {"train": 20, "dev": 12, "test": 12},
     "storycloze": {"train": 400, "test": 200},
 }
 BOOKS = 10
 BOOK_CHARS = 250_000  # per book on average -> ~2.5 MB in all
-WRAP = 70
+POLARITIES = ("positive", "negative")
+FEEL = {"loved": "love", "praised": "praise", "enjoyed": "enjoy", "hated": "hate", "disliked": "dislike",
+        "grumbled about": "grumble about"}  # base forms of lexicon.FEELINGS
+KINDS = ("animal", "plant")
 
 
 def _generator_version() -> str:
@@ -138,9 +150,13 @@ def words(text: str) -> list[str]:
     return re.findall(r"[A-Za-z']+|[^\sA-Za-z']", text)
 
 
+def other(polarity: str) -> str:
+    return "negative" if polarity == "positive" else "positive"
+
+
 # ------------------------------------------------------------------------------------------------------ books
 class Storyteller:
-    """Paragraph generators for the books. Each scene teaches one relation through consistent contexts; all use
+    """Paragraph generators for the books. Each scene teaches one property through consistent contexts; all use
     the whole lexicon (both halves) the same way."""
 
     def __init__(self, rng: random.Random):
@@ -150,19 +166,22 @@ class Storyteller:
         scene = self.rng.choices(self.SCENES, weights=self.WEIGHTS)[0]
         return " ".join(scene(self, person(self.rng)))
 
-    # --- sentiment
-    def sentiment(self, p: Person) -> list[str]:
+    def polar(self, p: Person, pol: str) -> dict:
+        """Slots of one polarity: three adjectives, an outcome, a reaction, a mood, an opener, a verdict."""
         r = self.rng
-        pol = r.choice(("positive", "negative"))
         adj1, adj2, adj3 = r.sample(lex.POSITIVE if pol == "positive" else lex.NEGATIVE, 3)
-        thing, experience = r.choice(lex.EXPERIENCES)
         m = person(r, avoid=p.name)
-        kw = dict(adj1=adj1, adj2=adj2, adj3=adj3, thing=thing, experience=experience, m=m.name,
-                  reaction=r.choice(lex.REACTIONS[pol]).format(his=p.his),
-                  other=r.choice(lex.REACTIONS[pol]).format(his=m.his), mood=r.choice(lex.MOODS[pol]),
-                  outcome=r.choice(lex.OUTCOMES[pol]), verdict=lex.VERDICT[pol], time=r.choice(lex.TIMES),
-                  opener=r.choice(lex.OPENERS[pol]))
-        return [say(t, p, **kw) for t in r.choice(self.SENTIMENT_SHAPES)]
+        return dict(adj1=adj1, adj2=adj2, adj3=adj3, a_adj1=a(adj1), m=m.name,
+                    reaction=r.choice(lex.REACTIONS[pol]).format(his=p.his),
+                    other=r.choice(lex.REACTIONS[pol]).format(his=m.his), mood=r.choice(lex.MOODS[pol]),
+                    outcome=r.choice(lex.OUTCOMES[pol]), verdict=lex.VERDICT[pol], time=r.choice(lex.TIMES),
+                    opener=r.choice(lex.OPENERS[pol]))
+
+    # --- polarity
+    def sentiment(self, p: Person) -> list[str]:
+        thing, experience = self.rng.choice(lex.EXPERIENCES)
+        kw = self.polar(p, self.rng.choice(POLARITIES))
+        return [say(t, p, thing=thing, experience=experience, **kw) for t in self.rng.choice(self.SENTIMENT_SHAPES)]
 
     SENTIMENT_SHAPES = (  # polarity next to the adjective ("a dreadful mess"), after it ("Sadly, ...") and beyond
         ("{n} {experience} {time}.", "The {thing} was {adj1} and {adj2}, a {adj3} {outcome}.",
@@ -181,147 +200,145 @@ class Storyteller:
 
     def review(self, p: Person) -> list[str]:
         r = self.rng
-        pol = r.choice(("positive", "negative"))
-        adj1, adj2 = r.sample(lex.POSITIVE if pol == "positive" else lex.NEGATIVE, 2)
+        pol = r.choice(POLARITIES)
         part1, part2 = r.sample(lex.REVIEW_PARTS, 2)
-        m = person(r, avoid=p.name)
-        kw = dict(adj1=adj1, adj2=adj2, part1=part1, part2=part2, work=r.choice(lex.REVIEWED),
-                  village=r.choice(lex.VILLAGES), review=lex.REVIEW[pol], verdict=lex.VERDICT[pol], m=m.name,
-                  reaction=r.choice(lex.REACTIONS[pol]).format(his=p.his), time=r.choice(lex.TIMES),
-                  outcome=r.choice(lex.OUTCOMES[pol]), opener=r.choice(lex.OPENERS[pol]))
+        kw = dict(part1=part1, part2=part2, work=r.choice(lex.REVIEWED), village=r.choice(lex.VILLAGES),
+                  review=lex.REVIEW[pol], **self.polar(p, pol))
         return [say(t, p, **kw) for t in r.choice(self.REVIEW_SHAPES)]
 
     REVIEW_SHAPES = (
         ("{n} wrote about the new {work} for the {village} newspaper.", "{He} called the {part1} {adj1} and the "
-         "{part2} {adj2}.", "The review was very {review}: a {adj1} {outcome}, {he} wrote."),
+         "{part2} {adj2}.", "The review was very {review}: a {adj3} {outcome}, {he} wrote."),
         ("The {work} opened in {village} {time}.", "The {part1} was {adj1}, and the {part2} was {adj2}.",
          "{opener}, {n} {reaction} all through it.", "{His} review was very {review}: a {verdict} {work}, {he} said."),
         ("'The {part1} is {adj1},' wrote {n}, 'and the {part2} is {adj2}.'", "It was a very {review} review, "
          "and {m} agreed that it was a {verdict} {work}."),
     )
 
-    # --- taxonomy
-    def creature(self, p: Person) -> list[str]:
+    def restatement(self, p: Person) -> list[str]:
+        """Someone says it again in other words, with the same polarity (the paraphrase tasks' relation)."""
         r = self.rng
-        cat = r.choice(lex.CATEGORIES)
-        x, y, z = r.sample(cat.members, 3)
-        other = r.choice([c for c in lex.CATEGORIES if c is not cat])
-        m = person(r, avoid=p.name)
-        mod, mod2, mod3 = (r.choice(cat.modifiers) for _ in range(3))
-        act, act2 = r.sample(cat.actions, 2)
-        kw = dict(x=x, y=y, z=z, ax=a(x), cat=cat.name, acat=a(cat.name), plural=cat.plural, aother=a(other.name),
-                  mod=mod, a_mod=a(mod), mod2=mod2, a_mod2=a(mod2), a_mod3=a(mod3), act=act, act2=act2,
-                  place=r.choice(lex.PLACES),
-                  time=r.choice(lex.TIMES), m=m.name, scene=r.choice(cat.scenes).format(x=x, n=p.name, his=p.his),
-                  fact=r.choice(cat.facts)[1])
-        return [say(t, p, **kw) for t in r.choice(self.CREATURE_SHAPES)]
+        thing, experience = r.choice(lex.EXPERIENCES)
+        pol = r.choice(POLARITIES)
+        felt = r.choice(lex.FEELINGS[pol])
+        kw = dict(thing=thing, experience=experience, felt=felt, feel=FEEL[felt], **self.polar(p, pol))
+        return [say(t, p, **kw) for t in r.choice(self.RESTATEMENT_SHAPES)]
 
-    CREATURE_SHAPES = (  # the category both next to the word ("the ripe plum", "the heron flew") and stated
-        ("{n} went out {place} {time}.", "There {he} saw {a_mod} {x}.", "{ax} is a kind of {cat}.",
-         "The {x} {act} and {act2}."),
-        ("'Look, {a_mod} {x}!' cried {n}.", "'Is it {acat}?' asked {m}.", "'Yes,' said {n}. 'Every {x} is {acat}.'",
-         "The {mod2} {x} {act}."),
-        ("The {mod} {cat} that {n} noticed {place} was {ax}.", "The {x} {act}.", "{scene}.",
-         "Like every {cat}, the {x} {fact}."),
-        ("{n} knew many {plural}, but {he} liked the {x} best.", "The {mod} {x} {act} {place}.",
-         "No other {cat} was so dear to {him}."),
-        ("{ax} is not {aother}; it is {acat}.", "The {mod} {x} {act} like any {mod2} {cat}.", "{scene}."),
-        ("{time}, {n} spotted {a_mod} {x} {place}.", "It was {acat}, of course, and {scene}."),
-        ("{m} asked {n} what kind of thing {ax} was.", "'{ax} is {acat},' said {n}. 'It {act} as every {cat} does.'"),
-        ("A {mod} {cat} called the {x} {act} {place}.", "{n} watched until the {mod2} {x} {act2}."),
-        ("The {mod} {x} {act}, and then the {mod2} {y} {act2}.", "{n} knew that both were {plural}."),
-        ("{place}, {n} came upon {a_mod} {x}, {a_mod2} {y} and {a_mod3} {z}.", "All three {act}.",
-         "{He} knew them all: the {x}, the {y} and the {z} are {plural}."),
-        ("{n} saw {ax}, {acat}, {place}.", "The {x}, like every {mod} {cat}, {act}."),
-        ("There was {a_mod} {cat} {place}: {ax}.", "The {x} {act} and {act2}."),
-        ("{n} drew {a_mod} {x} and {a_mod2} {y} for {m}.", "'Both are {plural},' said {m}. 'The {x} {act} and the "
-         "{y} {act2}.'"),
+    RESTATEMENT_SHAPES = (
+        ("'The {thing} was {adj1},' said {n}.", "'You mean it was {adj2}?' asked {m}.",
+         "'Yes, a {adj3} {outcome},' said {n}.", "{opener}, they both {other}."),
+        ("Everyone {felt} the {thing} {time}.", "It was {adj1}, a {adj2} {outcome}, {n} said."),
+        ("'Why did everyone {feel} the {thing}?' asked {n}.", "'Because it was so {adj1},' said {m}."),
+        ("{n} {felt} the {thing}.", "In other words, it was {a_adj1} {outcome}, and {n} was {mood}."),
+    )
+
+    def occasion(self, p: Person) -> list[str]:
+        """A day that goes well or badly, and how it is remembered (Story Cloze's endings)."""
+        r = self.rng
+        pol = r.choice(POLARITIES)
+        first, second = r.sample(lex.HAPPENINGS[pol], 2)
+        kw = dict(occasion=r.choice(lex.OCCASIONS), first=first, second=second, **self.polar(p, pol))
+        return [say(t, p, **kw) for t in (
+            "{n} went to the {occasion} {time}.", "At the {occasion}, {first}.", "Later {second}.",
+            "It was a {adj1} day.", "{opener}, {n} {reaction}.")]
+
+    # --- kind (animal or plant)
+    def kind_slots(self, p: Person, cat: lex.Category | None = None) -> dict:
+        r = self.rng
+        cat = cat or r.choice(lex.CATEGORIES)
+        kind = lex.KINDS[cat.kind]
+        x, y = r.sample(cat.members, 2)
+        z = r.choice([w for c in lex.CATEGORIES if c.kind == cat.kind for w in c.members if w not in (x, y)])
+        kmod, kmod2 = (r.choice(kind.modifiers) for _ in range(2))
+        kact, kact2 = r.sample(kind.actions, 2)
+        fact_pl, fact_sg = r.choice(kind.facts)
+        m = person(r, avoid=p.name)
+        return dict(x=x, y=y, ax=a(x), ay=a(y), az=a(z), Ay=a(y).capitalize(), cat=cat.name, acat=a(cat.name),
+                    kind=kind.name, akind=a(kind.name), kinds=kind.plural, fact_pl=fact_pl, fact_sg=fact_sg,
+                    care=kind.care, kmod=kmod, a_kmod=a(kmod), kmod2=kmod2, a_kmod2=a(kmod2), kact=kact, kact2=kact2,
+                    act=r.choice(cat.actions), m=m.name, place=r.choice(lex.PLACES), time=r.choice(lex.TIMES),
+                    scene=r.choice(cat.scenes).format(x=x, n=p.name, his=p.his))
+
+    def creature(self, p: Person) -> list[str]:
+        kw = self.kind_slots(p)
+        return [say(t, p, **kw) for t in self.rng.choice(self.CREATURE_SHAPES)]
+
+    CREATURE_SHAPES = (  # kind cues right next to the member ("the hungry heron ate"), category and kind stated
+        ("{n} went out {place} {time}.", "There {he} saw {a_kmod} {x}.", "The {x} {kact}, and then the {x} {act}.",
+         "{ax} is {acat}, and every {cat} is {akind}."),
+        ("'Look, {a_kmod} {x}!' cried {n}.", "'Is it {akind}?' asked {m}.", "'Yes,' said {n}. 'Every {x} is {akind}.'",
+         "The {kmod2} {x} {kact}."),
+        ("The {kmod} {x} {kact} {place}.", "{scene}.", "Like every {kind}, the {x} {fact_sg}."),
+        ("{n} saw {ax}, {akind}, {place}.", "The {x} {kact}, as {kinds} do.", "The {kmod2} {x} {act}."),
+        ("{time}, {n} spotted {a_kmod} {x} {place}.", "It was {akind}, of course, and {scene}."),
+        ("{m} asked {n} what kind of thing {ax} was.", "'{ax} is {akind},' said {n}. 'It {fact_sg}, as every {kind} "
+         "does.'"),
+        ("There was {a_kmod} {x} {place}, and {a_kmod2} {y} beside it.", "Both were {kinds}.",
+         "The {x} {kact} and the {y} {kact2}."),
+        ("{n} {care} the {kmod} {x} {place}.", "The {x} {kact}, and {n} {care} the {y} too."),
+        ("There were {kinds} {place}: {ax}, {ay} and {az}.", "The {kmod} {x} {kact}."),
     )
 
     def lesson(self, p: Person) -> list[str]:
+        """General facts about a kind and what follows for its members (SciTail's premise and hypothesis)."""
         r = self.rng
         cat = r.choice(lex.CATEGORIES)
-        x, y = r.sample(cat.members, 2)
-        other = r.choice([c for c in lex.CATEGORIES if c is not cat])
-        z = r.choice(other.members)
-        fact_pl, fact_sg = r.choice(cat.facts)
+        other_cat = r.choice([c for c in lex.CATEGORIES if c.kind != cat.kind])
+        z = r.choice(other_cat.members)
         teacher = r.choice(("Miss " + r.choice(lex.FEMALE_NAMES), "Mr " + r.choice(lex.MALE_NAMES)))
-        kw = dict(teacher=teacher, plural=cat.plural, fact_pl=fact_pl, fact_sg=fact_sg, x=x, y=y, ax=a(x),
-                  az=a(z), acat=a(cat.name), aother=a(other.name), cat=cat.name)
+        kw = {**self.kind_slots(p, cat), "teacher": teacher, "az": a(z), "aother": a(other_cat.kind)}
         return [say(t, p, **kw) for t in (
-            "In the schoolroom, {teacher} taught the children about {plural}.",
-            "'All {plural} {fact_pl},' said {teacher}.",
-            "'The {x} is {acat}, so the {x} {fact_sg}. The {y} is {acat} too.'",
-            "'And {az}?' asked {n}.", "'{az} is not {acat},' said {teacher}. 'It is {aother}.'")]
+            "In the schoolroom, {teacher} taught the children about {kinds}.", "'All {kinds} {fact_pl},' said {teacher}.",
+            "'{ax} is {akind}, so {ax} {fact_sg}. {Ay} is {akind} too.'", "'And {az}?' asked {n}.",
+            "'{az} is not {akind},' said {teacher}. 'It is {aother}.'")]
 
-    def picture(self, p: Person) -> list[str]:
-        r = self.rng
-        cat = r.choice(lex.CATEGORIES)
-        x = r.choice(cat.members)
-        who, who2 = r.sample(lex.PEOPLE, 2)
-        kw = dict(who=who, who2=who2, ax=a(x), x=x, acat=a(cat.name),
-                  place=r.choice(lex.PLACES), doing=r.choice(("holding", "looking at", "pointing at", "drawing")))
-        return [say(t, p, **kw) for t in (
-            "{n} turned the page of the picture book.", "In the picture, {who} is {doing} {ax} {place}.",
-            "The {x} is {acat}.", "Beside them, {who2} is watching.")]
-
-    # --- synonyms
-    def synonyms(self, p: Person) -> list[str]:
-        r = self.rng
-        group = r.choice(lex.SYNONYMS)
-        frames = r.sample(group.frames, min(len(group.frames), r.choice((2, 3))))
-        out = []
-        for frame in frames:
-            k = r.randrange(len(group.words))
-            out.append(say(frame, p, w=group.forms("past")[k], b=group.forms("base")[k]))
-        if r.random() < 0.35:  # state the synonymy outright now and then
-            x, y = r.sample(group.forms("base"), 2)
-            m = person(r, avoid=p.name)
-            out.append(say(r.choice(lex.GLOSSES), p, a=x, b=y, A=x.capitalize(), m=m.name))
-        return out
-
-    # --- grammar (intransitive verbs never take an object)
-    def rest(self, p: Person) -> list[str]:
-        r = self.rng
-        v1, v2, v3 = r.sample(lex.INTRANSITIVE, 3)
-        ad1, ad2 = r.sample(lex.ADVERBIALS, 2)
-        m = person(r, avoid=p.name)
-        kw = dict(v1=v1, v2=v2, v3=v3, ad1=ad1, ad2=ad2, m=m.name, time=r.choice(lex.TIMES))
-        return [say(t, p, **kw) for t in r.choice((
-            ("{n} {v1} {ad1}.", "Then {he} {v2} {ad2}.", "{m} {v3} too."),
-            ("{time}, {n} {v1}.", "{m} {v2} {ad1}, and nobody {v3}."),
-            ("After the long day {n} {v1} {ad1} and {v2}.", "{m} {v3} {ad2}."),
+    def question(self, p: Person) -> list[str]:
+        """A question about a kind and the answer that names one (QNLI's and RACE's questions)."""
+        kw = self.kind_slots(p)
+        return [say(t, p, **kw) for t in self.rng.choice((
+            ("'Which {kind} did you see {place}?' asked {m}.", "'I saw {ax},' said {n}.", "'Did it {fact_pl}?'",
+             "'Yes, all {kinds} {fact_pl}.'"),
+            ("'What kind of thing is {ax}?' asked {n}.", "'{ax} is {akind},' said {m}, 'like {ay}.'"),
+            ("Which {kind} grew or lived {place}?", "{ax} did, and {ay} too."),
         ))]
 
-    # --- little stories whose ending fits what came before (sentiment and taxonomy together)
-    def story(self, p: Person) -> list[str]:
+    def care(self, p: Person) -> list[str]:
+        """Animals are fed and plants are watered (Story Cloze's endings)."""
         r = self.rng
-        cat = r.choice(lex.CATEGORIES)
-        x = r.choice(cat.members)
-        pol = r.choice(("positive", "negative"))
-        thing, experience = r.choice(lex.EXPERIENCES)
-        kw = dict(place=r.choice(lex.PLACES), time=r.choice(lex.TIMES), ax=a(x), cat=cat.name, thing=thing,
-                  experience=experience, adj=r.choice(lex.POSITIVE if pol == "positive" else lex.NEGATIVE),
-                  reaction=r.choice(lex.REACTIONS[pol]).format(his=p.his), opener=r.choice(lex.OPENERS[pol]))
-        return [say(t, p, **kw) for t in (
-            "{n} went out {place} {time}.", "{He} spotted {ax} there and watched it for a long time.",
-            "{n} said it was the finest {cat} {he} had ever seen.", "Afterwards {he} {experience}.",
-            "The {thing} was {adj}.", "{opener}, {n} {reaction}.")]
+        animal = self.kind_slots(p, r.choice([c for c in lex.CATEGORIES if c.kind == "animal"]))
+        plant = self.kind_slots(p, r.choice([c for c in lex.CATEGORIES if c.kind == "plant"]))
+        first, second = (animal, plant) if r.random() < 0.5 else (plant, animal)
+        return [say(t, p, place=first["place"], time=first["time"], x1=first["x"], x2=second["x"],
+                    care1=first["care"], care2=second["care"], akind1=first["akind"]) for t in (
+            "{n} went {place} {time} with some bread and a can of water.", "{He} wanted to look after {akind1}.",
+            "There {he} found the {x1} and the {x2}.", "{n} {care1} the {x1}, and then {he} {care2} the {x2}.")]
 
-    SCENES = (sentiment, review, creature, lesson, picture, synonyms, rest, story)
-    WEIGHTS = (22, 5, 30, 5, 3, 22, 5, 8)
+    def picture(self, p: Person) -> list[str]:
+        """Scenes in a picture book, described as image captions are (SNLI's premises)."""
+        kw = self.kind_slots(p)
+        return [say(t, p, who=self.rng.choice(lex.PEOPLE), doing=self.rng.choice(PICTURE_DOINGS), **kw) for t in (
+            "{n} turned the page of the picture book.", "In the picture, {who} is {doing} {a_kmod} {x} {place}.",
+            "The {x} {kact}, as {kinds} do.")]
 
+    # --- subcategorisation
+    def chores(self, p: Person) -> list[str]:
+        r = self.rng
+        v1, v2, v3 = r.sample(lex.INTRANSITIVE, 3)
+        t1, t2 = r.sample(lex.TRANSITIVE, 2)
+        o1, o2 = r.sample(lex.OBJECTS, 2)
+        ad1, ad2 = r.sample(lex.ADVERBIALS, 2)
+        m = person(r, avoid=p.name)
+        kw = dict(v1=v1, v2=v2, v3=v3, t1=t1, t2=t2, o1=o1, o2=o2, ad1=ad1, ad2=ad2, m=m.name,
+                  time=r.choice(lex.TIMES))
+        return [say(t, p, **kw) for t in r.choice((
+            ("{n} {v1} {ad1}.", "Then {he} {t1} the {o1} {ad2}.", "{m} {v2} too."),
+            ("{time}, {n} {t1} the {o1}.", "{m} {v2} {ad1}, and nobody {v3}."),
+            ("After the long day {n} {v1} {ad1} and {v2}.", "{m} {t1} the {o1} and {t2} the {o2}."),
+            ("{n} {t1} the {o1} and {t2} the {o2} {ad1}.", "Then {he} {v1}."),
+        ))]
 
-def wrap(text: str, width: int = WRAP) -> str:
-    """Greedy hard wrap at spaces (what textwrap.fill does for plain prose, several times faster)."""
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "\n".join(lines + [line])
+    SCENES = (sentiment, review, restatement, occasion, creature, lesson, question, care, picture, chores)
+    WEIGHTS = (20, 4, 9, 5, 26, 6, 7, 8, 5, 9)
 
 
 def roman(n: int) -> str:
@@ -333,7 +350,7 @@ def roman(n: int) -> str:
 
 
 def write_books(out: Path, seed: int) -> dict:
-    """`out/books/book-NN.txt`: title, chapters of wrapped paragraphs separated by blank lines."""
+    """`out/books/book-NN.txt`: title, chapters of one-line paragraphs separated by blank lines."""
     n_bytes, n_words = 0, 0
     for index in range(BOOKS):
         rng = random.Random(f"gpt1-sample/{seed}/book/{index}")
@@ -346,7 +363,7 @@ def write_books(out: Path, seed: int) -> dict:
             chapter += 1
             parts += ["", f"CHAPTER {roman(chapter)}", ""]
             for _ in range(rng.randint(25, 45)):
-                para = wrap(teller.paragraph())
+                para = teller.paragraph()
                 parts += [para, ""]
                 size += len(para) + 2
         text = "\n".join(parts).rstrip("\n") + "\n"
@@ -356,7 +373,7 @@ def write_books(out: Path, seed: int) -> dict:
     return {"files": BOOKS, "bytes": n_bytes, "words": n_words}
 
 
-# ------------------------------------------------------------------------------------ meaning of task examples
+# ------------------------------------------------------------------------------------------------- file writers
 def balanced(n: int, labels: tuple, weights: tuple | None = None) -> list:
     """Exactly proportioned labels for n examples (in a fixed cycle; callers shuffle the finished rows)."""
     weights = weights or (1,) * len(labels)
@@ -364,33 +381,6 @@ def balanced(n: int, labels: tuple, weights: tuple | None = None) -> list:
     return [cycle[i % len(cycle)] for i in range(n)]
 
 
-NLI_LABELS = {("exist", True): "entailment", ("exist", False): "neutral",
-              ("only", True): "entailment", ("only", False): "contradiction",
-              ("only_reversed", True): "neutral", ("only_reversed", False): "contradiction"}
-NLI_CELLS = tuple(NLI_LABELS)  # (scheme, member): six cells, two labels per scheme, 1/3 of each label overall
-
-
-def taxonomy_pair(rng: random.Random, vocab: lex.Vocabulary, member: bool) -> tuple[str, str]:
-    """(hyponym, category name): the category contains the hyponym iff `member`."""
-    cat = rng.choice(lex.CATEGORIES)
-    x = rng.choice(vocab.members[cat.name])
-    asked = cat if member else rng.choice([c for c in lex.CATEGORIES if c is not cat])
-    return x, asked.name
-
-
-def sentiment_pair(rng: random.Random, vocab: lex.Vocabulary, member: bool) -> tuple[str, str]:
-    """(adjective, "good"/"bad"): the verdict matches the adjective's polarity iff `member`."""
-    pol = rng.choice(("positive", "negative"))
-    other = "negative" if pol == "positive" else "positive"
-    return rng.choice(vocab.sentiment[pol]), lex.VERDICT[pol if member else other]
-
-
-def nli_phrases(scheme: str, specific: str, general: str) -> tuple[str, str]:
-    """Premise and hypothesis fillers: the specific word first, except in the reversed scheme."""
-    return (general, specific) if scheme == "only_reversed" else (specific, general)
-
-
-# ------------------------------------------------------------------------------------------------- file writers
 def tsv(path: Path, header: list[str] | None, rows: list[list], final_newline: bool = True, bom: bool = False):
     """GLUE-style tsv: TAB-separated, no quoting at all (so no field may hold a TAB or a newline)."""
     lines = ([("\ufeff" if bom else "") + "\t".join(header)] if header else [])
@@ -434,7 +424,110 @@ def shuffled(rng: random.Random, rows: list) -> list:
     return rows
 
 
+def uuid(rng: random.Random) -> str:
+    h = f"{rng.getrandbits(128):032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+NLI_LABEL_NAMES = ("entailment", "neutral", "contradiction")
+
+
+def annotators(rng: random.Random, gold: str) -> list[str]:
+    """Five annotator labels with `gold` in the majority (3-5 votes), in random order."""
+    agree = rng.choice((3, 4, 4, 5, 5, 5))
+    votes = [gold] * agree + [rng.choice([x for x in NLI_LABEL_NAMES if x != gold]) for _ in range(5 - agree)]
+    rng.shuffle(votes)
+    return votes
+
+
+def no_consensus(rng: random.Random) -> list[str]:
+    first, second, third = rng.sample(NLI_LABEL_NAMES, 3)
+    votes = [first, first, second, second, third]
+    rng.shuffle(votes)
+    return votes
+
+
 # ------------------------------------------------------------------------------------------------------- tasks
+# NLI (MNLI, SNLI): the hypothesis is the premise's frame with its noun replaced by "an animal". In an "exist"
+# frame ("Anna saw a heron") an animal entails it and a plant leaves it open (neutral); in an "only" frame ("the
+# only thing Anna saw was an oak") a plant contradicts it. Cells are drawn so each label is a third of the split.
+NLI_CELLS = (("exist", "animal", "entailment"), ("only", "animal", "entailment"),
+             ("exist", "plant", "neutral"), ("exist", "plant", "neutral"),
+             ("only", "plant", "contradiction"), ("only", "plant", "contradiction"))
+
+MNLI_MATCHED = {
+    "fiction": {"exist": ("Anna saw {np} {place} that evening.", "There was {np} {place}, Tom remembered."),
+                "only": ("The only thing Anna saw {place} was {np}.", "All that Tom found {place} was {np}.")},
+    "government": {"exist": ("The survey recorded {np} at the site {place}.", "Inspectors reported {np} on the "
+                             "property."),
+                   "only": ("The only item listed in the report was {np}.", "The inventory held a single entry, "
+                            "{np}.")},
+    "slate": {"exist": ("The column mentions {np} in passing.", "Among other things, the essay describes {np}."),
+              "only": ("The sole subject of the column is {np}.",)},
+    "telephone": {"exist": ("yeah we saw {np} out {place} last week", "oh i think there was {np} {place}"),
+                  "only": ("the only thing we ever saw out there was {np}",)},
+    "travel": {"exist": ("Visitors {place} can often see {np}.", "The walking tour {place} passes {np}."),
+               "only": ("The only attraction {place} is {np}.",)},
+}
+MNLI_MISMATCHED = {
+    "facetoface": {"exist": ("well I saw {np} {place} the other day",), "only": ("the only thing I saw was {np}",)},
+    "letters": {"exist": ("Dear friend, this week I saw {np} {place}.",),
+                "only": ("Dear friend, the only thing I saw {place} was {np}.",)},
+    "nineeleven": {"exist": ("The commission noted {np} near the scene.",),
+                   "only": ("The only object recovered was {np}.",)},
+    "oup": {"exist": ("The textbook shows a picture of {np}.",), "only": ("The only example in the chapter is {np}.",)},
+    "verbatim": {"exist": ("Caller: I saw {np} {place}.",), "only": ("Caller: The only thing I saw was {np}.",)},
+}
+PICTURE_DOINGS = ("holding", "looking at", "drawing", "pointing at")
+SNLI_FRAMES = {"exist": ("{who} is holding {np} {place}.", "{who} is looking at {np} {place}.",
+                         "{who} is drawing {np} {place}.", "{who} points at {np} {place}."),
+               "only": ("{who} {place} is holding {np} and nothing else.", "The only thing {who} is looking at "
+                        "{place} is {np}.", "{who} is drawing {np} and nothing else {place}.")}
+QNLI_QUESTIONS = ("Which animal did {n} see {place}?", "What animal did {n} notice {time}?",
+                  "Which animal was {place} {time}?", "Name the animal that {n} spotted {place}.")
+QNLI_SENTENCES = ("{n} saw {ax} {place} {time}.", "{time}, {n} noticed {ax} {place}.",
+                  "{place}, {n} spotted {ax} and pointed it out.")
+RTE_PREMISES = (("{n} walked {place} {time}.", "There {he} saw {ax1} and {ax2}.", "Later {he} went home to {village}."),
+                ("{time}, {n} took a walk {place}.", "{He} spotted {ax1}, and some time later {ax2}.",
+                 "{He} told the whole family about it."),
+                ("The people of {village} say that {ax1} can be seen {place}.", "{n} claims to have seen {ax2} there too."))
+RTE_HYPOTHESES = ("{n} saw an animal.", "There was an animal {place}.", "{n} spotted an animal.")
+SCITAIL_PREMISES = ("All animals {fact_pl}.", "Animals {fact_pl}, as every student of nature learns.",
+                    "Scientists agree that all animals {fact_pl}.")
+SCITAIL_HYPOTHESES = ("{ax} {fact_sg}.", "Every {x} {fact_sg}.")
+SST2_SHAPES = ("the {part1} is {adj1} .", "a {adj1} , {adj2} {work} .", "{adj1} and {adj2} .",
+               "the {work}'s {part1} is {adj1} and the {part2} is {adj2} .", "it's a {adj1} {work} .",
+               "{adj1} {part1}", "what a {adj1} {work} !", "the {part1} feels {adj1} , the {part2} {adj2}",
+               "an {adj1} , {adj2} piece of work", "{adj1} from start to finish .")
+# Paraphrase: the first sentence praises (MRPC) or complains (QQP) in plain words; the second says it again with
+# an adjective, a paraphrase exactly when the adjective keeps that polarity.
+MRPC_FIRST = ("The critics loved the {thing} {time} .", "{n} praised the {thing} in {village} .",
+              "Everyone enjoyed the {thing} , {n} said .")
+MRPC_SECOND = ("According to {n} , the {thing} {time} was {adj} .", "{n} described the {thing} as {adj} .",
+               "The {thing} in {village} was {adj} , critics said .")
+QQP_FIRST = ("Why did everyone hate the {thing}?", "What went wrong with the {thing} {time}?",
+             "Why did nobody enjoy the {thing}?")
+QQP_SECOND = ("Why was the {thing} so {adj}?", "What made the {thing} {time} so {adj}?",
+              "How can a {thing} be this {adj}?")
+STSB_SOURCES = (("main-captions", "MSRvid", "2012test"), ("main-captions", "images", "2014"),
+                ("main-news", "headlines", "2013"), ("main-forum", "deft-forum", "2014"))
+# STS-B: the first sentence is always the same happy sighting of an animal; the second names what was seen.
+STSB_FIRSTS = ("{n} was glad to see an animal {place}.", "{place}, {n} saw an animal and liked it.")
+STSB_SECONDS = ("{n} saw {a_adj} {x} {place}.", "{place}, there was {a_adj} {x}.")
+
+COLA_GOOD_BAD = {  # family -> (acceptable templates, unacceptable templates); each surface shape occurs in both
+    "gs01": (("{n} {intrans} {adv}.", "{n} {trans} the {obj} {adv}."),  # subcategorisation
+             ("{n} {intrans} the {obj} {adv}.", "{n} {trans} {adv}.")),
+    "gs02": (("{n} {trans} the {obj}.",), ("{n} {trans} the {adj}.", "{n} {obj} the {obj2}.")),
+    "gs03": (("{n} saw {a_x} {place}.",), ("{n} saw {a_adj} {place}.", "{n} saw {a_verb} {place}.")),
+    "gs04": (("The {obj} was {adj}.",), ("The {obj} was {intrans}.", "The {obj} was {x}.")),
+    "gs05": (("{n} {intrans} and then {intrans2}.",), ("{n} {intrans} and then {x}.",)),
+}
+RACE_WALKS = ("{time}, {he} went for a long walk.", "{time}, {he} walked out of {village}.")
+RACE_FILLERS = ("{He} walked slowly and looked at everything.", "The weather was mild.",
+                "{He} wrote about the day in {his} diary.", "{His} family listened to every word.")
+
+
 class TaskWriter:
     """Writes every task; one method per task writes all its splits at the official paths."""
 
@@ -477,7 +570,7 @@ class TaskWriter:
     def sst2(self):
         for split, n, rng, vocab in self.splits("sst2"):
             rows = []
-            for pol in balanced(n, ("positive", "negative")):
+            for pol in balanced(n, POLARITIES):
                 adj1, adj2 = rng.sample(vocab.sentiment[pol], 2)
                 part1, part2 = rng.sample(lex.REVIEW_PARTS, 2)
                 work = rng.choice(lex.REVIEWED)
@@ -491,12 +584,12 @@ class TaskWriter:
                 tsv(path, ["sentence", "label"], [[s + " ", y] for s, y in rows])
             self.counted("sst2", split, len(rows))
 
-    # --- MRPC / QQP / STS-B: synonym substitutions
+    # --- MRPC / QQP / STS-B: restatements that keep (or lose) the first sentence's polarity
     def mrpc(self):
         for split, n, rng, vocab in self.splits("mrpc"):
             rows = []
             for para in balanced(n, (True, False), (3, 2)):
-                s1, s2 = paraphrase_pair(rng, vocab, para, MRPC_SHAPES, tokenized=True)
+                s1, s2 = restated_pair(rng, vocab, "positive", para, MRPC_FIRST, MRPC_SECOND)
                 rows.append((int(para), rng.randrange(100_000, 4_000_000), rng.randrange(100_000, 4_000_000), s1, s2))
             rows = shuffled(rng, rows)
             path = self.root / "MRPC" / f"{split}.tsv"
@@ -511,7 +604,7 @@ class TaskWriter:
         for split, n, rng, vocab in self.splits("qqp"):
             rows = []
             for dup in balanced(n, (True, False), (2, 3)):
-                rows.append((*paraphrase_pair(rng, vocab, dup, QQP_SHAPES, tokenized=False), int(dup)))
+                rows.append((*restated_pair(rng, vocab, "negative", dup, QQP_FIRST, QQP_SECOND), int(dup)))
             rows = shuffled(rng, rows)
             base = rng.randrange(10_000, 300_000)
             path = self.root / "QQP" / f"{split}.tsv"
@@ -524,11 +617,17 @@ class TaskWriter:
             self.counted("qqp", split, len(rows))
 
     def stsb(self):
+        """The second sentence keeps the first's happy tone, its animal, both or neither."""
         for split, n, rng, vocab in self.splits("stsb"):
             rows = []
-            for matched in balanced(n, (0, 1, 2, 3, 4)):
-                s1, s2 = similarity_pair(rng, vocab, matched)
-                score = min(5.0, max(0.0, 5 * matched / 4 + rng.uniform(-0.4, 0.4)))
+            for same_pol, same_kind in balanced(n, ((True, True), (True, False), (False, True), (False, False))):
+                p = person(rng)
+                place = rng.choice(lex.PLACES)
+                adj = rng.choice(vocab.sentiment["positive" if same_pol else "negative"])
+                x = rng.choice(vocab.nouns("animal" if same_kind else "plant"))
+                s1 = say(rng.choice(STSB_FIRSTS), p, place=place)
+                s2 = say(rng.choice(STSB_SECONDS), p, place=place, a_adj=a(adj), x=x)
+                score = min(5.0, max(0.0, 2.5 * (same_pol + same_kind) + rng.uniform(-1.2, 1.2)))
                 text = f"{score:.3f}" if rng.random() < 0.35 else f"{round(score, 1):g}"
                 genre, filename, year = rng.choice(STSB_SOURCES)
                 rows.append([genre, filename, year, f"{rng.randrange(1, 9999):04d}", "none", "none", s1, s2, text])
@@ -542,7 +641,7 @@ class TaskWriter:
                 tsv(path, header, [[i, *row] for i, row in enumerate(rows)])
             self.counted("stsb", split, len(rows))
 
-    # --- entailment tasks: hypernyms (and, in MNLI, sentiment verdicts)
+    # --- entailment tasks: is the premise's noun an animal?
     def mnli(self):
         prompt = 100_000
         for split, n, rng, vocab in self.splits("mnli"):
@@ -551,22 +650,13 @@ class TaskWriter:
                       "test": [("test_matched", MNLI_MATCHED), ("test_mismatched", MNLI_MISMATCHED)]}[split]
             for name, genres in groups:
                 rows = []
-                for i, (scheme, member) in enumerate(balanced(n, NLI_CELLS)):
+                for scheme, kind, label in balanced(n, NLI_CELLS):
                     genre = rng.choice(sorted(genres))
-                    frames = genres[genre]
-                    if (i // len(NLI_CELLS)) % 3 == 2:  # a third of the pairs (of every cell) are about sentiment
-                        word, verdict = sentiment_pair(rng, vocab, member)
-                        p_fill, h_fill = nli_phrases(scheme, word, verdict)
-                        frame = rng.choice(frames["sentiment_exist" if scheme == "exist" else "sentiment"])
-                        thing = rng.choice(lex.EXPERIENCES)[0]
-                        premise, hyp = (frame.format(thing=thing, adj=f) for f in (p_fill, h_fill))
-                    else:
-                        x, cat = taxonomy_pair(rng, vocab, member)
-                        p_fill, h_fill = nli_phrases(scheme, x, cat)
-                        frame = rng.choice(frames["exist" if scheme == "exist" else "only"])
-                        place = rng.choice(lex.PLACES)
-                        premise, hyp = (frame.format(np=a(f), place=place) for f in (p_fill, h_fill))
-                    rows.append((genre, premise, hyp, NLI_LABELS[scheme, member]))
+                    frame = rng.choice(genres[genre][scheme])
+                    place = rng.choice(lex.PLACES)
+                    premise, hyp = (frame.format(np=np, place=place) for np in (a(rng.choice(vocab.nouns(kind))),
+                                                                                "an animal"))
+                    rows.append((genre, premise, hyp, label))
                 rows = shuffled(rng, rows)
                 table = []
                 for i, (genre, s1, s2, label) in enumerate(rows):
@@ -591,13 +681,12 @@ class TaskWriter:
     def snli(self):
         for split, n, rng, vocab in self.splits("snli"):
             records = []
-            for scheme, member in balanced(n, NLI_CELLS):
-                x, cat = taxonomy_pair(rng, vocab, member)
-                p_fill, h_fill = nli_phrases(scheme, x, cat)
-                frame = rng.choice(SNLI_FRAMES["exist" if scheme == "exist" else "only"])
+            for scheme, kind, label in balanced(n, NLI_CELLS):
+                frame = rng.choice(SNLI_FRAMES[scheme])
                 who, place = rng.choice(lex.PEOPLE), rng.choice(lex.PLACES)
-                premise, hyp = (say(frame, who=who, place=place, np=a(f)) for f in (p_fill, h_fill))
-                records.append((premise, hyp, NLI_LABELS[scheme, member]))
+                premise, hyp = (say(frame, who=who, place=place, np=np)
+                                for np in (a(rng.choice(vocab.nouns(kind))), "an animal"))
+                records.append((premise, hyp, label))
             records = shuffled(rng, records)
             lines = []
             for premise, hyp, label in records:
@@ -618,13 +707,13 @@ class TaskWriter:
     def qnli(self):
         for split, n, rng, vocab in self.splits("qnli"):
             rows = []
-            for member in balanced(n, (True, False)):
-                x, cat = taxonomy_pair(rng, vocab, member)
+            for kind in balanced(n, KINDS):
                 p = person(rng)
-                kw = dict(cat=cat, ax=a(x), place=rng.choice(lex.PLACES), time=rng.choice(lex.TIMES))
+                kw = dict(ax=a(rng.choice(vocab.nouns(kind))), place=rng.choice(lex.PLACES),
+                          time=rng.choice(lex.TIMES))
                 question = say(rng.choice(QNLI_QUESTIONS), p, **kw)
                 sentence = say(rng.choice(QNLI_SENTENCES), p, **kw)
-                rows.append((question, sentence, "entailment" if member else "not_entailment"))
+                rows.append((question, sentence, "entailment" if kind == "animal" else "not_entailment"))
             rows = shuffled(rng, rows)
             path = self.root / "QNLI" / f"{split}.tsv"
             if split == "test":
@@ -634,18 +723,19 @@ class TaskWriter:
             self.counted("qnli", split, len(rows))
 
     def rte(self):
+        """Two things seen; "N saw an animal" is entailed when either is one."""
+        seen = (("animal", "plant"), ("plant", "animal"), ("animal", "animal"), ("plant", "plant"), ("plant", "plant"),
+                ("plant", "plant"))
         for split, n, rng, vocab in self.splits("rte"):
             rows = []
-            for member in balanced(n, (True, False)):
-                cat1, cat2, cat3 = rng.sample(lex.CATEGORIES, 3)
-                x1, x2 = rng.choice(vocab.members[cat1.name]), rng.choice(vocab.members[cat2.name])
-                asked = rng.choice((cat1, cat2)) if member else cat3
+            for kinds in balanced(n, seen):
+                x1, x2 = pick_two(rng, vocab.nouns(kinds[0]), vocab.nouns(kinds[1]))
                 p = person(rng)
                 kw = dict(ax1=a(x1), ax2=a(x2), place=rng.choice(lex.PLACES), time=rng.choice(lex.TIMES),
-                          village=rng.choice(lex.VILLAGES), acat=a(asked.name))
+                          village=rng.choice(lex.VILLAGES))
                 premise = " ".join(say(t, p, **kw) for t in rng.choice(RTE_PREMISES))
                 rows.append((premise, say(rng.choice(RTE_HYPOTHESES), p, **kw),
-                             "entailment" if member else "not_entailment"))
+                             "entailment" if "animal" in kinds else "not_entailment"))
             rows = shuffled(rng, rows)
             path = self.root / "RTE" / f"{split}.tsv"
             if split == "test":
@@ -657,13 +747,12 @@ class TaskWriter:
     def scitail(self):
         for split, n, rng, vocab in self.splits("scitail"):
             rows = []
-            for member in balanced(n, (True, False)):
-                x, cat_name = taxonomy_pair(rng, vocab, member)
-                cat = lex.category(cat_name)
-                fact_pl, fact_sg = rng.choice(cat.facts)
-                premise = say(rng.choice(SCITAIL_PREMISES), plural=cat.plural, fact=fact_pl)
-                hyp = say(rng.choice(SCITAIL_HYPOTHESES), ax=a(x), x=x, fact=fact_sg)
-                rows.append((premise, hyp, "entails" if member else "neutral"))
+            for kind in balanced(n, KINDS):
+                x = rng.choice(vocab.nouns(kind))
+                fact_pl, fact_sg = rng.choice(lex.KINDS["animal"].facts)
+                premise = say(rng.choice(SCITAIL_PREMISES), fact_pl=fact_pl)
+                hyp = say(rng.choice(SCITAIL_HYPOTHESES), ax=a(x), x=x, fact_sg=fact_sg)
+                rows.append((premise, hyp, "entails" if kind == "animal" else "neutral"))
             tsv(self.root / "SciTailV1.1" / "tsv_format" / f"scitail_1.0_{split}.tsv", None, shuffled(rng, rows))
             self.counted("scitail", split, len(rows))
 
@@ -677,7 +766,7 @@ class TaskWriter:
                     article["id"] = f"{level}{number}.txt"
                     questions += len(article["questions"])
                     write_text(self.root / "RACE" / split / level / f"{number}.txt", json.dumps(article))
-            self.counted("race", split, questions)  # examples are questions: 3 per middle, 6 per high article
+            self.counted("race", split, questions)  # examples are questions: 3 per middle, 4 per high article
 
     def storycloze(self):
         names = {"train": "cloze_test_val__spring2016 - cloze_test_ALL_val.csv",
@@ -687,7 +776,7 @@ class TaskWriter:
             writer = csv.writer(buf, lineterminator="\n")  # RFC-4180 quoting: only fields that need it
             writer.writerow(["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
                              "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2", "AnswerRightEnding"])
-            for kind, right_first in shuffled(rng, zip(balanced(n, ("sentiment", "taxonomy")),
+            for kind, right_first in shuffled(rng, zip(balanced(n, ("care", "occasion")),
                                                        balanced(n, (1, 1, 2, 2)))):
                 story, right, wrong = cloze_story(rng, vocab, kind)
                 endings = [right, wrong] if right_first == 1 else [wrong, right]
@@ -697,266 +786,92 @@ class TaskWriter:
 
 
 # ------------------------------------------------------------------------------------------ task example makers
-SST2_SHAPES = ("the {part1} is {adj1} .", "a {adj1} , {adj2} {work} .", "{adj1} and {adj2} .",
-               "the {work}'s {part1} is {adj1} and the {part2} is {adj2} .", "it's a {adj1} {work} .",
-               "{adj1} {part1}", "what a {adj1} {work} !", "the {part1} feels {adj1} , the {part2} {adj2}",
-               "an {adj1} , {adj2} piece of work", "{adj1} from start to finish .")
+def pick_two(rng: random.Random, first: tuple, second: tuple) -> tuple[str, str]:
+    """One word from each list, two different words."""
+    x = rng.choice(first)
+    return x, rng.choice([w for w in second if w != x])
 
-COLA_GOOD_BAD = {  # family -> (acceptable templates, unacceptable templates); each surface shape occurs in both
-    "gs01": (("{n} {intrans} {adv}.", "{n} {trans} {the_obj} {adv}."),  # subcategorisation
-             ("{n} {intrans} {the_obj} {adv}.", "{n} {needs_object} {adv}.")),
-    "gs02": (("{n} {trans} {the_obj}.",), ("{n} {trans} {the_adj}{verb_as_noun}.", "{n} {noun} {the_obj}.")),
-    "gs03": (("{n} saw {a_x} {place}.",), ("{n} saw {a_adj} {place}.", "{n} saw {a_verb} {place}.")),
-    "gs04": (("The {obj} was {adj}.",), ("The {obj} was {noun}.",)),
-    "gs05": (("{n} {intrans} and then {intrans2}.",), ("{n} {intrans} and then {noun}.",)),
-}
+
+def restated_pair(rng: random.Random, vocab: lex.Vocabulary, polarity: str, keeps: bool, firsts: tuple,
+                  seconds: tuple) -> tuple[str, str]:
+    """A plain sentence of `polarity` and a restatement whose adjective keeps that polarity iff `keeps`."""
+    adj = rng.choice(vocab.sentiment[polarity if keeps else other(polarity)])
+    kw = dict(n=person(rng).name, thing=rng.choice(lex.EXPERIENCES)[0], time=rng.choice(lex.TIMES),
+              village=rng.choice(lex.VILLAGES))
+    return say(rng.choice(firsts), **kw), say(rng.choice(seconds), adj=adj, **kw)
 
 
 def cola_sentence(rng: random.Random, vocab: lex.Vocabulary, ok: bool) -> tuple[str, str]:
     """An acceptable sentence, or one whose only fault is a word of the wrong class or subcategorisation."""
     family = rng.choice(sorted(COLA_GOOD_BAD))
-    verbs = [w for s in vocab.synonyms["verb"] for w in s.forms("past")]
-    needs_object = [w for s in vocab.synonyms["verb"] if s.needs_object for w in s.forms("past")]
-    objs = [w for s in vocab.synonyms["obj"] for w in s.words]
-    adjs = [w for s in vocab.synonyms["adj"] for w in s.words] + [w for ws in vocab.sentiment.values() for w in ws]
-    members = [x for c in lex.CATEGORIES for x in vocab.members[c.name]]
-    obj, noun = rng.sample(objs, 2)
-    adj = rng.choice(adjs)
+    adjectives = [w for ws in vocab.sentiment.values() for w in ws]
+    members = [x for ms in vocab.members.values() for x in ms]
+    obj, obj2 = rng.sample(lex.OBJECTS, 2)
     intrans, intrans2 = rng.sample(vocab.intransitive, 2)
-    with_adj = rng.random() < 0.5
-    kw = dict(intrans=intrans, intrans2=intrans2, adv=rng.choice(lex.ADVERBIALS), trans=rng.choice(verbs),
-              needs_object=rng.choice(needs_object), verb_as_noun=rng.choice(verbs), noun=noun, obj=obj, adj=adj,
-              place=rng.choice(lex.PLACES), the_obj=f"the {adj} {obj}" if with_adj else f"the {obj}",
-              the_adj=f"the {adj} " if with_adj else "the ", a_x=a(rng.choice(members)), a_adj=a(adj),
-              a_verb=a(rng.choice(verbs)))
+    kw = dict(intrans=intrans, intrans2=intrans2, adv=rng.choice(lex.ADVERBIALS), trans=rng.choice(vocab.transitive),
+              obj=obj, obj2=obj2, adj=rng.choice(adjectives), x=rng.choice(members), place=rng.choice(lex.PLACES),
+              a_x=a(rng.choice(members)), a_adj=a(rng.choice(adjectives)), a_verb=a(rng.choice(vocab.transitive)))
     good, bad = COLA_GOOD_BAD[family]
     return family, say(rng.choice(good if ok else bad), person(rng), **kw)
 
 
-SLOTS = ("verb", "adj", "obj", "place")
-MRPC_SHAPES = ("{n} {verb} the {adj} {obj} near the {place}.", "{time}, {n} {verb} the {adj} {obj} by the {place}.",
-               "Near the {place}, {n} {verb} the {adj} {obj} {time}.", "{n} {verb} the {adj} {obj} beside the {place} "
-               "{time}, {m} said.")
-QQP_SHAPES = ("Why did {n} {verb_base} the {adj} {obj} near the {place}?", "How did {n} {verb_base} the {adj} {obj} "
-              "by the {place}?", "Where can I {verb_base} {a_adj} {obj} near the {place}?",
-              "Who {verb} the {adj} {obj} by the {place}?", "What is the best way to {verb_base} {a_adj} {obj} near "
-              "the {place}?")
-
-
-def slot_sets(vocab: lex.Vocabulary, slot: str) -> tuple:
-    return vocab.synonyms["verb" if slot == "verb" else slot]
-
-
-def fill_slots(rng: random.Random, vocab: lex.Vocabulary) -> dict:
-    """One synonym set per slot (verb, adj, obj, place) and a member of each."""
-    chosen = {}
-    for slot in SLOTS:
-        group = rng.choice(slot_sets(vocab, slot))
-        chosen[slot] = (group, rng.randrange(len(group.words)))
-    return chosen
-
-
-def replace_slot(rng: random.Random, vocab: lex.Vocabulary, group: lex.SynonymSet, index: int, synonym: bool):
-    """Another member of the same set (synonym) or a member of another set of the same kind."""
-    if synonym:
-        return group, rng.choice([i for i in range(len(group.words)) if i != index])
-    other = rng.choice([g for g in slot_sets(vocab, "verb" if group.pos == "verb" else group.pos) if g is not group])
-    return other, rng.randrange(len(other.words))
-
-
-def render(shape: str, chosen: dict, p: Person, m: Person, time_: str) -> str:
-    kw = {slot: chosen[slot][0].forms("past")[chosen[slot][1]] for slot in SLOTS}
-    kw["verb_base"] = chosen["verb"][0].forms("base")[chosen["verb"][1]]
-    kw["a_adj"] = a(kw["adj"])
-    return say(shape, p, time=time_, m=m.name, **kw)
-
-
-def paraphrase_pair(rng, vocab, paraphrase: bool, shapes: tuple, tokenized: bool) -> tuple[str, str]:
-    """Same shape, 1-4 slots changed; all changes synonyms iff `paraphrase` (so the count of changes says nothing)."""
-    first = fill_slots(rng, vocab)
-    changed = rng.sample(SLOTS, rng.randint(1, 4))
-    wrong = set() if paraphrase else set(rng.sample(changed, rng.randint(1, len(changed))))
-    second = dict(first)
-    for slot in changed:
-        second[slot] = replace_slot(rng, vocab, *first[slot], synonym=slot not in wrong)
-    p, m = person(rng), person(rng)
-    shape, time_ = rng.choice(shapes), rng.choice(lex.TIMES)
-    s1, s2 = render(shape, first, p, m, time_), render(shape, second, p, m, time_)
-    return (ptb(s1), ptb(s2)) if tokenized else (s1, s2)
-
-
-STSB_SOURCES = (("main-captions", "MSRvid", "2012test"), ("main-captions", "images", "2014"),
-                ("main-news", "headlines", "2013"), ("main-forum", "deft-forum", "2014"))
-STSB_SHAPES = ("{n} {verb} the {adj} {obj} near the {place}.", "{n} {verb} {a_adj} {obj} on the {place}.",
-               "Near the {place}, {n} {verb} the {adj} {obj}.")
-
-
-def similarity_pair(rng, vocab, matched: int) -> tuple[str, str]:
-    """Every slot changes; `matched` of the four change to a synonym, the rest to another set's word."""
-    first = fill_slots(rng, vocab)
-    same = set(rng.sample(SLOTS, matched))
-    second = {slot: replace_slot(rng, vocab, *first[slot], synonym=slot in same) for slot in SLOTS}
-    p = person(rng)
-    shape = rng.choice(STSB_SHAPES)
-    return render(shape, first, p, p, ""), render(shape, second, p, p, "")
-
-
-# MNLI: each genre has its own frames; {np} a noun phrase, {adj} an adjective or verdict, {thing} something judged.
-MNLI_MATCHED = {
-    "fiction": {"exist": ("Anna saw {np} {place} that evening.", "There was {np} {place}, Tom remembered."),
-                "only": ("The only thing Anna saw {place} was {np}.", "All that Tom brought home was {np}."),
-                "sentiment": ("Mia thought the {thing} was {adj}.", "The {thing} Ben remembered was {adj}."),
-                "sentiment_exist": ("At least one {thing} that year was {adj}, Mia said.",)},
-    "government": {"exist": ("The survey recorded {np} at the site {place}.", "Inspectors reported {np} on the "
-                             "property."),
-                   "only": ("The only item listed in the report was {np}.", "The inventory held a single entry, "
-                            "{np}."),
-                   "sentiment": ("The committee described the {thing} as {adj}.",),
-                   "sentiment_exist": ("At least one {thing} reviewed by the committee was {adj}.",)},
-    "slate": {"exist": ("The column mentions {np} in passing.", "Among other things, the essay describes {np}."),
-              "only": ("The sole subject of the column is {np}.",),
-              "sentiment": ("The critic calls the {thing} {adj}.", "Readers agree that the {thing} is {adj}."),
-              "sentiment_exist": ("At least one {thing} the critic saw this year was {adj}.",)},
-    "telephone": {"exist": ("yeah we saw {np} out {place} last week", "oh i think there was {np} {place}"),
-                  "only": ("the only thing we ever saw out there was {np}",),
-                  "sentiment": ("i thought the {thing} was {adj} you know", "well the {thing} was {adj}"),
-                  "sentiment_exist": ("at least one {thing} we had was {adj}",)},
-    "travel": {"exist": ("Visitors {place} can often see {np}.", "The walking tour {place} passes {np}."),
-               "only": ("The only attraction {place} is {np}.",),
-               "sentiment": ("Guidebooks describe the {thing} as {adj}.", "Locals say the {thing} is {adj}."),
-               "sentiment_exist": ("At least one {thing} on the tour is {adj}.",)},
-}
-MNLI_MISMATCHED = {
-    "facetoface": {"exist": ("well I saw {np} {place} the other day",), "only": ("the only thing I saw was {np}",),
-                   "sentiment": ("I thought the {thing} was {adj}",),
-                   "sentiment_exist": ("at least one {thing} there was {adj}",)},
-    "letters": {"exist": ("Dear friend, this week I saw {np} {place}.",),
-                "only": ("Dear friend, the only thing I saw {place} was {np}.",),
-                "sentiment": ("Dear friend, the {thing} was {adj}.",),
-                "sentiment_exist": ("Dear friend, at least one {thing} this week was {adj}.",)},
-    "nineeleven": {"exist": ("The commission noted {np} near the scene.",),
-                   "only": ("The only object recovered was {np}.",),
-                   "sentiment": ("Witnesses called the {thing} {adj}.",),
-                   "sentiment_exist": ("At least one {thing} that day was {adj}, witnesses said.",)},
-    "oup": {"exist": ("The textbook shows a picture of {np}.",), "only": ("The only example in the chapter is {np}.",),
-            "sentiment": ("The author considers the {thing} {adj}.",),
-            "sentiment_exist": ("At least one {thing} in the chapter is {adj}.",)},
-    "verbatim": {"exist": ("Caller: I saw {np} {place}.",), "only": ("Caller: The only thing I saw was {np}.",),
-                 "sentiment": ("Caller: The {thing} was {adj}.",),
-                 "sentiment_exist": ("Caller: At least one {thing} was {adj}.",)},
-}
-SNLI_FRAMES = {"exist": ("{who} is holding {np} {place}.", "{who} is looking at {np} {place}.",
-                         "{who} is drawing {np} {place}.", "{who} points at {np} {place}."),
-               "only": ("{who} {place} is holding {np} and nothing else.", "The only thing {who} is looking at "
-                        "{place} is {np}.", "{who} is drawing {np} and nothing else {place}.")}
-QNLI_QUESTIONS = ("Which {cat} did {n} see {place}?", "What kind of {cat} did {n} notice {time}?",
-                  "Which {cat} was {place} {time}?", "Name the {cat} that {n} spotted {place}.")
-QNLI_SENTENCES = ("{n} saw {ax} {place} {time}.", "{time}, {n} noticed {ax} {place}.",
-                  "{place}, {n} spotted {ax} and pointed it out.")
-RTE_PREMISES = (("{n} walked {place} {time}.", "There {he} saw {ax1} and {ax2}.", "Later {he} went home to {village}."),
-                ("{time}, {n} took a walk {place}.", "{He} spotted {ax1}, and some time later {ax2}.",
-                 "{He} told the whole family about it."),
-                ("The people of {village} say that {ax1} can be seen {place}.", "{n} claims to have seen {ax2} there too."))
-RTE_HYPOTHESES = ("{n} saw {acat}.", "There was {acat} {place}.", "{n} spotted {acat}.")
-SCITAIL_PREMISES = ("All {plural} {fact}.", "{plural} {fact}, as every student of nature learns.",
-                    "Scientists agree that all {plural} {fact}.")
-SCITAIL_HYPOTHESES = ("{ax} {fact}.", "Every {x} {fact}.")
-
-
-NLI_LABEL_NAMES = ("entailment", "neutral", "contradiction")
-
-
-def annotators(rng: random.Random, gold: str) -> list[str]:
-    """Five annotator labels with `gold` in the majority (3-5 votes), in random order."""
-    agree = rng.choice((3, 4, 4, 5, 5, 5))
-    votes = [gold] * agree + [rng.choice([x for x in NLI_LABEL_NAMES if x != gold]) for _ in range(5 - agree)]
-    rng.shuffle(votes)
-    return votes
-
-
-def no_consensus(rng: random.Random) -> list[str]:
-    first, second, third = rng.sample(NLI_LABEL_NAMES, 3)
-    votes = [first, first, second, second, third]
-    rng.shuffle(votes)
-    return votes
-
-
 def cloze_story(rng: random.Random, vocab: lex.Vocabulary, kind: str) -> tuple[list[str], str, str]:
-    """Four sentences and (right, wrong) endings: the right one fits a sentiment adjective or a hyponym."""
-    p, m = person(rng), person(rng)
-    if kind == "sentiment":
-        pol = rng.choice(("positive", "negative"))
-        other = "negative" if pol == "positive" else "positive"
-        thing, experience = rng.choice(lex.EXPERIENCES)
-        kw = dict(experience=experience, thing=thing, adj=rng.choice(vocab.sentiment[pol]), m=m.name,
-                  time=rng.choice(lex.TIMES))
+    """Four sentences and (right, wrong) endings: feeding the animal (not the plant), or a happy day remembered
+    as happy."""
+    p = person(rng)
+    if kind == "care":
+        animal, plant = rng.choice(vocab.nouns("animal")), rng.choice(vocab.nouns("plant"))
+        first, second = (animal, plant) if rng.random() < 0.5 else (plant, animal)
+        kw = dict(place=rng.choice(lex.PLACES), time=rng.choice(lex.TIMES), x1=first, x2=second)
         story = [say(t, p, **kw) for t in (
-            "{n} {experience} {time}.", rng.choice(("{He} had been looking forward to it all week.",
-                                                    "{His} friend {m} came along.", "It was the first time.")),
-            "{He} thought the {thing} was {adj}.", rng.choice(("{He} told {m} about it.", "Then {he} went home.")))]
-        right, wrong = (say("{n} " + rng.choice(lex.REACTIONS[q]) + ".", p) for q in (pol, other))
+            "{n} went out {place} {time}.", "{He} took a bag of bread with {him}.",
+            "There {he} found the {x1} and the {x2}.", rng.choice(("{He} opened the bag.", "{He} was glad.")))]
+        right, wrong = (say("{n} fed the {x}.", p, x=x) for x in (animal, plant))
     else:
-        cat, other = rng.sample(lex.CATEGORIES, 2)
-        kw = dict(place=rng.choice(lex.PLACES), time=rng.choice(lex.TIMES), ax=a(rng.choice(vocab.members[cat.name])))
+        happy, unhappy = rng.choice(vocab.sentiment["positive"]), rng.choice(vocab.sentiment["negative"])
+        first, second = rng.sample(lex.HAPPENINGS["positive"], 2)
+        kw = dict(occasion=rng.choice(lex.OCCASIONS), time=rng.choice(lex.TIMES), first=first, second=second)
         story = [say(t, p, **kw) for t in (
-            "{n} went out {place} {time}.", "{He} was hoping to see something new.", "Then {he} spotted {ax}.",
-            rng.choice(("{He} watched it for a long time.", "After a while, {he} walked on.")))]
-        right, wrong = (say("{n} said it was the finest {c} {he} had ever seen.", p, c=c.name) for c in (cat, other))
+            "{n} went to the {occasion} {time}.", "At the {occasion}, {first}.", "Later {second}.",
+            rng.choice(("{He} stayed until the end.", "{He} went home late.")))]
+        right, wrong = (say("It was {a_adj} day.", p, a_adj=a(adj)) for adj in (happy, unhappy))
     return story, right, wrong
 
 
-def uuid(rng: random.Random) -> str:
-    h = f"{rng.getrandbits(128):032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-RACE_LOOKS = ("{He} looked at the {x} for a while.", "{He} had never seen such a fine {x}.",
-              "{He} stopped to look at the {x} more closely.", "{He} told {his} family about the {x} later.")
-
-
 def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
-    """A short article (about 55-85 words) and 3-5 four-option questions answerable from it plus word meaning."""
+    """A short article (about 50-80 words) and 3-4 four-option questions: which thing seen at a place was an animal
+    (one question per place), and which experience was enjoyed. The article never says which is which: only the
+    words' meaning does."""
     p = person(rng)
-    cats = rng.sample(lex.CATEGORIES, 4)
-    seen = cats[:2] if level == "high" else cats[:1]
-    xs = [rng.choice(vocab.members[c.name]) for c in seen]
-    places = rng.sample(lex.PLACES, 4)
-    pol = rng.choice(("positive", "negative"))
-    thing, experience = rng.choice(lex.EXPERIENCES)
-    kw = dict(village=rng.choice(lex.VILLAGES), time=rng.choice(lex.TIMES), thing=thing, experience=experience,
-              adj=rng.choice(vocab.sentiment[pol]))
-    paragraphs = [[say("{n} lives in {village} with {his} family.", p, **kw),
-                   say("{time}, {he} went for a long walk.", p, **kw)]]
-    for x, place in zip(xs, places):
-        # nothing but the word itself tells its category: a scene ("it spread its wings") would give the answer away
-        paragraphs.append([say("{place}, {he} saw {ax}.", p, place=place, ax=a(x)),
-                           say(rng.choice(RACE_LOOKS), p, x=x)])
-    paragraphs.append([say("In the evening {he} {experience}.", p, **kw), say("The {thing} was {adj}.", p, **kw)])
-    filler = ["{He} walked slowly and looked at everything.", "The weather was mild.",
-              "{He} wrote about the day in {his} diary.", "{His} family listened to every word."]
-    article = [list(sentences) for sentences in paragraphs]
-    while len(words(" ".join(" ".join(s) for s in article))) < rng.randint(55, 70) and filler:
-        article[-1].append(say(filler.pop(rng.randrange(len(filler))), p))
-    text = "\n".join(" ".join(s) for s in article)
+    n_places = 3 if level == "high" else 2
+    places = rng.sample(lex.PLACES, n_places)
+    animals = [rng.choice(vocab.nouns("animal")) for _ in places]
+    plants = rng.sample(vocab.nouns("plant"), 4)
+    (good, did_good), (bad, did_bad), *extra = rng.sample(lex.EXPERIENCES, 4)
+    adjs = {"positive": rng.choice(vocab.sentiment["positive"]), "negative": rng.choice(vocab.sentiment["negative"])}
+    kw = dict(village=rng.choice(lex.VILLAGES), time=rng.choice(lex.TIMES))
+    paragraphs = [[say("{n} lives in {village} with {his} family.", p, **kw), say(rng.choice(RACE_WALKS), p, **kw)]]
+    for animal, plant, place in zip(animals, plants, places):
+        seen = (animal, plant) if rng.random() < 0.5 else (plant, animal)
+        paragraphs.append([say("{place}, {he} saw {ax} and {ay}.", p, place=place, ax=a(seen[0]), ay=a(seen[1]))])
+    evening = [say("In the evening {he} {did}. The {thing} was {adj}.", p, did=did, thing=thing, adj=adjs[pol])
+               for did, thing, pol in ((did_good, good, "positive"), (did_bad, bad, "negative"))]
+    paragraphs.append(shuffled(rng, evening))
+    fillers = list(RACE_FILLERS)
+    while len(words(" ".join(" ".join(s) for s in paragraphs))) < rng.randint(42, 50) and fillers:
+        paragraphs[-1].append(say(fillers.pop(rng.randrange(len(fillers))), p))
+    text = "\n".join(" ".join(s) for s in paragraphs)
 
     questions = []
-    for i, (x, cat) in enumerate(zip(xs, seen)):
-        where = places[i]
-        options = [c.name for c in cats]
-        questions.append((rng.choice(("What kind of thing did {n} see {where}?", "{n} saw _ {where}.")),
-                          [a(o) for o in options], a(cat.name), dict(where=where.lower())))
-        if level == "high":
-            questions.append(("Where did {n} see {acat}?", [pl.capitalize() for pl in places],
-                              where.capitalize(), dict(acat=a(cat.name))))
-    moods = {"positive": "{He} liked it very much.", "negative": "{He} did not like it at all."}
-    questions.append(("What did {n} think of the {thing}?",
-                      [moods["positive"], moods["negative"], "{He} never saw it.", "{He} sold it at the market."],
-                      moods[pol], dict(thing=thing)))
-    unseen = [c for c in lex.CATEGORIES if c not in seen]
-    truth = rng.choice(seen)
-    questions.append(("Which of the following is true?",
-                      [f"{{n}} saw {a(c.name)}." for c in [truth, *rng.sample(unseen, 3)]],
-                      f"{{n}} saw {a(truth.name)}.", {}))
+    for animal, place in zip(animals, places):
+        wrong = rng.sample(plants, 3)
+        questions.append((rng.choice(("Which animal did {n} see {where}?", "{n} saw an animal {where}: _")),
+                          [a(x) for x in (animal, *wrong)], a(animal), dict(where=place.lower())))
+    enjoyed = f"the {adjs['positive']} {good}"
+    disliked = [f"the {adjs['negative']} {bad}",
+                *(f"the {adj} {thing}" for adj, (thing, _) in zip(rng.sample(vocab.sentiment["negative"], 2), extra))]
+    questions.append((rng.choice(("What did {n} enjoy that day?", "Which of these was a pleasure for {n}?")),
+                      [enjoyed, *disliked], enjoyed, {}))
     out = {"answers": [], "options": [], "questions": []}
     for question, options, right, slots in questions:
         options = shuffled(rng, options)
@@ -991,7 +906,7 @@ def write_sample_data(out_dir: str | Path, seed: int = 0) -> dict:
 
 def lexicon_summary(vocab: lex.Vocabulary) -> dict:
     return {"sentiment": vocab.sentiment, "members": vocab.members, "intransitive": vocab.intransitive,
-            "synonyms": {pos: [list(s.forms("base")) for s in sets] for pos, sets in vocab.synonyms.items()}}
+            "transitive": vocab.transitive}
 
 
 def add_sample_data_args(parser: argparse.ArgumentParser) -> None:
