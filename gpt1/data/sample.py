@@ -87,7 +87,7 @@ SIZES = {  # examples per split (RACE: articles per level; 3 questions per middl
     "rte": {"train": 500, "dev": 200, "test": 50},
     "snli": {"train": 600, "dev": 200, "test": 200},
     "scitail": {"train": 500, "dev": 200, "test": 200},
-    "race": {"train": 20, "dev": 12, "test": 12},
+    "race": {"train": 30, "dev": 12, "test": 12},
     "storycloze": {"train": 400, "test": 200},
 }
 BOOKS = 10
@@ -505,8 +505,8 @@ MRPC_FIRST = ("The critics loved the {thing} {time} .", "{n} praised the {thing}
               "Everyone enjoyed the {thing} , {n} said .")
 MRPC_SECOND = ("According to {n} , the {thing} {time} was {adj} .", "{n} described the {thing} as {adj} .",
                "The {thing} in {village} was {adj} , critics said .")
-QQP_FIRST = ("Why did everyone hate the {thing}?", "What went wrong with the {thing} {time}?",
-             "Why did nobody enjoy the {thing}?")
+QQP_FIRST = ("Why did everyone hate the {thing}?", "Why did people dislike the {thing} {time}?",
+             "What made everyone grumble about the {thing}?")
 QQP_SECOND = ("Why was the {thing} so {adj}?", "What made the {thing} {time} so {adj}?",
               "How can a {thing} be this {adj}?")
 STSB_SOURCES = (("main-captions", "MSRvid", "2012test"), ("main-captions", "images", "2014"),
@@ -839,7 +839,7 @@ def cloze_story(rng: random.Random, vocab: lex.Vocabulary, kind: str) -> tuple[l
 
 
 def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
-    """A short article (about 50-80 words) and 3-4 four-option questions: which thing seen at a place was an animal
+    """A short article (about 40-60 words) and 3-4 four-option questions: which thing seen at a place was an animal
     (one question per place), and which experience was enjoyed. The article never says which is which: only the
     words' meaning does."""
     p = person(rng)
@@ -858,7 +858,7 @@ def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
                for did, thing, pol in ((did_good, good, "positive"), (did_bad, bad, "negative"))]
     paragraphs.append(shuffled(rng, evening))
     fillers = list(RACE_FILLERS)
-    while len(words(" ".join(" ".join(s) for s in paragraphs))) < rng.randint(42, 50) and fillers:
+    while len(words(" ".join(" ".join(s) for s in paragraphs))) < rng.randint(34, 42) and fillers:
         paragraphs[-1].append(say(fillers.pop(rng.randrange(len(fillers))), p))
     text = "\n".join(" ".join(s) for s in paragraphs)
 
