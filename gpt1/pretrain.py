@@ -414,6 +414,10 @@ class Pretraining:
     # -- checkpoints and the end -------------------------------------------------------------------------------
     def save(self) -> Path:
         started = time.perf_counter()
+        if self.world.is_main:
+            # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
+            # reach MLflow now, not seconds later (a kill in between would lose it for good).
+            self.run.flush()
         meta = {"reader": self.train_data.state_dict(), "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
                 "total_steps": self.total, "model": self.cfg.model.model_dump()}
         path = self.checkpoints.save(self.engine, self.step, meta)
