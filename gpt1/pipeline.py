@@ -10,19 +10,53 @@ functions as Prefect tasks and uses the same keys as Prefect cache keys.
 
 Source hashing: a local source is hashed by content (so editing a book re-runs ingestion); a hub source
 (`hf:id@revision`) by its id and revision, which is why pinning a revision matters for reproducibility.
+
+Local fine-tunes run in `FinetuneWorkers`: reused worker processes that import torch, MLflow, scikit-learn and
+torch._dynamo once, instead of a `gpt1 finetune` process per task paying ~12 s of start-up for a few seconds of
+compute. Pre-training and the report stay `gpt1 ...` subprocesses (`stream_subprocess`).
+
+Choices where the spec is silent:
+- One single-process `ProcessPoolExecutor` per worker, not one executor with N processes: a process dying
+  abruptly breaks its whole executor (CPython fails every pending and running future and stops the other
+  workers), so with one executor per worker only the job that was on the dead process fails, and only that
+  worker is rebuilt. Jobs wait for an idle worker in the calling thread, never inside an executor.
+- Each worker sends its output through a pipe of its own (parent closes its copy of the writing end): a worker
+  killed mid-write then ends its own pipe with EOF instead of leaving a lock shared by all workers held (as a
+  shared multiprocessing.Queue would), and its reader thread ends with it.
+- Workers poll their parent pid (1 s) and exit when it changes, like `gpt1.cli.stop_with_parent`, but exit the
+  worker only: pool workers share the flow's process group. Not PR_SET_PDEATHSIG: it fires when the *thread*
+  that spawned the worker exits, and fan-out threads come and go.
+- A job runs `gpt1.cli.main(["finetune", ...])` with the argument list `gpt1 finetune` gets, so the CLI's checks,
+  error.json and exit codes are the same in a worker and in a subprocess. Per-process state a fresh process would
+  not carry over is reset around each job (MLflow's "gave up on this server" memory; the exit-time flush of
+  undelivered MLflow calls, which multiprocessing workers never run). Every fine-tune seeds its own RNGs, so a
+  job in a reused worker predicts what a fresh subprocess does (checked: identical SST-2 predictions).
+- A variant that fine-tunes from a random init (`finetune.from_scratch`, the no-pre-training ablation) does not
+  depend on pre-training: its key hashes the model config and the tokenizer key instead of the pretrain key, and
+  its "checkpoint" is `random-init/` in its stage directory, holding only the model's config.json with the
+  tokenizer's vocabulary size. With an external checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
+  that checkpoint's, so every variant keeps hashing it.
 """
 
 from __future__ import annotations
 
 import glob
+import io
+import itertools
 import logging
+import multiprocessing
 import os
+import queue
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -58,11 +92,12 @@ class Plan:
     cfg: PipelineConfig
     work: Path
     keys: dict[str, str] = field(default_factory=dict)
+    external_checkpoint: Path | None = None  # fine-tune from this model instead of the pretrain stage
 
     @classmethod
     def make(cls, cfg: PipelineConfig, work: str | os.PathLike, checkpoint: str | os.PathLike | None = None) -> "Plan":
         """`checkpoint`: fine-tune from an existing pre-trained model instead of this plan's pretrain stage."""
-        plan = cls(cfg, Path(work).resolve())
+        plan = cls(cfg, Path(work).resolve(), external_checkpoint=None if checkpoint is None else Path(checkpoint))
         d, k = cfg.data, plan.keys
         k["sample"] = stable_hash({"seed": d.sample_seed, "generator": _sample_version()})
         source = k["sample"] if d.source == "sample" else _source_fingerprint(d.source)
@@ -80,9 +115,11 @@ class Plan:
             k["pretrain"] = "external-" + stable_hash(str(Path(checkpoint).resolve()))
         for variant in ("full", *cfg.orchestration.ablations):
             ft = plan.finetune_config(variant).model_dump(exclude={"tasks"})
-            k[f"finetune/{variant}"] = stable_hash(
-                {"pretrain": k["pretrain"], "finetune": ft, "tasks_data": _task_data_key(plan)}
-            )
+            if plan.from_random_init(variant):  # the architecture and the vocabulary, not what pre-training learnt
+                start = {"random_init": {"model": model, "tokenizer": k["tokenizer"]}}
+            else:
+                start = {"pretrain": k["pretrain"]}
+            k[f"finetune/{variant}"] = stable_hash({**start, "finetune": ft, "tasks_data": _task_data_key(plan)})
         k["report"] = stable_hash(sorted((n, v) for n, v in k.items() if n.startswith("finetune/")))
         return plan
 
@@ -95,6 +132,14 @@ class Plan:
             "transfer_layers": {"transfer_layers": self.cfg.orchestration.ablation_transfer_layers},
         }[variant]
         return self.cfg.finetune.model_copy(update=changes)
+
+    def from_random_init(self, variant: str) -> bool:
+        """The variant fine-tunes a randomly initialised model of this plan's own architecture, so it needs the
+        tokenizer but not pre-training (with an external checkpoint, the architecture is the checkpoint's)."""
+        return self.finetune_config(variant).from_scratch and self.external_checkpoint is None
+
+    def random_init_dir(self, variant: str) -> Path:
+        return self.dir(f"finetune/{variant}") / "random-init"
 
     def variant_config(self, variant: str) -> PipelineConfig:
         return self.cfg.model_copy(update={"finetune": self.finetune_config(variant)})
@@ -248,9 +293,13 @@ def write_resolved_config(cfg: PipelineConfig, path: Path) -> Path:
 
 
 def run_pretrain(plan: Plan, shards: Path, tokenizer_dir: Path, *, tracking_uri: str | None = None,
-                 parent_run_id: str | None = None, log_line: Callable[[str], None] = print) -> Path:
+                 parent_run_id: str | None = None, log_line: Callable[[str], None] = print,
+                 threads: str | None = None) -> Path:
     """DeepSpeed pre-training as a subprocess (`gpt1 pretrain`), or as a multi-node Slurm job when
-    `orchestration.pretrain_launcher` is "slurm" (`run_slurm_job`); resumes from its latest checkpoint on re-run."""
+    `orchestration.pretrain_launcher` is "slurm" (`run_slurm_job`); resumes from its latest checkpoint on re-run.
+
+    `threads`: OMP_NUM_THREADS of each local pre-training process, when it shares the machine with fine-tunes
+    (an OMP_NUM_THREADS set by the user wins); None leaves the launcher's default."""
     out = plan.dir("pretrain")
     final = out / "final"
     if is_done(out):
@@ -277,7 +326,8 @@ def run_pretrain(plan: Plan, shards: Path, tokenizer_dir: Path, *, tracking_uri:
             "--tokenizer", str(tokenizer_dir), "--nproc", str(plan.cfg.orchestration.pretrain_nproc),
             *_task_data_args(plan), *_tracking_args(tracking_uri, parent_run_id),
         )
-        stream_subprocess(cmd, log_line)
+        env = {"OMP_NUM_THREADS": threads} if threads and "OMP_NUM_THREADS" not in os.environ else None
+        stream_subprocess(cmd, log_line, env)
     mark_done(out, {"stage": "pretrain", "key": plan.keys["pretrain"], "seconds": round(time.time() - started, 3),
                     **info})
     return final
@@ -346,41 +396,318 @@ def _task_data_args(plan: Plan) -> list[str]:
 _variant_config_lock = threading.Lock()
 
 
-def finetune_command(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
-                     tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[str]:
+def write_random_init(plan: Plan, variant: str, tokenizer_dir: Path) -> Path:
+    """The "checkpoint" of a variant fine-tuned from a random init: a folder holding only the model's config.json
+    (what `GPT1.save_pretrained` writes, with the tokenizer's vocabulary size), which `gpt1 finetune` accepts when
+    `finetune.from_scratch` is set. Written atomically; rewritten only when it differs."""
+    from gpt1 import tokenizer
+
+    vocab = tokenizer.load(tokenizer_dir).vocab_size
+    config = plan.cfg.model.model_copy(update={"vocab_size": vocab}).model_dump()
+    folder = plan.random_init_dir(variant)
+    path = folder / "config.json"  # gpt1.model.CONFIG_NAME; not imported, so the flow process never loads torch
+    if not path.is_file() or read_json(path) != config:
+        write_json(path, config)
+    return folder
+
+
+def finetune_args(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
+                  tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[str]:
+    """The arguments of `gpt1 finetune` for one task (also its resolved config, written beside the task dirs)."""
     out = plan.task_dir(task, variant)
     out.mkdir(parents=True, exist_ok=True)
     with _variant_config_lock:  # the fan-out's threads share this file, and gpt1.io's temp name is per process
         resolved = write_resolved_config(plan.variant_config(variant), out.parent / "config.yaml")
-    return gpt1_command(
+    return [
         "finetune", "--task", task, "--data", str(plan.task_data(task)), "--checkpoint", str(checkpoint),
         "--out", str(out), "--preset", str(resolved), "--tokenizer", str(tokenizer_dir),
         "--run-name", f"{variant}/{task}", *_tracking_args(tracking_uri, parent_run_id),
-    )
+    ]
+
+
+def finetune_command(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
+                     tracking_uri: str | None = None, parent_run_id: str | None = None) -> list[str]:
+    return gpt1_command(*finetune_args(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
+                                       parent_run_id=parent_run_id))
 
 
 def run_finetune(plan: Plan, task: str, checkpoint: Path, tokenizer_dir: Path, variant: str = "full", *,
                  tracking_uri: str | None = None, parent_run_id: str | None = None,
-                 log_line: Callable[[str], None] = print) -> dict:
-    """One task's fine-tune + eval (`gpt1 finetune` subprocess); returns its metrics.json."""
+                 log_line: Callable[[str], None] = print, workers: "FinetuneWorkers | None" = None) -> dict:
+    """One task's fine-tune + eval; returns its metrics.json. In a worker of `workers` when given, else as a
+    `gpt1 finetune` subprocess (the cluster's one-task flow, scripts)."""
     out = plan.task_dir(task, variant)
+    label = f"{variant}/{task}"
     if is_done(out):
-        log_line(f"finetune {variant}/{task}: up to date ({out})")
+        log_line(f"finetune {label}: up to date ({out})")
         return read_json(out / "metrics.json")
-    cmd = finetune_command(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
-                           parent_run_id=parent_run_id)
+    args = finetune_args(plan, task, checkpoint, tokenizer_dir, variant, tracking_uri=tracking_uri,
+                         parent_run_id=parent_run_id)
     started = time.time()
-    threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
-               or threads_per_process(plan.cfg.orchestration.finetune_concurrency)}
+    prefixed = lambda line: log_line(f"[{label}] {line}")  # noqa: E731
     try:
-        stream_subprocess(cmd, lambda line: log_line(f"[{variant}/{task}] {line}"), threads)
+        if workers is not None:
+            workers.run(args, prefixed)
+        else:
+            threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS")
+                       or threads_per_process(plan.cfg.orchestration.finetune_concurrency)}
+            stream_subprocess(gpt1_command(*args), prefixed, threads)
     except RuntimeError as err:  # name the cause (the command's error.json), not only its exit code
         error = out / "error.json"
         if error.is_file() and error.stat().st_mtime >= started:
-            raise RuntimeError(f"{variant}/{task}: {read_json(error)['error']} ({err})") from None
-        raise
+            raise RuntimeError(f"{label}: {read_json(error)['error']} ({err})") from None
+        raise RuntimeError(f"{label}: {err}") from None
     mark_done(out, {"stage": "finetune", "task": task, "variant": variant, "seconds": round(time.time() - started, 3)})
     return read_json(out / "metrics.json")
+
+
+# -- reused fine-tune worker processes ------------------------------------------------------------------------
+class WorkerDied(RuntimeError):
+    """A fine-tune worker process ended abruptly (killed, out of memory) while running a job."""
+
+
+class FinetuneWorkers:
+    """`workers` reused processes running `gpt1 finetune ...` jobs, one job per process at a time.
+
+    Each worker is started on its first job (spawn, not fork: the flow process has threads), imports what a
+    fine-tune needs once (`preload`), sets its torch threads to its share of the cores (`threads`, else the user's
+    OMP_NUM_THREADS, else `threads_per_process(workers)`), and exits when this process dies. `run` blocks until a
+    worker is idle, streams the job's output lines (logging and prints) to its `log_line` while it runs, and
+    raises RuntimeError when the job fails (non-zero exit) or `WorkerDied` when its process ends abruptly; that
+    worker alone is then replaced. A job is `main(args)` in the worker, `main` a "module:function" returning an
+    exit code (`gpt1.cli.main`; tests give stand-ins). Thread-safe; `shutdown()` ends the workers, terminating any
+    still running a job (a flow run that is failing)."""
+
+    def __init__(self, workers: int, threads: str | None = None, *, preload: bool = True,
+                 main: str = "gpt1.cli:main"):
+        if workers < 1:
+            raise ValueError(f"FinetuneWorkers: workers must be >= 1, got {workers}")
+        self.threads = threads or os.environ.get("OMP_NUM_THREADS") or threads_per_process(workers)
+        self._workers = [_Worker(i, self.threads, preload, main) for i in range(workers)]
+        self._idle: queue.Queue[_Worker] = queue.Queue()
+        for worker in self._workers:
+            self._idle.put(worker)
+        self._closed = False
+
+    def run(self, args: list[str], log_line: Callable[[str], None] = print) -> None:
+        """Run `gpt1 <args>` in an idle worker (waiting for one), forwarding its output lines to `log_line`."""
+        if self._closed:
+            raise RuntimeError("FinetuneWorkers: shut down")
+        worker = self._idle.get()
+        try:
+            if self._closed:
+                raise RuntimeError("FinetuneWorkers: shut down")
+            code, pid = worker.run(args, log_line)
+        finally:
+            self._idle.put(worker)
+        if code != 0:
+            raise RuntimeError(f"`gpt1 {' '.join(args[:1])}` failed with exit code {code} (worker process {pid})")
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers started so far and still in use."""
+        return [w.pid for w in self._workers if w.pid is not None]
+
+    def shutdown(self) -> None:
+        self._closed = True
+        for worker in self._workers:
+            worker.stop()
+
+    def __enter__(self) -> "FinetuneWorkers":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+class _Worker:
+    """One worker process (a one-process ProcessPoolExecutor) and the thread forwarding its output."""
+
+    _job_ids = itertools.count(1)
+
+    def __init__(self, index: int, threads: str, preload: bool, main: str):
+        self.index, self.threads, self.preload, self.main = index, threads, preload, main
+        self.pid: int | None = None
+        self._executor: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # guards the current job's routing (the reader thread reads it)
+        self._job: int | None = None
+        self._sink: Callable[[str], None] | None = None
+        self._job_output_done = threading.Event()
+
+    def _start(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        reader, writer = context.Pipe(duplex=False)
+        executor = ProcessPoolExecutor(1, mp_context=context, initializer=_worker_main,
+                                       initargs=(writer, os.getpid(), self.threads, self.preload))
+        try:
+            self.pid = executor.submit(os.getpid).result()  # starts the process; the imports happen here, once
+        except BrokenProcessPool:
+            executor.shutdown(wait=False)
+            raise WorkerDied("a fine-tune worker process died while starting (its imports failed or it was "
+                             "killed); see the log lines before this error") from None
+        finally:
+            writer.close()  # the worker holds the only writing end now: its exit ends the reader below
+        self._executor = executor
+        threading.Thread(target=self._forward, args=(reader,), name=f"finetune-worker-{self.index}-output",
+                         daemon=True).start()
+
+    def _forward(self, reader) -> None:
+        """Route the worker's lines to the current job's sink (other lines, e.g. start-up, to this module's log)."""
+        while True:
+            try:
+                job, line = reader.recv()
+            except (EOFError, OSError):  # the worker exited (or was killed mid-line)
+                break
+            with self._lock:
+                sink = self._sink if job is not None and job == self._job else None
+            if line is None:
+                if sink is not None:
+                    self._job_output_done.set()
+                continue
+            try:
+                (sink or (lambda text: log.info("fine-tune worker %s: %s", self.pid, text)))(line)
+            except Exception:  # noqa: BLE001 - a failing log sink must not stop the forwarding of later lines
+                log.exception("fine-tune worker %s: could not forward a log line", self.pid)
+        reader.close()
+
+    def run(self, args: list[str], log_line: Callable[[str], None]) -> tuple[int, int | None]:
+        """(exit code, worker pid) of one job; raises WorkerDied if the process ends abruptly meanwhile."""
+        if self._executor is None:
+            self._start()
+        job = next(self._job_ids)
+        with self._lock:
+            self._job, self._sink = job, log_line
+            self._job_output_done.clear()
+        pid = self.pid
+        try:
+            code = self._executor.submit(_run_job, job, self.main, list(args)).result()
+            # The job's last lines may still be in the pipe: they precede its end-of-output record.
+            self._job_output_done.wait(timeout=60)
+            return code, pid
+        except BrokenProcessPool:
+            self._discard()
+            raise WorkerDied(f"the fine-tune worker process {pid} running it ended abruptly (killed by a signal, "
+                             "e.g. out of memory); the worker is replaced for the jobs after it") from None
+        finally:
+            with self._lock:
+                self._job, self._sink = None, None
+
+    def _discard(self) -> None:
+        executor, self._executor, self.pid = self._executor, None, None
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        """End the worker process; one still running a job (a flow that is failing) is terminated, not waited for."""
+        with self._lock:
+            busy = self._job is not None
+        pid, executor = self.pid, self._executor
+        if executor is None:
+            return
+        if busy and pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        executor.shutdown(wait=True, cancel_futures=True)
+        self._executor, self.pid = None, None
+
+
+# -- inside a worker process ----------------------------------------------------------------------------------
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # as `gpt1.cli.main` configures it
+_current_job: int | None = None
+
+
+class _JobOutput(io.TextIOBase):
+    """sys.stdout/sys.stderr of a worker: complete lines go to the parent, tagged with the running job's id."""
+
+    encoding, errors = "utf-8", "replace"
+
+    def __init__(self, writer, lock: threading.Lock):
+        # One pipe and lock for both streams: every thread of the worker writes (logging, prints, the job).
+        self._writer, self._lock, self._partial = writer, lock, ""
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            *lines, self._partial = (self._partial + text).split("\n")
+            for line in lines:
+                self._writer.send((_current_job, line.rstrip("\r")))
+        return len(text)
+
+    def end_of_job(self, last: bool) -> None:
+        """Send what is left of a partial line; `last`: then the record that ends the job's output."""
+        with self._lock:
+            if self._partial:
+                self._writer.send((_current_job, self._partial))
+                self._partial = ""
+            if last:
+                self._writer.send((_current_job, None))
+
+    def flush(self) -> None:  # lines are sent as they complete; a partial line waits for its end
+        pass
+
+    def isatty(self) -> bool:  # progress bars (tqdm, disable=None) stay off, as in a piped subprocess
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+def _worker_main(writer, parent_pid: int, threads: str, preload: bool) -> None:
+    """Initializer of a worker process: output to the parent, exit with it, thread share, imports done once."""
+    os.environ.pop("GPT1_PARENT_PID", None)  # `gpt1.cli.stop_with_parent` would stop the flow's process group
+    os.environ["OMP_NUM_THREADS"] = threads  # before torch is imported
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    lock = threading.Lock()
+    sys.stdout, sys.stderr = _JobOutput(writer, lock), _JobOutput(writer, lock)
+    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT, stream=sys.stderr, force=True)
+
+    def exit_with_parent() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)  # now, mid-job if need be: nothing may go on writing into the stage directories
+
+    threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
+    if not preload:
+        return
+    import sklearn.metrics  # noqa: F401 - the task metrics
+    import torch
+
+    import gpt1.finetune  # noqa: F401 - torch, safetensors, the tasks, MLflow tracking
+    import gpt1.serving  # noqa: F401 - MLflow models, pandas
+
+    torch.set_num_threads(int(threads))
+    # torch.optim.Optimizer.__init__ imports torch._dynamo on first use (~3 s): pay it here, once.
+    torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+
+
+def _run_job(job: int, main: str, args: list[str]) -> int:
+    """One `gpt1 ...` command in this worker, as a fresh `gpt1` process would run it; returns its exit code."""
+    global _current_job
+    import importlib
+
+    from gpt1 import tracking
+
+    module, function = main.split(":")
+    _current_job = job
+    tracking._GAVE_UP.clear()  # a fresh process has not given up on any tracking server yet
+    try:
+        code = getattr(importlib.import_module(module), function)(args)
+    except SystemExit as exit:  # argparse and sys.exit(): the code (and message) a process would exit with
+        if isinstance(exit.code, str):
+            print(exit.code, file=sys.stderr)
+        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    except BaseException:  # noqa: BLE001 - reported like an uncaught exception ends a process
+        traceback.print_exc()
+        code = 1
+    finally:
+        tracking._drain_at_exit()  # what a process exit does for runs left with undelivered calls
+    for stream, last in ((sys.stdout, False), (sys.stderr, True)):
+        if isinstance(stream, _JobOutput):
+            stream.end_of_job(last)
+    _current_job = None
+    return code
 
 
 def run_report(plan: Plan, *, tracking_uri: str | None = None, parent_run_id: str | None = None,

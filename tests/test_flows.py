@@ -1,9 +1,12 @@
 """Reliability of the Prefect orchestration (issue #6): the `gpt1` flow end to end on a tiny config.
 
-1. Content caching: a re-run recomputes nothing; a fine-tune setting redoes fine-tuning only; a stage directory
-   deleted by hand is rebuilt (the `.done` marker on disk decides, never a stale Prefect cache entry).
+1. Content caching: a re-run recomputes nothing; a fine-tune setting redoes fine-tuning only (both variants); a
+   stage directory deleted by hand is rebuilt (the `.done` marker on disk decides, never a stale Prefect cache
+   entry). The no-pre-training ablation's key ignores pre-training settings, and its fine-tunes start while
+   pre-training runs, at most N-1 beside it (N = orchestration.finetune_concurrency).
 2. One fine-tune task failing on a corrupted input file: the others finish, are logged and reported; the flow run
-   and its MLflow parent run end Failed, naming the task.
+   and its MLflow parent run end Failed, naming the task. (The fine-tunes run in reused worker processes; the
+   workers themselves are tested in test_stage_processes.py.)
 3. SIGKILL of the whole flow process group mid pre-training (a real `prefect server`), then a re-run: finished
    stages are not redone, pre-training resumes from its last complete checkpoint, the final weights are sound.
 4. The MLflow server going down while pre-training logs, and coming back later: the flow completes and MLflow
@@ -54,6 +57,7 @@ TINY = [
 if "probe_max_examples" in PretrainConfig.model_fields:
     TINY.append("pretrain.probe_max_examples=16")
 FLOW_TIMEOUT = 900
+BASE = ["orchestration.ablations=[no_pretrain]"]  # the shared run: fine-tunes from scratch beside pre-training
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
@@ -225,9 +229,9 @@ def base(harness, tmp_path_factory):
     """One complete run of the flow; its work dir is shared by every test (each adds its own keys)."""
     root = tmp_path_factory.mktemp("flows").resolve()
     uri = mlflow_store(root / "mlflow")
-    state = run_flow(root / "work", uri)
+    state = run_flow(root / "work", uri, BASE)
     assert state.is_completed(), state.message
-    return SimpleNamespace(work=root / "work", uri=uri, plan=plan_for(root / "work"), state=state)
+    return SimpleNamespace(work=root / "work", uri=uri, plan=plan_for(root / "work", BASE), state=state)
 
 
 @pytest.fixture(scope="module")
@@ -282,10 +286,10 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
     work, plan = base.work, base.plan
     done = done_markers(work)
     assert {plan.dir(s).relative_to(work).as_posix() for s in UPSTREAM} <= set(done)
-    assert {plan.task_dir(t).relative_to(work).as_posix() for t in TASKS} <= set(done)
+    assert {plan.task_dir(t, v).relative_to(work).as_posix() for t in TASKS for v in plan.variants} <= set(done)
     metrics = {t: (plan.task_dir(t) / "metrics.json").read_bytes() for t in TASKS}
 
-    state = run_flow(work, base.uri)
+    state = run_flow(work, base.uri, BASE)
     assert state.is_completed(), state.message
     assert done_markers(work) == done, "a re-run with the same parameters recomputed a stage"
     assert {t: (plan.task_dir(t) / "metrics.json").read_bytes() for t in TASKS} == metrics
@@ -295,17 +299,17 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
     in_process = UPSTREAM[:-1]  # pre-training logs its own run when it trains
     assert {s: stages[s].data.tags.get("gpt1.cached") for s in in_process} == dict.fromkeys(in_process, "true")
 
-    changed = ["finetune.lr=1e-3"]
+    changed = [*BASE, "finetune.lr=1e-3"]
     new_plan = plan_for(work, changed)
     assert {s: new_plan.keys[s] for s in UPSTREAM} == {s: plan.keys[s] for s in UPSTREAM}
-    assert new_plan.keys["finetune/full"] != plan.keys["finetune/full"]
+    assert all(new_plan.keys[f"finetune/{v}"] != plan.keys[f"finetune/{v}"] for v in plan.variants)
     started = time.time()
     state = run_flow(work, base.uri, changed)
     assert state.is_completed(), state.message
     after = done_markers(work)
     assert {k: after[k] for k in done} == done, "changing a fine-tune setting recomputed finished work"
-    new_dir = new_plan.dir("finetune/full").relative_to(work).as_posix()
-    assert set(after) - set(done) == {f"{new_dir}/{t}" for t in TASKS}, "only the fine-tunes are new"
+    new = {new_plan.task_dir(t, v).relative_to(work).as_posix() for t in TASKS for v in plan.variants}
+    assert set(after) - set(done) == new, "only the fine-tunes are new"
     for task in TASKS:
         assert read_json(new_plan.task_dir(task) / "metrics.json")["finetune_config"]["lr"] == 1e-3
         assert (plan.task_dir(task) / "metrics.json").read_bytes() == metrics[task]  # the old results stay
@@ -322,12 +326,62 @@ def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base
     others = {k: v for k, v in done_markers(base.work).items() if not k.startswith("sample/")}
     shutil.rmtree(sample)
 
-    state = run_flow(base.work, base.uri)
+    state = run_flow(base.work, base.uri, BASE)
     assert state.is_completed(), state.message
     assert P.is_done(sample), "the deleted stage was not rebuilt (a stale cached result was returned)"
     assert {name: sha256_tree(sample / name) for name in digests} == digests  # deterministic: same bytes again
     after = done_markers(base.work)
     assert {k: after[k] for k in others} == others, "rebuilding one stage recomputed others"
+
+
+def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(tmp_path):
+    """The ablation fine-tunes a random init: pre-training settings must not re-run it, its own inputs must."""
+    def keys(*change: str) -> tuple[str, str]:
+        plan = plan_for(tmp_path, [*BASE, *change])
+        return plan.keys["finetune/no_pretrain"], plan.keys["finetune/full"]
+
+    scratch, full = keys()
+    for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "data.shard_rows=128"):
+        assert keys(change)[0] == scratch, f"{change} re-runs the no-pre-training fine-tunes"
+        assert keys(change)[1] != full, f"{change} does not re-run the fine-tunes from the pre-trained model"
+    for change in ("model.n_layer=2", "model.n_ctx=64", "tokenizer.merges=300", "finetune.lr=1e-3",
+                   "finetune.epochs=2", f"finetune.data={tmp_path}"):
+        assert keys(change)[0] != scratch, f"{change} does not re-run the no-pre-training fine-tunes"
+    # The "gpt1/ablation-no-pretrain" deployment: its full run is from scratch, hence as independent.
+    assert plan_for(tmp_path, ["finetune.from_scratch=true"]).from_random_init("full")
+    # From a given checkpoint (gpt1-finetune-all), the architecture is that checkpoint's: every variant hashes it.
+    given = P.Plan.make(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
+    assert not given.from_random_init("no_pretrain") and given.keys["finetune/no_pretrain"] != scratch
+    assert given.keys["finetune/no_pretrain"] != P.Plan.make(
+        load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").keys["finetune/no_pretrain"]
+
+
+@pytest.mark.slow
+def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
+    from gpt1.model import load_model_config
+    from gpt1.tokenizer import load as load_tokenizer
+
+    plan = base.plan
+    info = lambda path: read_json(path / P.DONE)  # noqa: E731
+    span = lambda i: (i["finished"] - i["seconds"], i["finished"])  # noqa: E731
+    pretrain = span(info(plan.dir("pretrain")))
+    scratch = {t: span(info(plan.task_dir(t, "no_pretrain"))) for t in TASKS}
+    full = {t: span(info(plan.task_dir(t))) for t in TASKS}
+    assert min(start for start, _ in scratch.values()) < pretrain[1], (pretrain, scratch)
+    assert all(start >= pretrain[1] for start, _ in full.values()), (pretrain, full)
+    # Pre-training holds one of the 2 slots: the fine-tunes beside it never overlap one another.
+    beside = sorted((max(s, pretrain[0]), min(e, pretrain[1])) for s, e in [*scratch.values(), *full.values()]
+                    if s < pretrain[1] and e > pretrain[0])
+    assert all(a[1] <= b[0] for a, b in zip(beside, beside[1:])), (pretrain, beside)
+
+    init = plan.random_init_dir("no_pretrain")
+    assert sorted(p.name for p in init.iterdir()) == ["config.json"]
+    vocab = load_tokenizer(plan.dir("tokenizer")).vocab_size
+    assert load_model_config(init / "config.json") == plan.cfg.model.model_copy(update={"vocab_size": vocab})
+    for task in TASKS:
+        metrics = read_json(plan.task_dir(task, "no_pretrain") / "metrics.json")
+        assert metrics["checkpoint"] == str(init) and metrics["ablation"] == "no_pretrain"
+        assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / "config.json")
 
 
 def test_fan_out_threads_write_the_shared_variant_config_safely(tmp_path):
