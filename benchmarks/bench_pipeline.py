@@ -4,7 +4,9 @@ on top of calling `gpt1.pipeline` directly.
 Runs of one config on this machine, one after the other, each in its own work dir (`--runs`, default the first
 three):
 
-  plain        the `gpt1.pipeline` stage functions called in order, fine-tunes one at a time (no Prefect)
+  plain        the `gpt1.pipeline` stage functions called in order, fine-tunes one at a time in one reused
+               worker process, as the flow runs them (no Prefect)
+  plain-sub    the same with every fine-tune a `gpt1 finetune` subprocess of its own (what a worker saves)
   flow-1       the `gpt1` Prefect flow, orchestration.finetune_concurrency=1 (same work as `plain`)
   flow-n       the same flow with finetune_concurrency=N, its upstream stages copied from `flow-1` (so cached:
                only the fan-out and the report run)
@@ -27,6 +29,7 @@ ended.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,8 +44,9 @@ from gpt1.io import read_json
 UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
 
 
-def run_plain(preset: str, overrides: list[str], work: Path, uri: str) -> float:
-    """Every stage in order without Prefect; fine-tunes sequential."""
+def run_plain(preset: str, overrides: list[str], work: Path, uri: str, subprocesses: bool = False) -> float:
+    """Every stage in order without Prefect; fine-tunes sequential, in one reused worker process (as the flow
+    runs them) or, with `subprocesses`, each in a `gpt1 finetune` process of its own."""
     plan = P.Plan.make(load_config(preset, overrides), work)
     started = time.perf_counter()
     quiet = lambda line: None  # noqa: E731 - subprocess output is not what is measured
@@ -52,9 +56,11 @@ def run_plain(preset: str, overrides: list[str], work: Path, uri: str) -> float:
     tok = P.run_train_tokenizer(plan, corpus)
     shards = P.run_tokenize(plan, corpus, tok)
     checkpoint = P.run_pretrain(plan, shards, tok, tracking_uri=uri, log_line=quiet)
-    for variant in plan.variants:
-        for task in plan.cfg.finetune.tasks:
-            P.run_finetune(plan, task, checkpoint, tok, variant, tracking_uri=uri, log_line=quiet)
+    with contextlib.nullcontext() if subprocesses else P.FinetuneWorkers(1) as workers:
+        for variant in plan.variants:
+            start = P.write_random_init(plan, variant, tok) if plan.from_random_init(variant) else checkpoint
+            for task in plan.cfg.finetune.tasks:
+                P.run_finetune(plan, task, start, tok, variant, tracking_uri=uri, log_line=quiet, workers=workers)
     P.run_report(plan, tracking_uri=uri, log_line=quiet)
     return time.perf_counter() - started
 
@@ -106,14 +112,14 @@ def main() -> None:
     parser.add_argument("--preset", default="smoke")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--concurrency", type=int, default=2, help="N of flow-n and fresh-n (default 2)")
-    parser.add_argument("--runs", default="plain,flow-1,flow-n", help="comma-separated, of plain, flow-1, flow-n, "
-                        "fresh-n (default: plain,flow-1,flow-n)")
+    parser.add_argument("--runs", default="plain,flow-1,flow-n", help="comma-separated, of plain, plain-sub, flow-1, "
+                        "flow-n, fresh-n (default: plain,flow-1,flow-n)")
     parser.add_argument("--work", help="keep the work dirs here (default: a temporary folder, removed)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
     runs = args.runs.split(",")
-    unknown = set(runs) - {"plain", "flow-1", "flow-n", "fresh-n"}
+    unknown = set(runs) - {"plain", "plain-sub", "flow-1", "flow-n", "fresh-n"}
     if unknown or ("flow-n" in runs and "flow-1" not in runs):
         parser.error(f"--runs {args.runs}: unknown {sorted(unknown)}" if unknown else
                      "--runs: flow-n takes its upstream stages from flow-1")
@@ -128,6 +134,8 @@ def main() -> None:
     try:
         if "plain" in runs:
             totals["plain"] = run_plain(args.preset, sequential, root / "plain", uri)
+        if "plain-sub" in runs:
+            totals["plain-sub"] = run_plain(args.preset, sequential, root / "plain-sub", uri, subprocesses=True)
         with prefect_test_harness(server_startup_timeout=120):
             if "flow-1" in runs:
                 totals["flow-1"] = run_flow(args.preset, sequential, root / "flow-1")
@@ -140,7 +148,7 @@ def main() -> None:
                 totals["flow-n"] = run_flow(args.preset, parallel, root / "flow-n")
             if "fresh-n" in runs:
                 totals["fresh-n"] = run_flow(args.preset, parallel, root / "fresh-n")
-        flows = [r for r in runs if r != "plain"]
+        flows = [r for r in runs if not r.startswith("plain")]
         stages = stage_seconds(root / flows[0]) if flows else {}
         fanouts = {r: fanout_wall(root / r) for r in flows}
         overlaps = {r: overlap(root / r) for r in flows if r != "flow-n"}  # flow-n's pre-training is a copy
@@ -165,6 +173,10 @@ def main() -> None:
             line += (f"; pre-training {o['pretrain_s']:.1f} s, {o['started_during_pretrain']} fine-tunes started "
                      f"during it, fan-out after it {o['after_pretrain_s']:.1f} s")
         print(line)
+    if "plain" in totals and "plain-sub" in totals:
+        plain, sub = totals["plain"], totals["plain-sub"]
+        print(f"fine-tunes in one reused worker vs a process each: plain {plain:.1f} s vs plain-sub {sub:.1f} s "
+              f"end to end ({sub - plain:+.1f} s)")
     if "plain" in totals and "flow-1" in totals:
         plain, flow_1 = totals["plain"], totals["flow-1"]
         print(f"orchestration overhead: flow-1 - plain = {flow_1 - plain:+.1f} s ({(flow_1 - plain) / plain:+.1%})")
