@@ -38,23 +38,32 @@ def alive(pid: int) -> bool:
         return stat.read().split(") ")[1][0] != "Z"
 
 
-def start_stage() -> tuple[subprocess.Popen, int]:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, STAGE], stdout=subprocess.PIPE, text=True)
+def start_parent(code: str, *args: str, tag: str) -> tuple[subprocess.Popen, int]:
+    """Run `code` as a parent process; returns it and the child pid it prints first, as "<tag> <pid>"."""
+    parent = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
     line = parent.stdout.readline().split()
-    assert line[:1] == ["stage"], line
+    assert line[:1] == [tag], line
     return parent, int(line[1])
+
+
+def start_stage() -> tuple[subprocess.Popen, int]:
+    return start_parent(PARENT, STAGE, tag="stage")
+
+
+def assert_dies_with_its_parent(parent: subprocess.Popen, child: int, what: str) -> None:
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(child), f"{what} kept running after the process that started it died"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_stage_stops_when_the_pipeline_process_is_killed():
     parent, stage = start_stage()
     assert os.getpgid(stage) == stage != os.getpgid(parent.pid)  # its own session: one group per stage tree
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while alive(stage) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not alive(stage), "the stage kept running after its pipeline process died"
+    assert_dies_with_its_parent(parent, stage, "the stage")
 
 
 def test_stage_keeps_running_while_the_parent_lives():
@@ -187,14 +196,6 @@ FinetuneWorkers(1, preload=False, main="{__name__}:stand_in_gpt1").run(["hang"],
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_pool_workers_exit_when_their_parent_is_killed():
-    parent = subprocess.Popen([sys.executable, "-c", POOL_PARENT], stdout=subprocess.PIPE, text=True)
-    line = parent.stdout.readline().split()
-    assert line[:1] == ["pid"], line
-    worker = int(line[1])
+    parent, worker = start_parent(POOL_PARENT, tag="pid")
     assert os.getpgid(worker) == os.getpgid(parent.pid)  # in the flow's group: it must stop itself
-    parent.send_signal(signal.SIGKILL)
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while alive(worker) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not alive(worker), "a pool worker kept running after the process that started it died"
+    assert_dies_with_its_parent(parent, worker, "a pool worker")
