@@ -691,18 +691,16 @@ def _run_job(job: int, main: str, args: list[str]) -> int:
 
     module, function = main.split(":")
     _current_job = job
-    tracking._GAVE_UP.clear()  # a fresh process has not given up on any tracking server yet
-    try:
-        code = getattr(importlib.import_module(module), function)(args)
-    except SystemExit as exit:  # argparse and sys.exit(): the code (and message) a process would exit with
-        if isinstance(exit.code, str):
-            print(exit.code, file=sys.stderr)
-        code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-    except BaseException:  # noqa: BLE001 - reported like an uncaught exception ends a process
-        traceback.print_exc()
-        code = 1
-    finally:
-        tracking._drain_at_exit()  # what a process exit does for runs left with undelivered calls
+    with tracking.as_own_process():
+        try:
+            code = getattr(importlib.import_module(module), function)(args)
+        except SystemExit as exit:  # argparse and sys.exit(): the code (and message) a process would exit with
+            if isinstance(exit.code, str):
+                print(exit.code, file=sys.stderr)
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+        except BaseException:  # noqa: BLE001 - reported like an uncaught exception ends a process
+            traceback.print_exc()
+            code = 1
     for stream, last in ((sys.stdout, False), (sys.stderr, True)):
         if isinstance(stream, _JobOutput):
             stream.end_of_job(last)

@@ -506,6 +506,18 @@ atexit.register(_drain_at_exit)
 
 
 @contextlib.contextmanager
+def as_own_process() -> Iterator[None]:
+    """Run a job in a reused process (the fine-tune workers) with the tracking state a fresh process would have:
+    no server given up on at the start, and what is left undelivered at the end drained as at a process exit
+    (multiprocessing workers never run atexit handlers)."""
+    _GAVE_UP.clear()
+    try:
+        yield
+    finally:
+        _drain_at_exit()
+
+
+@contextlib.contextmanager
 def start_run(name: str, **kwargs: Any) -> Iterator[RunLogger]:
     """`with start_run("pretrain", parent_run_id=...) as run:`; FAILED if the block raises."""
     run = RunLogger(name, **kwargs)
