@@ -54,7 +54,8 @@ def main() -> None:
     from gpt1.config import load_config
     from gpt1.distributed import deepspeed_config, init_world
     from gpt1.model import GPT1
-    from gpt1.pretrain import lm_loss, param_groups
+    from gpt1.optim import param_groups
+    from gpt1.pretrain import lm_loss
 
     init_world()
     cfg = load_config("paper", [f"pretrain.zero_stage={args.zero_stage}", f"pretrain.precision={args.precision}",

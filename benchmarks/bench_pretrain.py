@@ -37,7 +37,8 @@ import torch
 
 from gpt1.config import load_config
 from gpt1.model import GPT1
-from gpt1.pretrain import lm_loss, lr_factor, param_groups
+from gpt1.optim import lr_factor, param_groups
+from gpt1.pretrain import lm_loss
 
 
 def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int | None, vocab: int | None) -> dict:

@@ -124,6 +124,8 @@ class FinetuneConfig(_Section):
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # the release's Adam settings, as pre-training's
+    adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0)
     clf_pdrop: float = Field(0.1, ge=0, lt=1)
     aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")

@@ -251,7 +251,7 @@ def _build(cfg: dict, state: dict[str, torch.Tensor], source: str | os.PathLike)
 
 
 # ----------------------------------------------------------------------------------------------------------- CLI
-def add_convert_args(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     direction = parser.add_mutually_exclusive_group(required=True)
     direction.add_argument("--from", dest="source_format", choices=("hf", "openai"),
                            help="import: hf = a transformers save_pretrained folder; openai = the original release")
@@ -262,7 +262,7 @@ def add_convert_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for the special-token rows (--from openai)")
 
 
-def run_convert(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
     src = Path(args.src)
     if not src.is_dir():
         raise NotADirectoryError(f"source folder not found: {src}")

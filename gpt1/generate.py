@@ -69,7 +69,7 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 40, *, te
 # ------------------------------------------------------------------------------------------------------- CLI
 
 
-def add_generate_args(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
                         help="model folder (model.safetensors + config.json), e.g. pretrain OUT/final")
     parser.add_argument("--prompt", required=True, help="text to continue")
@@ -80,7 +80,7 @@ def add_generate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="folder or tokenizer.json (default: CHECKPOINT/tokenizer.json)")
 
 
-def run_generate(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
     from gpt1 import tokenizer as tokenizer_lib
     from gpt1.model import GPT1
 

@@ -6,6 +6,7 @@ name, and name their outputs by `stable_hash` of their inputs so a re-run can sk
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
@@ -82,3 +83,14 @@ class InputError(ValueError):
         if field:
             where = f"{where} [{field}]" if where else f"[{field}]"
         super().__init__(f"{where}: {message}" if where else message)
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts and sizes: 0 and negatives are refused, not silently replaced by a default."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value

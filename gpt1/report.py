@@ -25,7 +25,6 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -297,21 +296,3 @@ def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, l
         log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
                  fmt(run.glue_score()))
     return files
-
-
-# -- CLI ------------------------------------------------------------------------------------------------------
-def add_report_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", required=True, nargs="+", type=Path, metavar="DIR",
-                        help="results folders: one per run (a task folder or a folder of task folders)")
-    parser.add_argument("--labels", "--label", nargs="+", metavar="LABEL",
-                        help="a name per results folder, in order (default: folder names)")
-    parser.add_argument("--out", required=True, type=Path, help="where results.md/png/json go")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI of --run-id")
-    parser.add_argument("--run-id", help="MLflow run (the pipeline's parent run) to log the report to")
-
-
-def run_report(args: argparse.Namespace) -> int:
-    files = build_report(args.results, args.out, args.labels, tracking_uri=args.tracking_uri, run_id=args.run_id)
-    print(files["markdown"].read_text(encoding="utf-8"))
-    print("wrote " + ", ".join(str(p) for p in files.values()))
-    return 0

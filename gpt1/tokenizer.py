@@ -37,7 +37,6 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import argparse
 import collections
 import hashlib
 import itertools
@@ -45,7 +44,6 @@ import json
 import logging
 import re
 import tempfile
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -54,8 +52,8 @@ import ftfy
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm import tqdm
 
-from gpt1.config import SPECIAL_TOKENS, TokenizerConfig
-from gpt1.io import InputError, read_json, write_json, write_text
+from gpt1.config import SPECIAL_TOKENS
+from gpt1.io import InputError, read_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -441,23 +439,6 @@ def train(texts: Iterable[str], merges: int, min_frequency: int = 2, show_progre
     return GPT1Tokenizer(_build({s: i for i, s in enumerate(symbols)}, kept))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI: gpt1 train-tokenizer
-
-
-def add_train_tokenizer_args(parser: argparse.ArgumentParser) -> None:
-    defaults = TokenizerConfig()
-    parser.add_argument("--corpus", required=True, help="an ingested corpus (gpt1 ingest); its train split is read")
-    parser.add_argument("--out", required=True, help="folder for tokenizer.json and tokenizer_stats.json")
-    parser.add_argument("--merges", type=int, default=defaults.merges, help="BPE merges to learn (paper: 40,000)")
-    parser.add_argument("--min-frequency", type=int, default=defaults.min_frequency,
-                        help="a pair must occur this often to be merged")
-    parser.add_argument("--max-chars", type=int, default=defaults.max_train_chars,
-                        help="read at most this many characters of the corpus")
-    parser.add_argument("--limit-alphabet", type=int, default=defaults.limit_alphabet,
-                        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)")
-
-
 def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) -> Iterator[str]:
     """`texts` up to `max_chars` characters in all (the last one cut), counting documents and characters."""
     for text in texts:
@@ -468,38 +449,3 @@ def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) 
         counts["documents"] += 1
         counts["characters"] += len(text)
         yield text
-
-
-def run_train_tokenizer(args: argparse.Namespace) -> int:
-    from gpt1.data.corpus import iter_texts, split_files
-
-    if min(args.merges, args.min_frequency, args.limit_alphabet, args.max_chars or 1) < 1:
-        raise ValueError("--merges, --min-frequency, --limit-alphabet and --max-chars must be positive")
-    if not split_files(args.corpus, "train"):
-        raise InputError("the corpus has no train documents", file=Path(args.corpus) / "train")
-    counts = {"documents": 0, "characters": 0}
-    start = time.perf_counter()
-    tokenizer = train(capped(iter_texts(args.corpus, "train"), args.max_chars, counts), args.merges,
-                      min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet)
-    seconds = time.perf_counter() - start
-    out = Path(args.out)
-    tokenizer.save(out)
-    stats = {
-        "vocab_size": tokenizer.vocab_size,
-        "bpe_vocab_size": tokenizer.vocab_size - len(SPECIAL_TOKENS),
-        "merges_requested": args.merges,
-        "merges": tokenizer.num_merges,
-        "min_frequency": args.min_frequency,
-        "limit_alphabet": args.limit_alphabet,
-        "documents": counts["documents"],
-        "characters": counts["characters"],
-        "seconds": round(seconds, 3),
-        "characters_per_second": round(counts["characters"] / max(seconds, 1e-9)),
-        "sha256": tokenizer.sha256,
-        "corpus": str(args.corpus),
-    }
-    write_json(out / STATS_FILE, stats)
-    log.info("tokenizer: %d merges, vocab %d (incl. %d specials) from %d documents / %d chars in %.1f s (%.0f chars/s)"
-             " -> %s", stats["merges"], stats["vocab_size"], len(SPECIAL_TOKENS), stats["documents"],
-             stats["characters"], seconds, stats["characters_per_second"], out / TOKENIZER_FILE)
-    return 0

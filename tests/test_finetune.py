@@ -22,9 +22,10 @@ from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.data.sample import write_sample_data
-from gpt1.finetune import (TaskPredictor, backward, build_model, evenly_spaced, finetune, held_out_splits,
-                           lm_loss, load_task_data, read_inputs, warmup_linear)
+from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, lm_loss, load_task_data
 from gpt1.model import GPT1
+from gpt1.optim import lr_factor
+from gpt1.predict import TaskPredictor, read_inputs
 
 torch.set_num_threads(1)
 
@@ -219,7 +220,7 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_ta
 
 
 def test_warmup_then_linear_decay():
-    factor = warmup_linear(total=100, warmup=4)
+    factor = lambda i: lr_factor(i, warmup_steps=4, total_steps=100, schedule="linear")  # noqa: E731
     assert [factor(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert factor(4) == pytest.approx(96 / 96) and factor(52) == pytest.approx(48 / 96)
     assert factor(99) == pytest.approx(1 / 96) and factor(100) == 0.0
@@ -269,13 +270,17 @@ def test_build_model_ablations(checkpoint, work):
                        load_file(str(small / "model.safetensors"))["tokens_embed.weight"])
 
 
-def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint):
+def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint, capsys):
     out = work / "conflict"
     with pytest.raises(ValueError, match="exclude each other"):
         finetune("sst2", sample_tasks / "SST-2", checkpoint, out, FinetuneConfig(from_scratch=True, transfer_layers=1),
                  track=False)
-    assert "exclude each other" in json.loads((out / "error.json").read_text())["error"]
-    assert not (out / "metrics.json").exists()
+    args = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint", str(checkpoint),
+            "--out", str(out), "--no-tracking", "--set", "finetune.from_scratch=true",
+            "--set", "finetune.transfer_layers=1"]
+    assert cli.main(args) == 2 and "exclude each other" in capsys.readouterr().err
+    assert "exclude each other" in json.loads((out / "error.json").read_text())["error"]  # for the report
+    assert sorted(p.name for p in out.iterdir()) == ["error.json"]
 
 
 def test_same_seed_same_metrics_and_weights(work, sample_tasks, checkpoint):
@@ -385,8 +390,8 @@ def test_finetune_cli_with_preset_overrides_and_bad_checkpoint(work, sample_task
     bad = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint",
            str(work / "nowhere"), "--out", str(work / "bad"), "--no-tracking"]
     assert cli.main(bad) == 2
-    assert "does not exist" in capsys.readouterr().err
-    assert "nowhere" in json.loads((work / "bad" / "error.json").read_text())["error"]
+    assert "nowhere does not exist" in capsys.readouterr().err
+    assert not (work / "bad").exists()  # refused before anything was written
 
 
 def test_report_from_finetune_outputs(runs, work):

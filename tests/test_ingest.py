@@ -554,8 +554,8 @@ def test_unwrap_lines_setting_in_the_stage_cli_stats_and_pipeline_keys(tmp_path,
     # in the pipeline the setting is part of the ingest key, so changing it re-runs ingestion and what follows
     plans = [Plan.make(load_config("smoke", [f"data.unwrap_lines={value}"]), tmp_path / "work")
              for value in ("true", "false")]
-    assert plans[0].keys["sample"] == plans[1].keys["sample"]
-    assert plans[0].keys["ingest"] != plans[1].keys["ingest"] and plans[0].keys["shards"] != plans[1].keys["shards"]
+    assert plans[0].jobs["sample"].key() == plans[1].jobs["sample"].key()
+    assert all(plans[0].jobs[s].key() != plans[1].jobs[s].key() for s in ("ingest", "shards"))
 
 
 def test_cli_ingest_prints_a_summary(tmp_path, capsys):

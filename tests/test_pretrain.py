@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +23,8 @@ from gpt1.distributed import batch_layout, deepspeed_config, prepare_env, worker
 from gpt1.generate import generate
 from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model import GPT1, flops_per_token
-from gpt1.pretrain import lm_loss, lr_factor, param_groups, read_metrics, resume_point, total_steps
+from gpt1.optim import lr_factor, param_groups
+from gpt1.pretrain import lm_loss, read_metrics, resume_point, total_steps
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 
@@ -268,29 +269,23 @@ def test_cpu_matmul_peak_is_measured():
 # ---------------------------------------------------------------------------------- pre-launch checks
 
 
-def test_cli_rejects_bad_input_before_launch(tmp_path, monkeypatch):
-    from gpt1.pretrain import prepare_run
+def test_cli_rejects_bad_input_before_launch(tmp_path, capsys):
+    from gpt1.cli import main
 
-    args = SimpleNamespace(preset="smoke", shards=str(tmp_path / "none"), out=str(tmp_path / "out"), set=[],
-                           resume=None, max_steps=None, save_every=None, precision=None, zero_stage=None, nproc=1,
-                           nnodes=1, dry_run=False, tracking_uri=None, parent_run_id=None, tokenizer=None,
-                           task_data=None, probe_examples=None)
-    with pytest.raises(FileNotFoundError, match="manifest.json"):
-        prepare_run(args)
+    def pretrain(*args: str) -> str:
+        assert main(["pretrain", "--preset", "smoke", "--out", str(tmp_path / "out"), *args]) == 2
+        return capsys.readouterr().err
+
+    assert "does not exist" in pretrain("--shards", str(tmp_path / "none"))
     shards = tmp_path / "shards"
     shards.mkdir()
     (shards / "manifest.json").write_text('{"format": "gpt1-shards/1", "n_ctx": 64, "dtype": "uint16", '
                                           '"vocab_size": 300, "splits": {}}')
-    args.shards = str(shards)
-    with pytest.raises(ValueError, match=r"n_ctx=64 .* model.n_ctx=128"):
-        prepare_run(args)
-    args.set = ["model.n_ctx=64", "pretrain.global_batch_size=6"]
-    args.nproc, args.nnodes, args.dry_run = 2, 2, True
-    with pytest.raises(ValueError, match="not divisible by the world size 4"):
-        prepare_run(args)
-    args.dry_run = False
-    with pytest.raises(ValueError, match="started on every node"):
-        prepare_run(args)
+    assert re.search(r"n_ctx=64 .* model.n_ctx=128", pretrain("--shards", str(shards)))
+    layout = ["--shards", str(shards), "--set", "model.n_ctx=64", "--set", "pretrain.global_batch_size=6",
+              "--nproc", "2", "--nnodes", "2"]
+    assert "not divisible by the world size 4" in pretrain(*layout, "--dry-run")
+    assert "started on every node" in pretrain(*layout)
     assert not (tmp_path / "out").exists()  # nothing written when validation fails
 
 

@@ -239,7 +239,7 @@ def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, 
     assert manifest["tokenizer_sha256"] == tokenizer.sha256
     assert f"{manifest['totals']['rows']} blocks of 129 tokens" in capsys.readouterr().out
     assert cli([*args[:2], str(tmp_path / "nowhere"), *args[3:]]) == 2
-    assert "not an ingested corpus" in capsys.readouterr().err
+    assert "nowhere does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # kills a real `gpt1 tokenize` run; a few seconds of tokenization

@@ -38,7 +38,6 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import glob
 import hashlib
@@ -57,7 +56,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from gpt1.config import DataConfig
 from gpt1.data.clean import UndecodableError, clean, decode
 from gpt1.data.corpus import SCHEMA, SPLITS, STATS_FILE
 from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree, stable_hash, write_json
@@ -580,34 +578,6 @@ def _move_into_place(build: Path, out: Path) -> None:
     os.replace(build, out)
     if old is not None:
         shutil.rmtree(old)
-
-
-# -- CLI: gpt1 ingest -------------------------------------------------------------------------------------------
-def add_ingest_args(parser: argparse.ArgumentParser) -> None:
-    defaults = DataConfig()
-    parser.add_argument("--source", required=True,
-                        help="directory or glob of .txt/.jsonl/.parquet, a file, or hf:<id>[@revision][:split]")
-    parser.add_argument("--out", required=True, help="corpus directory to write")
-    parser.add_argument("--text-column", default=defaults.text_column, help="text field of jsonl/parquet/hf rows")
-    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction,
-                        help="share of documents held out for validation")
-    parser.add_argument("--seed", type=int, default=defaults.split_seed, help="train/val split seed")
-    parser.add_argument("--min-doc-chars", type=int, default=defaults.min_doc_chars,
-                        help="reject documents shorter than this after cleaning")
-    parser.add_argument("--rows-per-doc", type=int, default=None,
-                        help=f"rows joined per document for row sources (default: {BOOKCORPUS_ROWS_PER_DOC} for "
-                             f"hub BooksCorpus, else 1)")
-    parser.add_argument("--unwrap-lines", action=argparse.BooleanOptionalAction, default=defaults.unwrap_lines,
-                        help="join the lines of hard-wrapped prose paragraphs (verse, lists and headings keep theirs)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run_ingest(args: argparse.Namespace) -> int:
-    stats = ingest(args.source, args.out, text_column=args.text_column, val_fraction=args.val_fraction,
-                   split_seed=args.seed, min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc,
-                   unwrap_lines=args.unwrap_lines, show_progress=not args.no_progress)
-    print(summary(stats, args.out))
-    return 0
 
 
 def summary(stats: dict, out: str | os.PathLike) -> str:

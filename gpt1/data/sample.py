@@ -59,7 +59,6 @@ Choices where the spec was silent
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -907,16 +906,3 @@ def write_sample_data(out_dir: str | Path, seed: int = 0) -> dict:
 def lexicon_summary(vocab: lex.Vocabulary) -> dict:
     return {"sentiment": vocab.sentiment, "members": vocab.members, "intransitive": vocab.intransitive,
             "transitive": vocab.transitive}
-
-
-def add_sample_data_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, type=Path, help="output directory (books/ and tasks/ go here)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed; the same seed writes identical files")
-
-
-def run_sample_data(args: argparse.Namespace) -> int:
-    summary = write_sample_data(args.out, seed=args.seed)
-    print(f"wrote {args.out}/books: {summary['books']['files']} books, {summary['books']['bytes'] / 1e6:.2f} MB")
-    for task, splits in summary["tasks"].items():
-        print(f"wrote {args.out}/tasks {task}: " + ", ".join(f"{k} {v}" for k, v in splits.items()))
-    return 0

@@ -67,7 +67,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from gpt1.config import load_config
 from gpt1.data.corpus import SPLITS, split_files
 from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree, stable_hash, write_json
 
@@ -700,31 +699,3 @@ def load_manifest(shards_dir: str | Path) -> dict:
     return manifest
 
 
-# ------------------------------------------------------------------------------------------------------- CLI
-
-
-def add_tokenize_args(parser) -> None:
-    parser.add_argument("--corpus", required=True, help="ingested corpus directory (gpt1 ingest --out)")
-    parser.add_argument("--tokenizer", required=True, help="directory holding tokenizer.json (gpt1 train-tokenizer)")
-    parser.add_argument("--out", required=True, help="output directory for shards + manifest.json")
-    parser.add_argument("--preset", default="paper", help="config preset supplying the defaults below (default: paper)")
-    parser.add_argument("--ctx", type=int, help="context length n_ctx; blocks hold n_ctx+1 tokens (default: preset)")
-    parser.add_argument("--shard-rows", type=int, help="blocks per shard (default: preset data.shard_rows)")
-    parser.add_argument("--workers", type=int, help="tokenizer processes; changes speed, never the output bytes")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run_tokenize(args) -> int:
-    cfg = load_config(args.preset)
-    manifest = tokenize_corpus(
-        args.corpus, args.tokenizer, args.out,
-        n_ctx=args.ctx or cfg.model.n_ctx,
-        shard_rows=args.shard_rows or cfg.data.shard_rows,
-        workers=args.workers or cfg.data.workers,
-        show_progress=not args.no_progress,
-    )
-    totals = manifest["totals"]
-    per_split = ", ".join(f"{split}: {entry['rows']:,}" for split, entry in manifest["splits"].items())
-    print(f"{args.out}: {totals['rows']:,} blocks of {manifest['block_tokens']} tokens in {totals['shards']} shards "
-          f"({per_split}); dropped tail tokens {totals['dropped_tail_tokens']:,}")
-    return 0
