@@ -17,7 +17,7 @@ import threading
 import time
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sample-data": ("gpt1.data.sample", "write the offline sample corpus and the 12 tasks in official layouts"),
+    "sample-data": ("gpt1.sample", "write the offline sample corpus and the 12 tasks in official layouts"),
     "ingest": ("gpt1.data.ingest", "clean, dedup and split a corpus into Parquet documents + stats.json"),
     "train-tokenizer": ("gpt1.tokenizer", "train the GPT-1 BPE tokenizer on an ingested corpus"),
     "tokenize": ("gpt1.data.shards", "tokenize and pack a corpus into Arrow shards + manifest.json"),

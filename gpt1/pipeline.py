@@ -168,7 +168,7 @@ class Plan:
 
 
 def _sample_version() -> str:
-    from gpt1.data import sample
+    from gpt1 import sample
 
     return getattr(sample, "GENERATOR_VERSION", "1")
 
@@ -203,7 +203,7 @@ def _once(plan: Plan, stage: str, build: Callable[[Path], dict[str, Any] | None]
 
 # -- stages ---------------------------------------------------------------------------------------------------
 def run_sample_data(plan: Plan) -> Path:
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
 
     return _once(plan, "sample", lambda out: {"summary": write_sample_data(out, seed=plan.cfg.data.sample_seed)})
 

@@ -21,7 +21,7 @@ from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.data.sample import write_sample_data
+from gpt1.sample import write_sample_data
 from gpt1.finetune import (TaskPredictor, backward, build_model, evenly_spaced, finetune, held_out_splits,
                            lm_loss, load_task_data, read_inputs, warmup_linear)
 from gpt1.model import GPT1

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     from gpt1 import tokenizer
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")
     write_sample_data(root, seed=0)

@@ -479,7 +479,7 @@ def test_tasks_package_imports_no_training_code():
 
 
 def test_every_task_loads_from_generated_sample_data(tmp_path):
-    sample = pytest.importorskip("gpt1.data.sample")
+    sample = pytest.importorskip("gpt1.sample")
     sample.write_sample_data(tmp_path)
     for name in tasks.TASKS:
         spec = get(name)
