@@ -48,19 +48,20 @@ TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question 
 GLUE_TABLE = 4
 
 
-def _tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
-    """The paper's tables: (title, ((column header, task, metric key of `metrics.compute`), ...)), from the specs."""
-    tables = []
-    for number, title in TABLE_TITLES.items():
+def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
+    """The paper's tables: (title, ((column header, task, metric key of `metrics.compute`), ...)), from the specs;
+    tasks the paper does not report (`TaskSpec.table` None) get a table of their own."""
+    found = []
+    for number, title in (*TABLE_TITLES.items(), (None, "Other tasks (not in the paper)")):
         specs = sorted((s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order)
-        columns = [(c.header, s.name, c.metric) for s in specs for c in s.table_columns]
+        columns = [(c.header, s.name, c.metric) for s in specs for c in s.report_columns]
         if number == GLUE_TABLE:
             columns.append(("GLUE", GLUE, "primary"))
-        tables.append((title, tuple(columns)))
-    return tuple(tables)
+        if columns:
+            found.append((title, tuple(columns)))
+    return tuple(found)
 
 
-TABLES = _tables()
 # Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
 ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
 # Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
@@ -184,7 +185,7 @@ def first_majority(runs: list[Run], task: str, key: str) -> float | None:
 
 def paper_tables(runs: list[Run]) -> str:
     parts = []
-    for title, columns in TABLES:
+    for title, columns in tables():
         header = ["Method"] + [name for name, _, _ in columns]
         rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
         rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
@@ -242,7 +243,7 @@ def plot(runs: list[Run], path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    columns = [c for _, cols in TABLES for c in cols]
+    columns = [c for _, cols in tables() for c in cols]
     series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns])]
     series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns]) for r in runs]
     series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns]))

@@ -170,6 +170,7 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
     cfg = QUICK.model_copy(update={"max_train_examples": 16, "max_eval_examples": 16})
     result = finetune(task, data, checkpoint, work / "shared" / task, cfg, track=False)
     assert result["eval_split"] == "dev"
+    assert result["eval_split_fallback"] == ({"paper": "test", "used": "dev"} if task == "race" else None)
     assert result["data"]["splits"]["train"]["bad"] == {}
     rows = read_jsonl(work / "shared" / task / "predictions" / "dev.jsonl")
     for name, value in recompute(task, rows).items():

@@ -10,12 +10,14 @@ Formats and their quirks (see shared/data/README.md section 2):
   split on TAB only, no quoting (raw, unbalanced `"` are text); only `\\n` ends a line (other Unicode line breaks
   are text); a trailing `\\r` is dropped; the last line may lack its newline; a UTF-8 BOM may precede the header
   (MRPC). Columns are found by header name, so MNLI's 12-column train layout, 16-column dev layout, 10-column test
-  layout and the k-shot dev_matched in train layout all read the same way. A header is this task's when it holds
-  the text columns and no column the task's files never have (`Columns.header`), and, for train and dev, the
-  label column. Files without a header (CoLA train/dev and `original/*`, SciTail, STS-B `original/sts-*.tsv`) are
-  recognised by their field count and a valid label on the first row. Row width must equal the header's, except
-  the SNLI tsv (11 or 15 fields whatever the header says: the annotator labels vary; `gold_label` is always the
-  last field), MultiNLI's train `.txt` (11 of its 15 columns), STS-B `original/` and SciTail's dgem_format (extra
+  layout and the k-shot dev_matched in train layout all read the same way. A header is this task's when it is
+  one of its official headers (`Columns.headers`) and, for train and dev, has the label column; a header two
+  tasks share (CoLA's and SST-2's test.tsv: `index<TAB>sentence`) is read only from the task's folder as
+  distributed (`CoLA/`), which tells them apart. Any file in another task's distributed folder is refused.
+  Files without a header (CoLA train/dev and `original/*`, SciTail, STS-B `original/sts-*.tsv`) are recognised
+  by their field count and a valid label on the first row. Row width must equal the header's, except the SNLI
+  tsv (11 or 15 fields whatever the header says: the annotator labels vary; `gold_label` is always the last
+  field), MultiNLI's train `.txt` (11 of its 15 columns), STS-B `original/` and SciTail's dgem_format (extra
   columns at the end). Text fields are stripped (SST-2 has a trailing space before every TAB).
 * JSON lines of NLI records (SNLI and MultiNLI `.jsonl`, SciTail's snli_format `.txt` and predictor_format
   `.jsonl`): `sentence1`, `sentence2`, `gold_label`; the first record's keys must be the task's (`Records`). Gold
@@ -46,6 +48,7 @@ from typing import Iterator
 
 from gpt1.io import InputError
 from gpt1.tasks.examples import ChoiceExample, Example, Excluded, PairExample, RowError, TextExample
+from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import Columns, TaskSpec
 
 Item = Example | RowError | Excluded
@@ -63,8 +66,23 @@ def text_or_pair(id: str, texts: tuple[str, ...], label, group: str | None) -> E
 
 def not_this_task(spec: TaskSpec, file: str, what: str, expected: str, line: int = 1,
                   field: str | None = None) -> InputError:
-    return InputError(f"not a {spec.title} file ({spec.name}): {what}; expected {expected}", file=file, line=line,
+    return InputError(f"not a file of {spec.title} ({spec.name}): {what}; expected {expected}", file=file, line=line,
                       field=field)
+
+
+def in_own_folder(spec: TaskSpec, path: Path) -> bool:
+    """Whether the file sits in the task's folder as distributed (`CoLA/test.tsv`, `RACE/dev/high/1.txt`)."""
+    return spec.folder in [p.name for p in path.parents[:spec.folder_depth + 1]]
+
+
+def check_folder(spec: TaskSpec, path: Path) -> None:
+    """Refuse a file that sits in another task's folder as distributed (`SST-2/test.tsv` for CoLA)."""
+    if in_own_folder(spec, path):
+        return
+    owner = next((s for s in REGISTRY.values() if s is not spec and in_own_folder(s, path)), None)
+    if owner is not None:
+        raise InputError(f"not a file of {spec.title} ({spec.name}): it is in {owner.folder}/, the folder of "
+                         f"{owner.title} ({owner.name}) as distributed; {spec.title}'s is {spec.folder}/", file=path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -142,20 +160,24 @@ def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> lis
     when its first line fits none of the task's layouts."""
     cols = spec.columns
     expected = []
-    if cols.header:
-        expected.append(f"a header with {list(cols.text)}" + (f" and {cols.label!r}" if spec.labelled_split(split)
-                                                               else "") + f" among {list(cols.header)}")
+    headers = [h for h in cols.headers if cols.label in h or not spec.labelled_split(split)]
+    if headers:
+        expected.append("a header " + " or ".join("\t".join(h) if len(h) < 8 else f"of {len(h)} columns "
+                                                  f"{h[0]}..{h[-1]}" for h in headers))
     if cols.headerless:
         expected.append(f"{' or '.join(map(str, (len(cols.headerless), *cols.widths)))} tab-separated fields "
                         f"({', '.join(cols.headerless)}) with a {spec.title} label")
     expected = " or ".join(expected)
-    if cols.header and all(name in fields for name in cols.text):
-        foreign = [name for name in fields if name not in cols.header]
-        if foreign:
-            raise not_this_task(spec, file, f"its header has the columns {foreign[:6]}", expected, field="header")
+    if tuple(fields) in cols.headers:
         if spec.labelled_split(split) and cols.label not in fields:
-            raise not_this_task(spec, file, f"its header {fields[:8]} has no label column {cols.label!r} for the "
-                                f"{split} split (a test file?)", expected, field="header")
+            raise not_this_task(spec, file, f"its header has no label column {cols.label!r} for the {split} split "
+                                "(a test file?)", expected, field="header")
+        sharing = [s.title for s in REGISTRY.values()
+                   if s is not spec and s.columns and tuple(fields) in s.columns.headers]
+        if sharing and not in_own_folder(spec, Path(file)):
+            raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(sharing)}? Their files share this header "
+                             f"{fields}: only the folder as distributed tells them apart; put the file in a folder "
+                             f"named {spec.folder}/", file=file, line=1, field="header")
         return fields
     if cols.headerless and len(fields) in (len(cols.headerless), *cols.widths):
         label_at = cols.headerless.index(cols.label)
@@ -410,10 +432,10 @@ def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
         here = Path(dirpath)
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         level = len(here.parts) - base
+        if level and wanted(here, list(subdirs), files):  # before pruning: `wanted` may look at the sub-folders
+            hits.append(here)
         if level >= depth:
             subdirs[:] = []
-        if level and wanted(here, subdirs, files):
-            hits.append(here)
     return hits
 
 

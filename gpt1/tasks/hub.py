@@ -27,8 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
+from gpt1.io import InputError
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
 from gpt1.tasks.formats import Rows, ambiguous, files_near, not_this_task, text_or_pair
+from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import TaskSpec
 
 REPOS = {"glue": "nyu-mll/glue", "snli": "stanfordnlp/snli", "scitail": "allenai/scitail", "race": "ehovy/race",
@@ -78,6 +80,7 @@ def read_saved(spec: TaskSpec, path: Path, split: str) -> Rows:
     """A `save_to_disk` folder: a DatasetDict (the split is picked by name) or a single Dataset (used whole)."""
     import datasets
 
+    check_export_name(spec, path)
     saved = datasets.load_from_disk(str(path))
     if not isinstance(saved, datasets.DatasetDict):
         yield from read_rows(spec, _dataset_rows(saved), str(path), spec.group_of_split(split))
@@ -109,6 +112,7 @@ def record_files(root: Path, spec: TaskSpec, split: str) -> list[tuple[Path, str
 
 def read_records(spec: TaskSpec, path: Path, group: str | None) -> Rows:
     """A Parquet file, a JSON-lines file or a JSON array of records in the hub schema."""
+    check_export_name(spec, path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -142,6 +146,29 @@ def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) ->
             yield source, number, _example(spec, row, number - 1, group, questions_seen)
         except (RowError, Excluded) as item:
             yield source, number, item
+
+
+def _label_kind(spec: TaskSpec) -> str:
+    return "label names" if spec.hf_label_names else "scores" if spec.regression else "class indices"
+
+
+def check_export_name(spec: TaskSpec, path: Path) -> None:
+    """Two pairs of tasks have the same hub schema (CoLA and SST-2: sentence, label, idx; MRPC and RTE: sentence1,
+    sentence2, label, idx), so a local export of one reads as the other: for those, the export's file or one of
+    its three nearest folders must be named after the task (`sst2/`, `glue_sst2.parquet`, `SST-2/`)."""
+    schema = (frozenset(spec.hf_columns), _label_kind(spec))
+    sharing = [s for s in REGISTRY.values()
+               if s is not spec and (frozenset(s.hf_columns), _label_kind(s)) == schema]
+    if not sharing:
+        return
+    names = {spec.name, re.sub(r"[^a-z0-9]", "", spec.folder.lower()), (parse_ref(spec.hf)[1] or "").lower()}
+    for part in (path.stem, *(p.name for p in path.parents[:3])):
+        lower = part.lower()
+        if names & {re.sub(r"[^a-z0-9]", "", lower), *re.split(r"[^a-z0-9]+", lower)}:
+            return
+    raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(s.title for s in sharing)}? Their hub exports have "
+                     f"the same columns {list(spec.hf_columns)}: name the export's file or folder after the task "
+                     f"(e.g. {spec.name}/)", file=path)
 
 
 def _check_columns(spec: TaskSpec, row, source: str) -> None:

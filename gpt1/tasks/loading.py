@@ -19,11 +19,11 @@ from typing import Sequence
 
 from tqdm import tqdm
 
-from gpt1.io import InputError, write_text
+from gpt1.io import write_text
 from gpt1.tasks import formats, hub, metrics
 from gpt1.tasks.examples import Example, Excluded, LoadReport, RowError, TaskData
 from gpt1.tasks.formats import Rows
-from gpt1.tasks.registry import REGISTRY, get
+from gpt1.tasks.registry import get
 from gpt1.tasks.spec import TaskSpec
 
 log = logging.getLogger("gpt1.tasks")
@@ -72,7 +72,7 @@ def _rows(spec: TaskSpec, path: str | Path, split: str) -> Rows:
 
 def _read_file(spec: TaskSpec, path: Path, split: str, group: str | None) -> Rows:
     """One file of `split`, read by what it is: Parquet or JSON records, official JSON lines, or the task's format."""
-    _check_folder(spec, path)
+    formats.check_folder(spec, path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         return hub.read_records(spec, path, group)
@@ -85,18 +85,6 @@ def _read_file(spec: TaskSpec, path: Path, split: str, group: str | None) -> Row
             return formats.read_records(spec, path, group)
         return hub.read_records(spec, path, group)
     return formats.read_tsv(spec, path, split, group)
-
-
-def _check_folder(spec: TaskSpec, path: Path) -> None:
-    """Refuse a file that sits in another task's folder as distributed (`SST-2/test.tsv` for CoLA): some official
-    files of different tasks have the same shape (CoLA's and SST-2's test.tsv: `index<TAB>sentence`)."""
-    folders = [p.name for p in path.parents[:spec.folder_depth + 1]]
-    if spec.folder in folders:
-        return
-    owner = next((s for s in REGISTRY.values() if s.folder in folders and s.name != spec.name), None)
-    if owner is not None:
-        raise InputError(f"not a {spec.title} file ({spec.name}): it is in {owner.folder}/, the folder of "
-                         f"{owner.title} ({owner.name}) as distributed; {spec.title}'s is {spec.folder}/", file=path)
 
 
 def _read_folder(spec: TaskSpec, root: Path, split: str) -> Rows:
@@ -121,9 +109,9 @@ def _read_folder(spec: TaskSpec, root: Path, split: str) -> Rows:
             f"{spec.name}/{split} is {' + '.join(s for s, _ in spec.file_splits(split))}: found {have} but no "
             f"{'; no '.join(f'{s} ({described})' for s, described in missing.items())} in {root}; add the missing "
             f"file, or load {' or '.join(found)} alone")
-    return itertools.chain.from_iterable(_read_file(spec, path, file_split, group)
-                                         for file_split, group in spec.file_splits(split)
-                                         for path in found[file_split])
+    return itertools.chain.from_iterable([_read_file(spec, path, file_split, group)  # checked before any is read
+                                          for file_split, group in spec.file_splits(split)
+                                          for path in found[file_split]])
 
 
 def _official_files(spec: TaskSpec, root: Path, split: str) -> tuple[list[Path], str]:

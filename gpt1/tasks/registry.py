@@ -27,6 +27,9 @@ _PAIR = ("sentence1", "sentence2")
 _PARSES = ("sentence1_binary_parse", "sentence2_binary_parse", "sentence1_parse", "sentence2_parse")
 _VOTES = ("label1", "label2", "label3", "label4", "label5")
 _GLUE_FILES = ("{split}.tsv",)
+_STSB = ("index", "genre", "filename", "year", "old_index", "source1", "source2", *_PAIR, "score")
+_MNLI = ("index", "promptID", "pairID", "genre", *_PARSES, *_PAIR)  # + labels: GLUE's train/dev layouts
+_SNLI_GLUE = ("index", "captionID", "pairID", *_PARSES, *_PAIR)
 
 
 def _accuracy(header: str) -> tuple[PaperColumn, ...]:
@@ -37,7 +40,7 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec(
         name="cola", title="CoLA", kind="classification", labels=_BINARY,
         format="split_files", folder="CoLA", file_names=_GLUE_FILES,
-        columns=Columns(text=("sentence",), label="label", id="index", header=("index", "sentence"),
+        columns=Columns(text=("sentence",), label="label", id="index", headers=(("index", "sentence"),),
                         headerless=("source", "label", "mark", "sentence")),
         submission="CoLA",
         hf="glue/cola", hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
@@ -48,7 +51,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec(
         name="sst2", title="SST-2", kind="classification", labels=_BINARY,
         format="split_files", folder="SST-2", file_names=_GLUE_FILES,
-        columns=Columns(text=("sentence",), label="label", id="index", header=("index", "sentence", "label")),
+        columns=Columns(text=("sentence",), label="label", id="index",
+                        headers=(("sentence", "label"), ("index", "sentence"))),
         submission="SST-2",
         hf="glue/sst2", hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
         metrics=("accuracy",), glue=True,
@@ -59,7 +63,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         name="mrpc", title="MRPC", kind="similarity", labels=_BINARY,
         format="split_files", folder="MRPC", file_names=_GLUE_FILES,
         columns=Columns(text=("#1 String", "#2 String"), label="Quality", id="index",
-                        header=("index", "Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")),
+                        headers=(("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
+                                 ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"))),
         submission="MRPC",
         hf="glue/mrpc", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
         metrics=("f1", "accuracy"), glue=True,
@@ -70,8 +75,7 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         name="stsb", title="STS-B", kind="similarity", labels=None,
         format="split_files", folder="STS-B", file_names=_GLUE_FILES,
         columns=Columns(text=_PAIR, label="score", id="index",
-                        header=("index", "genre", "filename", "year", "old_index", "source1", "source2", *_PAIR,
-                                "score"),
+                        headers=(_STSB, _STSB[:-1]),
                         headerless=("genre", "filename", "year", "old_index", "score", *_PAIR), widths=(9,)),
         submission="STS-B",
         hf="glue/stsb", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
@@ -83,7 +87,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         name="qqp", title="QQP", kind="similarity", labels=_BINARY,
         format="split_files", folder="QQP", file_names=_GLUE_FILES,
         columns=Columns(text=("question1", "question2"), label="is_duplicate", id="id",
-                        header=("id", "qid1", "qid2", "question1", "question2", "is_duplicate")),
+                        headers=(("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
+                                 ("id", "question1", "question2"))),
         submission="QQP",
         hf="glue/qqp", hf_text=("question1", "question2"), hf_columns=("question1", "question2", "label", "idx"),
         metrics=("f1", "accuracy"), glue=True,
@@ -96,7 +101,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         format="split_files", folder="MNLI",
         file_names=("{split}.tsv", "multinli_1.0_{split}.jsonl", "multinli_1.0_{split}.txt"),
         columns=Columns(text=_PAIR, label="gold_label", id="index",
-                        header=("index", "promptID", "pairID", "genre", *_PARSES, *_PAIR, *_VOTES, "gold_label"),
+                        headers=((*_MNLI, "label1", "gold_label"), (*_MNLI, *_VOTES, "gold_label"), _MNLI,
+                                 ("gold_label", *_PARSES, *_PAIR, "promptID", "pairID", "genre", *_VOTES)),
                         widths=(11,)),  # MultiNLI's txt: train rows stop after label1
         records=Records(id="pairID",
                         keys=frozenset({"annotator_labels", "genre", "gold_label", "pairID", "promptID", *_PARSES,
@@ -118,7 +124,7 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         name="qnli", title="QNLI", kind="entailment", labels=("entailment", "not_entailment"),
         format="split_files", folder="QNLI", file_names=_GLUE_FILES,
         columns=Columns(text=("question", "sentence"), label="label", id="index",
-                        header=("index", "question", "sentence", "label")),
+                        headers=(("index", "question", "sentence", "label"), ("index", "question", "sentence"))),
         submission="QNLI",
         hf="glue/qnli", hf_text=("question", "sentence"), hf_columns=("question", "sentence", "label", "idx"),
         metrics=("accuracy",), glue=True,
@@ -127,7 +133,7 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
     TaskSpec(
         name="rte", title="RTE", kind="entailment", labels=("entailment", "not_entailment"),
         format="split_files", folder="RTE", file_names=_GLUE_FILES,
-        columns=Columns(text=_PAIR, label="label", id="index", header=("index", *_PAIR, "label")),
+        columns=Columns(text=_PAIR, label="label", id="index", headers=(("index", *_PAIR, "label"), ("index", *_PAIR))),
         submission="RTE",
         hf="glue/rte", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
         metrics=("accuracy",), glue=True,
@@ -139,7 +145,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         format="split_files", folder="snli_1.0",
         file_names=("snli_1.0_{split}.jsonl", "snli_1.0_{split}.txt", "{split}.tsv"),
         columns=Columns(text=_PAIR, label="gold_label", id="pairID",
-                        header=("index", "captionID", "pairID", *_PARSES, *_PAIR, *_VOTES, "gold_label"),
+                        headers=((*_SNLI_GLUE, "label1", "gold_label"), (*_SNLI_GLUE, *_VOTES, "gold_label"),
+                                 ("gold_label", *_PARSES, *_PAIR, "captionID", "pairID", *_VOTES)),
                         widths=(11, 15), from_end="gold_label"),
         records=Records(id="pairID",
                         keys=frozenset({"annotator_labels", "captionID", "gold_label", "pairID", *_PARSES, *_PAIR}),
@@ -177,7 +184,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         paper={"accuracy": 59.0, "accuracy_middle": 62.9, "accuracy_high": 57.4, "primary": 59.0},
         table=3, table_order=1,
         table_columns=(PaperColumn(header="RACE-m", metric="accuracy_middle"),
-                       PaperColumn(header="RACE-h", metric="accuracy_high"), PaperColumn(header="RACE", metric="accuracy")),
+                       PaperColumn(header="RACE-h", metric="accuracy_high"),
+                       PaperColumn(header="RACE", metric="accuracy")),
         probe=Probe(heuristic="answer_likelihood", splits=("dev",))),
     TaskSpec(
         name="storycloze", title="Story Cloze", kind="multiple_choice", labels=("1", "2"), n_choices=2,

@@ -34,14 +34,15 @@ FORMATS = ("split_files", "race", "storycloze")
 @dataclass(frozen=True, kw_only=True)
 class Columns:
     """The task's tab-separated files: where each field is, by header name, and how to tell them from another
-    task's files. `header` lists every column name the task's headed files have; a header holding any other
-    name is another task's file. Headerless files are recognised by their field count (`headerless` names the
-    fields; `widths` are other accepted widths, with extra fields at the end)."""
+    task's files. `headers` are the headers of the task's official headed files (train, dev, test layouts); a
+    file whose first line is none of them and not a headerless row is another task's. Headerless files are
+    recognised by their field count (`headerless` names the fields; `widths` are other accepted widths, with
+    extra fields at the end) and a valid label on the first row."""
 
     text: tuple[str, ...]
     label: str | None
     id: str | None = None
-    header: tuple[str, ...] = ()
+    headers: tuple[tuple[str, ...], ...] = ()
     headerless: tuple[str, ...] | None = None
     widths: tuple[int, ...] = ()
     from_end: str | None = None  # a column read from the row's last field when the width differs (SNLI tsv)
@@ -115,13 +116,13 @@ class TaskSpec:
     groups: tuple[str, ...] = ()  # sub-populations scored separately (accuracy_<group>): MNLI halves, RACE levels
     primary_is_group_mean: bool = False  # primary = mean of the groups' accuracies when all are present (MNLI)
     glue: bool = False  # one of the 8 GLUE tasks of the paper's GLUE average (Table 5 "Avg. Score")
-    paper: dict[str, float]  # the paper's test-set numbers (Tables 2-4), `metrics.compute` keys plus "primary"
+    paper: dict[str, float] = field(default_factory=dict)  # the paper's numbers (Tables 2-4): compute keys + primary
     paper_ablations: dict[str, float] = field(default_factory=dict)  # Table 5: ablation -> primary metric
 
     # -- how the report and the probes show it
-    table: int  # the paper's table that reports the task (2, 3 or 4)
-    table_order: int  # its place among that table's tasks
-    table_columns: tuple[PaperColumn, ...]
+    table: int | None = None  # the paper's table that reports the task (2, 3 or 4); None: not in the paper
+    table_order: int = 0  # its place among that table's tasks
+    table_columns: tuple[PaperColumn, ...] = ()  # () : one column, the title and the primary metric
     ablation_column: str | None = None  # its Table 5 column header (GLUE tasks)
     probe: Probe | None = None
 
@@ -137,8 +138,8 @@ class TaskSpec:
             problems.append(f"eval_splits {self.eval_splits} not in splits {self.splits}")
         if self.glue and (self.ablation_column is None or not self.paper_ablations):
             problems.append("a GLUE task needs its Table 5 column and ablation numbers")
-        if self.columns and self.columns.header and not set(self.columns.text) <= set(self.columns.header):
-            problems.append("columns.header must hold the text columns")
+        if self.columns and not all(set(self.columns.text) <= set(h) for h in self.columns.headers):
+            problems.append("every one of columns.headers must hold the text columns")
         if problems:
             raise ValueError(f"TaskSpec {self.name}: " + "; ".join(problems))
 
@@ -149,6 +150,10 @@ class TaskSpec:
     @property
     def primary_metric(self) -> str:
         return self.metrics[0]
+
+    @property
+    def report_columns(self) -> tuple[PaperColumn, ...]:
+        return self.table_columns or (PaperColumn(header=self.title, metric=self.primary_metric),)
 
     @property
     def transformation(self) -> str:
