@@ -303,6 +303,24 @@ def test_mnli_with_only_dev_matched_says_what_is_missing(tmp_path):
     assert len(load("mnli", folder, "dev_matched")) == 1
 
 
+class WordTokenizer:
+    start_id, delimiter_id, classify_id = 1000, 1001, 1002
+
+    def encode(self, text):
+        return [hash(word) % 997 for word in text.split()]
+
+
+def test_finetune_names_the_missing_half_of_mnli_dev():
+    from gpt1.config import FinetuneConfig
+    from gpt1.finetune import load_task_data
+
+    folder = task_file("MNLI", "k-shot", "16-42")  # train.tsv and dev_matched.tsv only
+    with pytest.raises(InputError) as err:
+        load_task_data(get("mnli"), folder, WordTokenizer(), 64, FinetuneConfig())
+    assert "found dev_matched" in str(err.value) and "no dev_mismatched" in str(err.value)
+    assert "no test_matched.tsv" in str(err.value)
+
+
 SCITAIL_SNLI = {"sentence1_binary_parse": "( ( All animals ) ( breathe . ) )", "sentence1_parse": "(ROOT a)",
                 "gold_label": "entailment", "sentence2_binary_parse": "( b )", "sentence1": "All animals breathe.",
                 "annotator_labels": ["entailment"] * 5, "sentence2_parse": "(ROOT b)",

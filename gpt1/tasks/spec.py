@@ -79,6 +79,9 @@ class Probe:
 
 @dataclass(frozen=True, kw_only=True)
 class TaskSpec:
+    """Every fact about one task, by field (the module docstring groups them); the specs are compared, not hashed
+    (their dict fields)."""
+
     # -- what the task is
     name: str  # the pipeline's id: CLI --task, config finetune.tasks, folder and metric names
     title: str  # as the paper and GLUE write it
