@@ -17,9 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpt1.tasks.registry import TASKS  # the registry is the one list of tasks (gpt1.tasks never imports config)
+
 PRESET_DIR = Path(__file__).parent / "presets"
 
-TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "snli", "scitail", "race", "storycloze")
 SPECIAL_TOKENS = ("_start_", "_delimiter_", "_classify_")
 
 

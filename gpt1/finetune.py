@@ -122,7 +122,7 @@ def evenly_spaced(n: int, k: int | None) -> list[int]:
 
 def load_split(spec: TaskSpec, path: str | os.PathLike, split: str, tokenizer, max_len: int,
                limit: int | None, max_bad_fraction: float) -> Split:
-    data = spec.load(path, split, max_bad_fraction)
+    data = tasks.load(spec.name, path, split, max_bad_fraction)
     examples = [data[i] for i in evenly_spaced(len(data), limit)]
     if len(examples) < len(data):
         log.info("%s/%s: using %d of %d examples (evenly spaced)", spec.name, split, len(examples), len(data))
@@ -140,22 +140,29 @@ def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: 
     train = load_split(spec, path, "train", limit=cfg.max_train_examples, **common)
     if not train.labelled:
         raise InputError(f"{spec.name}: the train split has unlabelled examples", file=path)
-    held_out = {}
+    held_out, absent = {}, {}
     for name in held_out_splits(spec):
         try:
             held_out[name] = load_split(spec, path, name, limit=cfg.max_eval_examples, **common)
         except FileNotFoundError as err:
-            log.info("%s: no %s split (%s)", spec.name, name, err)
+            absent[name] = str(err)
+            (log.warning if name in spec.eval_splits else log.info)("%s: no %s split (%s)", spec.name, name, err)
     if not any(s.labelled for s in held_out.values()):
-        raise InputError(f"{spec.name}: no labelled evaluation split ({', '.join(held_out_splits(spec))}) found",
+        raise InputError(f"{spec.name}: no labelled evaluation split found: "
+                         + "; ".join(absent.get(name, f"{name}: unlabelled") for name in held_out_splits(spec)),
                          file=path)
     return train, held_out
 
 
 def headline_split(spec: TaskSpec, held_out: dict[str, Split]) -> str:
-    """The paper's evaluation split when present and labelled, else dev, else any labelled split."""
+    """The paper's evaluation split when present and labelled, else dev, else any labelled split (a WARNING: the
+    number is then not comparable to the paper's; metrics.json records it as `eval_split_fallback`)."""
     labelled = [name for name, s in held_out.items() if s.labelled]
-    return next((s for s in (*spec.eval_splits, "dev") if s in labelled), labelled[0])
+    headline = next((s for s in (*spec.eval_splits, "dev") if s in labelled), labelled[0])
+    if headline not in spec.eval_splits:
+        log.warning("%s: the paper's evaluation split %s is absent or unlabelled; scoring %s instead, which is not "
+                    "comparable to the paper's number", spec.name, spec.eval_splits[0], headline)
+    return headline
 
 
 # -- model ----------------------------------------------------------------------------------------------------
@@ -448,6 +455,8 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         result = {
             "task": spec.name, "title": spec.title, "kind": spec.kind, "primary_metric": spec.primary_metric,
             "ablation": ablation_name(cfg), "eval_split": headline,
+            "eval_split_fallback": None if headline in spec.eval_splits else {"paper": spec.eval_splits[0],
+                                                                              "used": headline},
             "metrics": best.metrics, "majority": best.majority,
             "splits": {name: {"examples": len(held_out[name].examples), "metrics": e.metrics,
                               "majority": e.majority, "loss": e.loss} for name, e in evaluations.items()},

@@ -19,8 +19,9 @@ Choices where the spec is silent:
   cannot be recomputed. A run missing any of the 8 tasks has no GLUE average ("—").
 - A missing task is "—"; a failed one (its error.json newer than any metrics.json) is "failed" and its error is
   listed. The majority baseline row is taken from the first run that has the task.
-- The paper's Table 5 per-task ablation numbers are kept here (PAPER_ABLATIONS); their means reproduce
-  `metrics.PAPER_AVERAGES` (checked in the tests).
+- The tables' columns, the paper's numbers and the Table 5 ablation values come from the task specs
+  (`TaskSpec.table`, `table_columns`, `paper`, `ablation_column`, `paper_ablations`); the per-task ablation
+  values' means reproduce `metrics.PAPER_AVERAGES` (checked in the tests).
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt1.io import read_json, write_json, write_text
-from gpt1.tasks import metrics
-from gpt1.tasks.registry import REGISTRY
+from gpt1.tasks import REGISTRY, metrics
 
 log = logging.getLogger(__name__)
 
@@ -41,29 +41,32 @@ METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
 MISSING, FAILED = "—", "failed"
 REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
 
-# The paper's tables: (column header, task, metric key of `metrics.compute`).
-TABLES = (
-    ("Table 2: natural language inference", (
-        ("MNLI-m", "mnli", "accuracy_matched"), ("MNLI-mm", "mnli", "accuracy_mismatched"),
-        ("SNLI", "snli", "accuracy"), ("SciTail", "scitail", "accuracy"), ("QNLI", "qnli", "accuracy"),
-        ("RTE", "rte", "accuracy"))),
-    ("Table 3: question answering and commonsense reasoning", (
-        ("Story Cloze", "storycloze", "accuracy"), ("RACE-m", "race", "accuracy_middle"),
-        ("RACE-h", "race", "accuracy_high"), ("RACE", "race", "accuracy"))),
-    ("Table 4: semantic similarity and classification", (
-        ("CoLA (mc)", "cola", "mcc"), ("SST-2 (acc)", "sst2", "accuracy"), ("MRPC (F1)", "mrpc", "f1"),
-        ("STS-B (pc)", "stsb", "pearson"), ("QQP (F1)", "qqp", "f1"), ("GLUE", "glue", "primary"))),
-)
-# Table 5 columns: the 8 GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
-ABLATION_COLUMNS = (("CoLA (mc)", "cola"), ("SST2 (acc)", "sst2"), ("MRPC (F1)", "mrpc"), ("STSB (pc)", "stsb"),
-                    ("QQP (F1)", "qqp"), ("MNLI (acc)", "mnli"), ("QNLI (acc)", "qnli"), ("RTE (acc)", "rte"))
-# Paper Table 5 rows of the two ablations the pipeline runs ("full" is PAPER_RESULTS' primary numbers).
-PAPER_ABLATIONS = {
-    "no_pretrain": {"cola": 18.9, "sst2": 84.0, "mrpc": 79.4, "stsb": 30.9, "qqp": 65.5, "mnli": 75.7,
-                    "qnli": 71.2, "rte": 53.8},
-    "no_aux_lm": {"cola": 47.9, "sst2": 92.0, "mrpc": 84.9, "stsb": 83.2, "qqp": 69.8, "mnli": 81.1,
-                  "qnli": 86.9, "rte": 54.4},
-}
+GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
+TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question answering and commonsense reasoning",
+                4: "Table 4: semantic similarity and classification"}
+GLUE_TABLE = 4
+
+
+def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
+    """The paper's tables: (title, ((column header, task, metric key of `metrics.compute`), ...)), from the specs;
+    tasks the paper does not report (`TaskSpec.table` None) get a table of their own."""
+    found = []
+    for number, title in (*TABLE_TITLES.items(), (None, "Other tasks (not in the paper)")):
+        specs = sorted((s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order)
+        columns = [(c.header, s.name, c.metric) for s in specs for c in s.report_columns]
+        if number == GLUE_TABLE:
+            columns.append(("GLUE", GLUE, "primary"))
+        if columns:
+            found.append((title, tuple(columns)))
+    return tuple(found)
+
+
+# Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
+ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
+# Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
+ABLATIONS = ("no_pretrain", "no_aux_lm")
+PAPER_ABLATIONS = {setting: {s.name: s.paper_ablations[setting] for s in REGISTRY.values() if s.glue}
+                   for setting in ABLATIONS}
 ABLATION_TITLES = {"full": "Transformer w/ aux LM (full)", "no_pretrain": "Transformer w/o pre-training",
                    "no_aux_lm": "Transformer w/o aux LM"}
 
@@ -78,12 +81,12 @@ class Run:
     errors: dict[str, str] = field(default_factory=dict)
 
     def value(self, task: str, key: str) -> float | None:
-        if task == "glue":
+        if task == GLUE:
             return self.glue_score()
         return self.results.get(task, {}).get("metrics", {}).get(key)
 
     def majority(self, task: str, key: str) -> float | None:
-        if task == "glue":
+        if task == GLUE:
             return _glue({t: r.get("majority", {}) for t, r in self.results.items()})
         return self.results.get(task, {}).get("majority", {}).get(key)
 
@@ -181,7 +184,7 @@ def first_majority(runs: list[Run], task: str, key: str) -> float | None:
 
 def paper_tables(runs: list[Run]) -> str:
     parts = []
-    for title, columns in TABLES:
+    for title, columns in tables():
         header = ["Method"] + [name for name, _, _ in columns]
         rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
         rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
@@ -239,7 +242,7 @@ def plot(runs: list[Run], path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    columns = [c for _, cols in TABLES for c in cols]
+    columns = [c for _, cols in tables() for c in cols]
     series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns])]
     series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns]) for r in runs]
     series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns]))

@@ -21,11 +21,11 @@ from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.data.sample import write_sample_data
 from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, lm_loss, load_task_data
 from gpt1.model import GPT1
 from gpt1.optim import lr_factor
 from gpt1.predict import TaskPredictor, read_inputs
+from gpt1.sample import write_sample_data
 
 torch.set_num_threads(1)
 
@@ -171,6 +171,7 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
     cfg = QUICK.model_copy(update={"max_train_examples": 16, "max_eval_examples": 16})
     result = finetune(task, data, checkpoint, work / "shared" / task, cfg, track=False)
     assert result["eval_split"] == "dev"
+    assert result["eval_split_fallback"] == ({"paper": "test", "used": "dev"} if task == "race" else None)
     assert result["data"]["splits"]["train"]["bad"] == {}
     rows = read_jsonl(work / "shared" / task / "predictions" / "dev.jsonl")
     for name, value in recompute(task, rows).items():

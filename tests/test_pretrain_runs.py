@@ -45,7 +45,7 @@ def data(tmp_path_factory):
     """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
     from gpt1 import tokenizer
     from gpt1.data import corpus
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
     from gpt1.data.shards import tokenize_corpus
 
     root = tmp_path_factory.mktemp("pretrain-data")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     from gpt1 import tokenizer
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")
     write_sample_data(root, seed=0)
@@ -78,7 +78,7 @@ def test_probe_decision_rules_follow_the_model(sample):
     texts = [TextExample(str(i), f"the film was {w}", label=i % 2) for i, w in enumerate(["dull", "fine"] * 5)]
     texts.append(TextExample("x", "a film", label=1))
     # Always "positive": right exactly on the positive examples.
-    assert probes.sst2_probe(model, tok, texts) == pytest.approx(100 * 6 / 11)
+    assert probes.sentiment_probe(model, tok, texts) == pytest.approx(100 * 6 / 11)
 
     options = [("negative", "positive"), ("positive", "negative", "dull"), ("dull", "fine", "positive")]
     choices = [ChoiceExample(str(i), "the film was", "how was it ?", opts, label=opts.index("positive"))
@@ -88,7 +88,7 @@ def test_probe_decision_rules_follow_the_model(sample):
     # Acceptable sentences are the ones the model likes (they say "positive" a lot): perfect MCC.
     good = [TextExample(f"g{i}", "positive positive " * (i + 1), label=1) for i in range(4)]
     bad = [TextExample(f"b{i}", "the dull film " * (i + 1), label=0) for i in range(4)]
-    assert probes.cola_probe(model, tok, good[:2] + bad[:2], good[2:] + bad[2:]) == pytest.approx(100.0)
+    assert probes.acceptability_probe(model, tok, good[:2] + bad[:2], good[2:] + bad[2:]) == pytest.approx(100.0)
 
 
 def test_winograd_twins_are_balanced_and_scored(sample):

@@ -3,7 +3,7 @@
     gpt1 sample-data --out DIR [--seed N]
 
 The output depends on the seed and the generator's version only (the same seed writes byte-identical files), so
-those are the key. See gpt1.data.sample for what is generated and why.
+those are the key. See gpt1.sample for what is generated and why.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gpt1.data.sample import GENERATOR_VERSION, write_sample_data
+from gpt1.sample import GENERATOR_VERSION, write_sample_data
 from gpt1.stages.base import StageJob, add_output_args, run_from_args
 
 COMMAND, SUMMARY = "sample-data", "write the offline sample corpus and the 12 tasks in official layouts"
