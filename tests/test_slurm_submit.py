@@ -192,17 +192,17 @@ def test_failing_job_names_its_output_file_and_leaves_the_stage_unfinished(data,
     lines: list[str] = []
     stage = slurm_job(data.shards, data.tokenizer, ["pretrain.max_steps=2"], log_line=lines.append)
     # The job fails on the batch host: the shards disappear between the submitter's checks and the job.
-    submit = slurm.submit_pretraining
+    run_job = slurm.run_job
 
-    def submit_after_losing_the_shards(job, folder):
+    def run_job_after_losing_the_shards(*args, **kwargs):
         shutil.move(data.shards.path, cluster / "moved-shards")
         try:
-            return submit(job, folder)
+            return run_job(*args, **kwargs)
         finally:
             shutil.move(cluster / "moved-shards", data.shards.path)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(slurm, "submit_pretraining", submit_after_losing_the_shards)
+        mp.setattr(slurm, "run_job", run_job_after_losing_the_shards)
         with pytest.raises(RuntimeError, match=r"Slurm job \d+ failed") as failed:
             stage.run(out, wait=False)
 

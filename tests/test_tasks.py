@@ -529,7 +529,10 @@ def package_imports(package: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("package,allowed", [("gpt1.tasks", ("gpt1.tasks", "gpt1.io")),
-                                             ("gpt1.sample", ("gpt1.sample", "gpt1.io", "gpt1.tasks"))])
+                                             ("gpt1.sample", ("gpt1.sample", "gpt1.io", "gpt1.tasks")),
+                                             ("gpt1.data", ("gpt1.data", "gpt1.io", "gpt1.config", "gpt1.tasks",
+                                                            "gpt1.tokenizer")),
+                                             ("gpt1", ("gpt1",))])
 def test_packages_import_one_way_without_cycles(package, allowed):
     graph = package_imports(package)
     assert graph

@@ -10,19 +10,11 @@ forwarded once the job ends. If the submitter dies, the job runs on: `scancel` i
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import yaml
-
-from gpt1.io import write_text
 from gpt1.runtime.processes import stream
-
-if TYPE_CHECKING:
-    from gpt1.stages.pretrain import Job
 
 SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "multinode" / "slurm" / "pretrain.sbatch"
 
@@ -36,18 +28,6 @@ def script() -> Path:
         raise RuntimeError("orchestration.pretrain_launcher=slurm: `sbatch` is not on PATH; run the Prefect worker "
                            "on a Slurm login node")
     return SCRIPT
-
-
-def submit_pretraining(job: "Job", out: Path) -> str:
-    """Run `job` as the Slurm job and wait for it; returns the Slurm job id."""
-    resolved = write_text(out / "config.yaml", yaml.safe_dump(job.cfg.model_dump(mode="json"), sort_keys=False))
-    env = {"SHARDS": str(job.shards.path), "TOKENIZER": str(job.tokenizer.path) if job.tokenizer else "",
-           "TASK_DATA": job.task_data or "", "OUT": str(out), "PRESET": str(resolved),
-           "GPUS_PER_NODE": str(job.nproc), "PARENT_RUN_ID": job.parent_run_id or ""}
-    uri = job.cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        env["MLFLOW_TRACKING_URI"] = uri  # the workers' tracking server when the config names none
-    return run_job(script(), out, job.nnodes, env, job.log_line)
 
 
 def run_job(script_path: Path, out: Path, nnodes: int, env: dict[str, str], log_line=print) -> str:

@@ -23,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
 
+import yaml
+
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.shards import BlockReader, load_manifest
 from gpt1.distributed import deepspeed_config, device_type, worker_command
-from gpt1.io import write_json
+from gpt1.io import write_json, write_text
 from gpt1.pretrain import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
 from gpt1.runtime import processes, slurm
 from gpt1.stages import outputs
@@ -92,7 +94,7 @@ class Job(StageJob):
     def build(self, out: Path) -> dict:
         worker_args = self.prepare(out)
         if self.launcher == "slurm":
-            return {"slurm_job": slurm.submit_pretraining(self, out)}
+            return {"slurm_job": self.submit_to_slurm(out)}
         command, env = worker_command(self.nproc, worker_args)
         if self.threads and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = self.threads
@@ -105,6 +107,17 @@ class Job(StageJob):
             raise RuntimeError(f"pre-training workers {what} (outputs so far in {out}; re-run with --resume auto "
                                "to continue from the last complete checkpoint)")
         return {"final": str(out / FINAL)}
+
+    def submit_to_slurm(self, out: Path) -> str:
+        """Run the workers as the Slurm job of infra/multinode/slurm and wait for it; returns the job id."""
+        resolved = write_text(out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        env = {"SHARDS": str(self.shards.path), "TOKENIZER": str(self.tokenizer.path) if self.tokenizer else "",
+               "TASK_DATA": self.task_data or "", "OUT": str(out), "PRESET": str(resolved),
+               "GPUS_PER_NODE": str(self.nproc), "PARENT_RUN_ID": self.parent_run_id or ""}
+        uri = self.cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if uri:
+            env["MLFLOW_TRACKING_URI"] = uri  # the workers' tracking server when the config names none
+        return slurm.run_job(slurm.script(), out, self.nnodes, env, self.log_line)
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
