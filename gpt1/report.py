@@ -235,36 +235,64 @@ def render_markdown(runs: list[Run]) -> str:
 
 
 def plot(runs: list[Run], path: Path) -> Path:
-    """Grouped bars: per table column, the paper, each run and the majority baseline."""
+    """Write `results_figure` as a PNG (atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = results_figure(runs)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def results_figure(runs: list[Run]):
+    """Horizontal grouped bars, one group per table column our runs have (every column when none has any): the
+    paper, each run and the majority baseline, each bar labelled with its value, so a zero or negative score is a
+    visible number and a missing one reads "not run" or "failed". About 1,000 px wide and as tall as the groups
+    need, so MLflow's artifact viewer shows it at a readable size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
-    columns = [c for _, cols in tables() for c in cols]
-    series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns])]
-    series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns]) for r in runs]
-    series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns]))
-    x = np.arange(len(columns))
-    width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(max(10, 0.9 * len(columns) * max(1, len(series) / 3)), 4.5))
-    for i, (name, values) in enumerate(series):
-        heights = [np.nan if v is None else v for v in values]
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=name)
-    ax.set_xticks(x, [name for name, _, _ in columns], rotation=45, ha="right")
-    lowest = min([0.0] + [v for _, values in series for v in values if v is not None])
-    ax.set_ylim(lowest - 5, 118)  # headroom for the legend above the 100% mark
-    ax.set_ylabel("score (%)")
-    ax.set_title("GPT-1 fine-tuning: ours vs the paper (missing bars: not run)")
-    ax.axhline(0, color="black", linewidth=0.5)
-    ax.legend(fontsize="small", ncols=min(len(series), 4), loc="upper center")
+    all_columns = [c for _, cols in tables() for c in cols]
+    ours = [c for c in all_columns if any(r.value(c[1], c[2]) is not None or c[1] in r.errors for r in runs)]
+    columns = ours or all_columns
+    series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns], [None] * len(columns))]
+    series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns],
+                [FAILED if t in r.errors else "not run" for _, t, _ in columns]) for r in runs]
+    series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns], [None] * len(columns)))
+    colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9"]
+
+    bar, gap = 0.32, 0.45  # inches per bar and between groups
+    group = bar * len(series) + gap
+    fig, ax = plt.subplots(figsize=(10, 1.6 + group * len(columns)), dpi=100)
+    values = [v for _, vals, _ in series for v in vals if v is not None]
+    low, high = min([0.0, *values]), max([100.0, *values])
+    for g, (name, task, _) in enumerate(columns):
+        for i, (label, vals, missing) in enumerate(series):
+            y = g * group / bar + i  # in bar units, top to bottom
+            value = vals[g]
+            if value is None:
+                if missing[g]:
+                    ax.text(0, y, f" {missing[g]}", va="center", ha="left", fontsize=9, color="#555555")
+                continue
+            ax.barh(y, value, height=0.85, color=colors[i], label=label if g == 0 else None)
+            ax.plot([0], [y], marker="|", markersize=11, markeredgewidth=3, color=colors[i])  # shows a zero too
+            ax.text(value, y, f" {value:.1f} ", va="center", ha="left" if value >= 0 else "right", fontsize=9)
+    centers = [g * group / bar + (len(series) - 1) / 2 for g in range(len(columns))]
+    ax.set_yticks(centers, [name for name, _, _ in columns], fontsize=11)
+    ax.set_ylim((len(columns) - 1) * group / bar + len(series) - 0.4, -0.6)  # top to bottom, no empty margins
+    ax.set_xlim(low - (15 if low < 0 else 3), high + 12)  # room for the value labels and the zero marks
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("score (%; MCC and Pearson x 100)", fontsize=11)
+    fig.suptitle("GPT-1 fine-tuning: ours vs the paper", fontsize=13)
+    ax.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(series), 4),
+              frameon=False)
+    ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return fig
 
 
 def summary(runs: list[Run]) -> dict:

@@ -129,3 +129,23 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
 
     assert cli.main(["report", "--results", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
     assert re.search(r"nothing.*does not exist", capsys.readouterr().err)
+
+
+def test_plot_labels_every_value_shows_a_zero_and_a_failure_and_fits_mlflows_viewer(tmp_path):
+    from gpt1.report import results_figure
+
+    run = write_run(tmp_path / "r", "full", 0.8, tasks=["cola", "sst2"], failed={"rte": "RuntimeError: boom"})
+    result = json.loads((run / "cola" / "metrics.json").read_text())
+    result["metrics"].update(mcc=0.0, primary=0.0)  # a model predicting one class: MCC 0 (the bar has no length)
+    write_json(run / "cola" / "metrics.json", result)
+    fig = results_figure(read_runs([run], ["full"]))
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["RTE", "CoLA (mc)", "SST-2 (acc)"]  # our tasks only
+    labels = [t.get_text().strip() for t in ax.texts]
+    sst2 = json.loads((run / "sst2" / "metrics.json").read_text())["metrics"]["accuracy"]
+    # per task, top to bottom: the paper, ours, the majority baseline
+    assert labels == ["56.0", "failed", "45.4", "0.0", f"{result['majority']['primary']:.1f}", "91.3",
+                      f"{sst2:.1f}", labels[-1]]
+    assert ax.get_xlim()[0] < 0  # the zero's mark at x=0 is inside the axes, not hidden by the spine
+    width, height = fig.get_size_inches() * fig.dpi
+    assert width == 1000 and 300 < height < 1000
