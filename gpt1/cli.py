@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("gpt1.generate", "continue a prompt with a checkpoint"),
     "predict": ("gpt1.predict", "score raw task inputs with a fine-tuned model"),
     "convert": ("gpt1.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),
+    "replay-spool": ("gpt1.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
 }
 
 

@@ -19,10 +19,12 @@ Outputs in OUT (each file written atomically; metrics.json last, so its presence
     submission/<Task>.tsv     test-split predictions in the GLUE server format (`gpt1.tasks.write_submission`)
     model/                    the task model folder (gpt1.predict: transformer, head, tokenizer, task.json)
 
-and an MLflow child run: params, per-update curves (`train/*`), per-epoch evaluation (`eval/<split>/<metric>`),
-final metrics `task/<name>/<metric>` (`task/<name>/majority/<metric>` for the baseline, `task/<name>/<split>/...`
-for a split other than the headline one), the task files as dataset lineage, and the model as an MLflow pyfunc
-model (`gpt1.serving`) that takes raw task inputs.
+and an MLflow child run: params, system metrics, per-update curves (`train/*`), per-epoch evaluation
+(`eval/<split>/<metric>`), final metrics `task/<name>/<metric>` (`task/<name>/majority/<metric>` for the baseline,
+`task/<name>/<split>/...` for a split other than the headline one), the task files as `mlflow.data` datasets (hub
+id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.serving`,
+named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with `registered_model`, a
+Model Registry version of it, the alias `champion` on the best version (gpt1.tracking.update_champion).
 
 Choices where the spec is silent:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
@@ -65,14 +67,14 @@ from tqdm import tqdm
 from gpt1 import optim, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, PipelineConfig
-from gpt1.io import InputError, sha256_file, stable_hash, write_json, write_text
+from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
 from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
 from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
                           raw_inputs, save_task_model, to_tensors)
-from gpt1.serving import ARTIFACT_PATH, log_model
-from gpt1.tasks import Encoded, TaskSpec
+from gpt1.serving import log_model
+from gpt1.tasks import Encoded, TaskSpec, hub
 from gpt1.tokenizer import TOKENIZER_FILE
-from gpt1.tracking import RunLogger, start_run
+from gpt1.tracking import RunLogger, hub_dataset_source, stage_tags, start_run
 
 log = logging.getLogger(__name__)
 
@@ -386,16 +388,18 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
              cfg: FinetuneConfig | None = None, *, tokenizer_dir: str | os.PathLike | None = None,
              parent_run_id: str | None = None, tracking_uri: str | None = None, experiment: str = "gpt1",
              run_name: str | None = None, track: bool = True, device: str | None = None,
-             registered_model: str | None = None) -> dict:
+             registered_model: str | None = None, run_tags: dict[str, str] | None = None) -> dict:
     """Fine-tune `task` from a checkpoint folder, evaluate, predict; returns what metrics.json holds.
 
     `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
-    Writing into a folder that may hold other files, failures and re-runs are the stage's business
-    (gpt1.stages.finetune); this function only writes its outputs."""
+    `run_tags`: added to the MLflow run's tags (the stage's key and preset). Writing into a folder that may hold
+    other files, failures and re-runs are the stage's business (gpt1.stages.finetune); this function only writes
+    its outputs."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tracking = dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track)
+    tags = {**stage_tags("finetune"), **(run_tags or {}), "gpt1.task": task, "gpt1.ablation": ablation_name(cfg)}
+    tracking = dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track, tags=tags)
     return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir, tracking,
                      run_name or f"finetune/{task}", device, registered_model)
 
@@ -415,22 +419,16 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))
     model_cfg = model.transformer.config
 
-    tags = {"gpt1.stage": "finetune", "gpt1.task": spec.name, "gpt1.ablation": ablation_name(cfg)}
-    with start_run(run_name, tags=tags, **tracking) as run:
+    data_splits = {s.name: {**s.report, "sha256": s.digest} for s in (train_set, *held_out.values())}
+    with start_run(run_name, **tracking) as run:
+        run.monitor_system()
         run.log_params({"task": spec.name, "data": str(data_path), "checkpoint": str(checkpoint_dir.resolve()),
                         "tokenizer_sha256": tokenizer.sha256, "ablation": ablation_name(cfg), "device": str(dev),
                         "n_parameters": model.transformer.num_parameters(), "train_examples": len(train_set.examples),
                         "headline_split": headline,
                         **{f"finetune.{k}": v for k, v in cfg.model_dump(exclude={"tasks", "data"}).items()},
                         **{f"model.{k}": v for k, v in model_cfg.model_dump().items()}})
-        counts = {}
-        for split in (train_set, *held_out.values()):
-            context = "training" if split.name == "train" else "testing" if split.name == "test" else "evaluation"
-            run.log_dataset(f"{spec.name}/{split.name}", split.digest, str(data_path), context=context)
-            counts.update({f"data/{split.name}/rows": split.report["rows"],
-                           f"data/{split.name}/malformed": sum(split.report["bad"].values()),
-                           f"data/{split.name}/excluded": sum(split.report["excluded"].values())})
-        run.log_metrics(counts)
+        log_task_data(run, spec, data_path, data_splits)
         if run.enabled and not cfg.from_scratch:
             run.log_reference("checkpoint", checkpoint_dir / WEIGHTS_NAME, sha256_file(checkpoint_dir / WEIGHTS_NAME))
 
@@ -443,15 +441,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         files = write_predictions(spec, held_out, evaluations, out_dir)
 
         best = evaluations[headline]
-        final = {f"task/{spec.name}/{k}": v for k, v in best.metrics.items()}
-        final.update({f"task/{spec.name}/majority/{k}": v for k, v in best.majority.items()})
-        for name, result in evaluations.items():
-            if name != headline and result.metrics:
-                final.update({f"task/{spec.name}/{name}/{k}": v for k, v in result.metrics.items()})
-        final[f"task/{spec.name}/train_examples_per_s"] = train_stats["examples_per_s"]
-        final[f"task/{spec.name}/eval_examples_per_s"] = train_stats["eval_examples_per_s"]
-        run.log_metrics(final, step=train_stats["steps"])
-
         result = {
             "task": spec.name, "title": spec.title, "kind": spec.kind, "primary_metric": spec.primary_metric,
             "ablation": ablation_name(cfg), "eval_split": headline,
@@ -461,27 +450,96 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
             "splits": {name: {"examples": len(held_out[name].examples), "metrics": e.metrics,
                               "majority": e.majority, "loss": e.loss} for name, e in evaluations.items()},
             "train": train_stats, "files": files, "model_dir": MODEL_DIR,
-            "data": {"path": str(data_path), "splits": {s.name: {**s.report, "sha256": s.digest}
-                                                         for s in (train_set, *held_out.values())}},
+            "data": {"path": str(data_path), "splits": data_splits},
             "checkpoint": str(checkpoint_dir.resolve()), "tokenizer_sha256": tokenizer.sha256,
             "finetune_config": cfg.model_dump(), "model_config": model_cfg.model_dump(),
             "n_parameters": model.transformer.num_parameters(), "device": str(dev), "run_id": run.run_id,
+            "parent_run_id": run.parent_run_id,
         }
+        run.log_metrics(final_metrics(result), step=train_stats["steps"])
         run.log_artifact(out_dir / PREDICTIONS_DIR, PREDICTIONS_DIR)
         if (out_dir / SUBMISSION_DIR).exists():
             run.log_artifact(out_dir / SUBMISSION_DIR, SUBMISSION_DIR)
         if run.enabled:
             run.log_reference("model", model_dir, sha256_file(model_dir / WEIGHTS_NAME))
+            name = logged_model_name(spec.name, cfg)
             examples = held_out[headline].examples[:2]
-            log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], out_dir)
+            log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], name=name,
+                      step=train_stats["steps"], tags={"gpt1.task": spec.name, "gpt1.ablation": ablation_name(cfg)})
             if registered_model:
-                run.register_model(registered_model, ARTIFACT_PATH, tags={
-                    "task": spec.name, "ablation": ablation_name(cfg), spec.primary_metric: best.metrics["primary"]})
+                run.register_model(registered_model, name, headline=best.metrics["primary"], tags={
+                    "task": spec.name, "ablation": ablation_name(cfg), "eval_split": headline,
+                    spec.primary_metric: best.metrics["primary"]})
         write_json(out_dir / METRICS_FILE, result)  # last: its presence means the task is complete
         run.log_artifact(out_dir / METRICS_FILE)
     log.info("%s: %s = %.2f on %s (majority baseline %.2f); outputs in %s", spec.name, spec.primary_metric,
              best.metrics["primary"], headline, best.majority["primary"], out_dir)
     return result
+
+
+# -- MLflow ---------------------------------------------------------------------------------------------------
+def final_metrics(result: dict) -> dict[str, float]:
+    """A task run's final metrics, from what metrics.json holds: `task/<name>/<metric>` on the headline split
+    (`primary` among them), `task/<name>/majority/<metric>` for the baseline, `task/<name>/<split>/<metric>` for the
+    other scored splits, and the throughput."""
+    name = result["task"]
+    final = {f"task/{name}/{k}": v for k, v in result["metrics"].items()}
+    final.update({f"task/{name}/majority/{k}": v for k, v in result["majority"].items()})
+    for split, entry in result["splits"].items():
+        if split != result["eval_split"] and entry["metrics"]:
+            final.update({f"task/{name}/{split}/{k}": v for k, v in entry["metrics"].items()})
+    final[f"task/{name}/train_examples_per_s"] = result["train"]["examples_per_s"]
+    final[f"task/{name}/eval_examples_per_s"] = result["train"]["eval_examples_per_s"]
+    return final
+
+
+def log_task_data(run: RunLogger, spec: TaskSpec, data_path, splits: dict[str, dict]) -> None:
+    """Each split read as an `mlflow.data` dataset (a hub source with its repo, config, split and revision for
+    `hf:` data, else the local path; digest = the files' hash; profile = rows read, malformed, excluded), and the
+    counts as metrics `data/<split>/*`."""
+    counts = {}
+    for split, report in splits.items():
+        context = "training" if split == "train" else "testing" if split == "test" else "evaluation"
+        profile = {"rows": report["rows"], "malformed": sum(report["bad"].values()),
+                   "excluded": sum(report["excluded"].values())}
+        if isinstance(data_path, str) and data_path.startswith("hf:"):
+            repo, config, revision = hub.parse_ref(data_path)
+            hub_split = "+".join(name for name, _ in hub.hf_splits(spec, split))
+            source = hub_dataset_source(repo, config=config, split=hub_split, revision=revision)
+        else:
+            source = str(Path(data_path).resolve())
+        run.log_dataset(f"{spec.name}/{split}", report["sha256"], source, context=context, profile=profile)
+        counts.update({f"data/{split}/{k}": v for k, v in profile.items()})
+    run.log_metrics(counts)
+
+
+def logged_model_name(task: str, cfg: FinetuneConfig) -> str:
+    """The logged model's name (`runs:/<run_id>/<name>`): the task, plus `-<ablation>` for an ablation."""
+    ablation = ablation_name(cfg)
+    return task if ablation == "full" else f"{task}-{ablation}"
+
+
+def log_finished(out_dir: str | os.PathLike, *, run_name: str, parent_run_id: str | None, experiment: str,
+                 tracking_uri: str | None, tags: dict[str, str]) -> str | None:
+    """A child run for a fine-tune that an earlier run did (a cached re-run): its settings, data and recorded
+    metrics from metrics.json, tagged `gpt1.source_run_id` (the run that trained it, holding its logged model).
+    Returns the new run's id."""
+    result = read_json(Path(out_dir) / METRICS_FILE)
+    spec = tasks.get(result["task"])
+    run_tags = {**tags, "gpt1.task": spec.name, "gpt1.ablation": result["ablation"]}
+    if result.get("run_id"):
+        run_tags["gpt1.source_run_id"] = result["run_id"]
+    with start_run(run_name, experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id,
+                   tags=run_tags) as run:
+        run.log_params({"task": spec.name, "data": result["data"]["path"], "checkpoint": result["checkpoint"],
+                        "ablation": result["ablation"], "headline_split": result["eval_split"],
+                        **{f"finetune.{k}": v for k, v in result["finetune_config"].items()
+                           if k not in ("tasks", "data")},
+                        **{f"model.{k}": v for k, v in result["model_config"].items()}})
+        log_task_data(run, spec, result["data"]["path"], result["data"]["splits"])
+        run.log_metrics(final_metrics(result), step=result["train"]["steps"])
+        run.log_artifact(Path(out_dir) / METRICS_FILE)
+    return run.run_id
 
 
 def registered_model_name(cfg: PipelineConfig, task: str) -> str | None:

@@ -1,8 +1,8 @@
-"""A fine-tuned task model as an MLflow pyfunc model: raw task inputs in, predictions out.
+"""A fine-tuned task model as an MLflow 3 logged pyfunc model: raw task inputs in, predictions out.
 
-    model = mlflow.pyfunc.load_model("runs:/<run_id>/model")
+    model = mlflow.pyfunc.load_model("models:/gpt1-smoke-sst2@champion")   # or models:/<model_id>, runs:/<run>/sst2
     model.predict(pd.DataFrame([{"premise": "A man plays.", "hypothesis": "Someone plays."}]))
-    mlflow models serve -m runs:/<run_id>/model --env-manager local      # then POST /invocations
+    mlflow models serve -m models:/gpt1-smoke-sst2@champion --env-manager local      # then POST /invocations
 
 `GPT1TaskModel` wraps `gpt1.predict.TaskPredictor`: the tokenizer, the task's input transformation and the
 fine-tuned network with its head. Input columns are the task's raw fields (`gpt1.predict.input_columns`):
@@ -13,6 +13,10 @@ task files write it, or the STS-B score) and, except for STS-B, `probabilities` 
 order of `task.json`'s labels). `gpt1 predict` runs the same predictor without MLflow.
 
 Packaging (choices where the spec is silent):
+- A logged model of the fine-tune's run (`log_model`): it has a model id, appears in the run's "Logged models" and
+  the experiment's Models tab, carries the run's params, and the metrics the run logged at the final update are
+  linked to it. It is made by `mlflow.models.Model.log(flavor=mlflow.pyfunc, run_id=...)`, the function behind
+  `mlflow.pyfunc.log_model`, which itself only logs to the fluent active run (ending that run would end ours).
 - "Models from code": MLflow stores this file and executes it to load the model (it ends with `set_model`), so no
   pickle is involved. The `gpt1` package travels with the model (`code_paths`), so it loads in an environment
   without gpt1 installed; the weights, tokenizer and task.json are the `model` artifact (the folder
@@ -20,15 +24,13 @@ Packaging (choices where the spec is silent):
 - pip requirements are pinned to the versions installed here instead of being inferred (inference re-imports the
   model in a subprocess); the signature is inferred from the input example (two held-out examples as raw inputs)
   and the model's own predictions on it.
-- The model is built in `OUT/mlflow_model/`, uploaded, and removed; it stays only when the upload could not be
-  delivered (tracking server down), where the logger's retry and `mlflow models serve -m` can still use it.
+- The model is built when the run's logging queue reaches it (gpt1.tracking), from the task model folder, so an
+  unreachable tracking server delays it like any other call, and `gpt1 replay-spool` can build it later.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
 from importlib import metadata
 from pathlib import Path
 
@@ -37,10 +39,8 @@ import pandas as pd
 
 from gpt1.predict import TaskPredictor
 
-log = logging.getLogger(__name__)
-
-ARTIFACT_PATH = "model"
-LOCAL_FALLBACK = "mlflow_model"
+ARTIFACT_PATH = "model"  # the task model folder inside the MLflow model
+MODEL_TYPE = "gpt1-task"  # the logged models' model_type (searchable in the Models tab)
 # Distributions the predictor imports (directly or through gpt1.tokenizer / gpt1.tasks).
 REQUIREMENTS = ("mlflow", "torch", "numpy", "pandas", "safetensors", "tokenizers", "pydantic", "pyyaml", "ftfy",
                 "scipy", "scikit-learn", "tqdm")
@@ -71,30 +71,38 @@ def pinned_requirements() -> list[str]:
     return pins
 
 
-def save_model(model_dir: str | os.PathLike, path: str | os.PathLike, input_example: list[dict]) -> Path:
-    """Write the MLflow model of a fine-tuned model folder to `path` (which must not exist yet)."""
-    predictor = TaskPredictor(model_dir)
-    example = pd.DataFrame(input_example)
-    signature = mlflow.models.infer_signature(example, GPT1TaskModel(predictor).predict(None, example))
-    mlflow.pyfunc.save_model(
-        str(path), python_model=str(Path(__file__).resolve()), artifacts={ARTIFACT_PATH: str(model_dir)},
-        code_paths=[str(Path(__file__).resolve().parent)], signature=signature, input_example=example,
-        pip_requirements=pinned_requirements(),
-        metadata={"task": predictor.spec.name, "input_columns": list(predictor.columns)},
-    )
-    return Path(path)
+def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, name: str, step: int = 0,
+              tags: dict[str, str] | None = None) -> None:
+    """Log the fine-tuned model folder `model_dir` as logged model `name` of `run` (a `gpt1.tracking.RunLogger`),
+    linked to the metrics `run` logged at `step`."""
+    model_dir = str(Path(model_dir).resolve())
+    record = {"kind": "task", "model_dir": model_dir, "input_example": input_example, "step": step,
+              "tags": dict(tags or {})}
 
+    def make(run, attempt: dict) -> str:
+        from mlflow.models import Model
 
-def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], out_dir: str | os.PathLike) -> None:
-    """Build the MLflow model and upload it to `run` (a `gpt1.tracking.RunLogger`) as the `model` artifact."""
-    staging = Path(out_dir) / LOCAL_FALLBACK
-    shutil.rmtree(staging, ignore_errors=True)
-    save_model(model_dir, staging, input_example)
-    run.log_artifact(staging, ARTIFACT_PATH)
-    if run.pending:  # queued, not delivered: the retry needs the folder
-        log.warning("MLflow model not uploaded yet (tracking server unreachable); kept in %s", staging)
-    else:
-        shutil.rmtree(staging)
+        from gpt1.tracking import process_uri
+
+        predictor = TaskPredictor(model_dir)
+        example = pd.DataFrame(input_example)
+        signature = mlflow.models.infer_signature(example, GPT1TaskModel(predictor).predict(None, example))
+        client = run.client
+        if "model_id" not in attempt:  # created here, so that a retry completes it rather than adding another
+            params = dict(client.get_run(run.run_id).data.params)
+            attempt["model_id"] = client.create_logged_model(
+                run.experiment_id, name=name, source_run_id=run.run_id, params=params, model_type=MODEL_TYPE,
+                tags={**run.tags, **record["tags"]}).model_id
+        with process_uri(run.uri):  # Model.log's fluent helpers use the process-wide URI
+            info = Model.log(
+                artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run.run_id, model_id=attempt["model_id"], step=step,
+                python_model=str(Path(__file__).resolve()), artifacts={ARTIFACT_PATH: model_dir},
+                code_paths=[str(Path(__file__).resolve().parent)], signature=signature, input_example=example,
+                pip_requirements=pinned_requirements(),
+                metadata={"task": predictor.spec.name, "input_columns": list(predictor.columns)})
+        return info.model_id
+
+    run.log_model(name, make, record)
 
 
 # MLflow "models from code": loading a logged model executes this file, which declares the model here.

@@ -18,23 +18,54 @@ retrying with backoff for up to `flush_timeout` seconds (argument, else $GPT1_ML
 one wait for a server has run out, later ones in the same process try once). What still cannot be delivered is
 written as JSON (every undelivered call's params, metrics with step and timestamp, tags, artifact paths, status; one
 entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
-one is set, and reported in a warning either way.
+one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.replay) delivers such files later.
+
+What runs carry (choices where the spec is silent):
+- Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
+  tracked folder of a git checkout, the commit as `mlflow.source.git.commit` (the tag MLflow's UI shows) and
+  `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one. Stage runs add `stage_tags`:
+  `gpt1.stage`, `gpt1.key` (the stage's content key), `gpt1.preset`, `gpt1.cached`.
+- Models are MLflow 3 logged models (the run's "Logged models", the experiment's Models tab, `models:/<model_id>`,
+  `runs:/<run_id>/<name>`): `log_model` takes the function that builds one (gpt1.serving for task models),
+  `log_files_model` a folder (the pre-trained HF export: uploaded, or recorded by location as an external model
+  when large). Metrics logged with `model=` are linked to that model.
+- `register_model` adds a Model Registry version of a logged model and moves the alias `champion` to the version
+  with the highest headline metric (`update_champion`). MLflow reserves the alias `latest`
+  (`_validate_model_alias_name_reserved`); `models:/<name>/latest` already names the newest version.
+- `monitor_system` samples MLflow's system metrics monitors (CPU, memory, disk, network; GPU when pynvml finds
+  one) and sends them through the run, so an outage queues them like any metric (MLflow's own monitor loop stops
+  for good on its first failed request).
+- Datasets are `mlflow.data` sources: a local path, or `hub_dataset_source` for Hugging Face hub data (id, config,
+  split, revision).
+- MLflow's own asynchronous logging (`synchronous=False`, MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends one
+  request per call unless MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS is set (then it waits that long before any
+  delivery), sends from up to 10 threads in no fixed order, and drops a batch that fails; the buffered sender
+  here delivers sooner in fewer requests (benchmarks/bench_tracking.py) and replays after an outage.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
+import math
 import os
 import re
+import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from mlflow.data.dataset_source import DatasetSource
+
+    from gpt1.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +84,12 @@ METRICS_INTERVAL = 2.0  # seconds a logged metric may wait in the buffer before 
 METRICS_PER_REQUEST = 1000
 _MAX_RETRY_DELAY = 30.0  # seconds between attempts while a server stays down
 _BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is delivering the same run's calls
+_MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
+MODEL_UPLOAD_LIMIT = 200 * 2**20  # bytes: a larger model folder is logged by reference unless uploads are asked for
+TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
+HEADLINE_TAG = "gpt1.headline"  # a registered version's headline metric value (what `champion` is chosen by)
+CHAMPION = "champion"
+SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"  # MLflow's switch; "false" turns `monitor_system` off
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
 # already gave up on.
@@ -75,6 +112,62 @@ def flush_timeout() -> float:
 def tracking_uri(uri: str | None = None) -> str:
     """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory."""
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
+
+
+@functools.cache
+def code_version() -> dict[str, str]:
+    """Tags naming the code that runs: `gpt1.version`; the git commit and whether tracked files differ from it,
+    only when this very file is tracked by a git checkout (an installed copy inside some other repository's tree
+    must not borrow that repository's commit)."""
+    import gpt1
+
+    tags = {"gpt1.version": gpt1.__version__}
+    here = Path(__file__).resolve()
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        git("ls-files", "--error-unmatch", here.name)
+        tags["mlflow.source.git.commit"] = git("rev-parse", "HEAD")
+        tags["gpt1.git.dirty"] = str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return tags
+
+
+_PROCESS_URI_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def process_uri(uri: str) -> Iterator[None]:
+    """MLflow's process-wide tracking URI set to `uri` for the block, one block at a time in the process. For the
+    MLflow functions that ignore their client's URI: `Model.log` and its fluent helpers, and the SQL registry store
+    resolving a `models:/<id>` source (it would otherwise open ./mlflow.db)."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    with _PROCESS_URI_LOCK, _use_tracking_uri(uri):
+        yield
+
+
+def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False
+               ) -> dict[str, str]:
+    """The tags of a stage's run: which stage, its content key, the preset, and whether it was done already."""
+    tags = {TAG_STAGE: stage, TAG_CACHED: str(cached).lower()}
+    if key:
+        tags[TAG_KEY] = key
+    if preset:
+        tags[TAG_PRESET] = preset
+    return tags
+
+
+def hub_dataset_source(path: str, *, config: str | None = None, split: str | None = None,
+                       revision: str | None = None) -> "DatasetSource":
+    """An `mlflow.data` source for Hugging Face hub data (what `datasets.load_dataset` would be given)."""
+    from mlflow.data.sources import HuggingFaceDatasetSource
+
+    return HuggingFaceDatasetSource(path, config_name=config, split=split, revision=revision)
 
 
 @dataclass
@@ -146,7 +239,8 @@ class RunLogger:
     """One MLflow run, written resiliently. Create with `start_run`, or directly to re-attach by `run_id`.
 
     `metrics_interval`: seconds a logged metric may wait in the buffer (default `METRICS_INTERVAL`); 0 sends each
-    `log_metrics` call as its own request, in the calling thread."""
+    `log_metrics` call as its own request, in the calling thread. A run created here is tagged with `code_version()`
+    unless `code_tags` is False (a replay, whose tags already name the code that logged)."""
 
     def __init__(
         self,
@@ -161,13 +255,14 @@ class RunLogger:
         spool_dir: str | os.PathLike | None = None,
         flush_timeout: float | None = None,
         metrics_interval: float | None = None,
+        code_tags: bool = True,
     ):
         self.name = name
         self.experiment = experiment
         self.uri = tracking_uri(uri)
         self.parent_run_id = parent_run_id
         self.run_id = run_id
-        self.tags = dict(tags or {})
+        self.tags = {**(code_version() if code_tags and enabled and run_id is None else {}), **(tags or {})}
         self.enabled = enabled
         self.spool_dir = spool_dir or os.environ.get(SPOOL_DIR_ENV) or None
         self.flush_timeout = flush_timeout  # None: $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120 s (read when needed)
@@ -187,6 +282,9 @@ class RunLogger:
         self._warned = False
         self._retry_at = 0.0  # monotonic time before which logging calls only queue (server known to be down)
         self._retry_delay = 1.0
+        self._experiment_id: str | None = None
+        self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
+        self._system_metrics: SystemMetrics | None = None
         if enabled:
             self._ensure_run()
 
@@ -209,12 +307,19 @@ class RunLogger:
             if self.parent_run_id:
                 tags["mlflow.parentRunId"] = self.parent_run_id
             run = self.client.create_run(exp_id, run_name=self.name, tags=tags)
-            self.run_id = run.info.run_id
+            self.run_id, self._experiment_id = run.info.run_id, exp_id
             return True
         except Exception as err:  # server down, bad uri: keep going, try again later
             self._warn(f"could not create MLflow run {self.name!r} at {self.uri}: {err}")
             self._back_off()
             return False
+
+    @property
+    def experiment_id(self) -> str:
+        """The run's experiment (asked from the server for a run attached by id); only inside a queued call."""
+        if self._experiment_id is None:
+            self._experiment_id = self.client.get_run(self.run_id).info.experiment_id
+        return self._experiment_id
 
     def _warn(self, msg: str) -> None:
         if not self._warned:
@@ -359,17 +464,27 @@ class RunLogger:
             self._submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c),
                          {"params": {p.key: p.value for p in chunk}})
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        """Buffered (see the module docstring); timestamped now, at `step` (default 0)."""
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None,
+                    model: str | None = None) -> None:
+        """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms).
+        `model`: also linked to this run's logged model of that name (sent after it, not buffered)."""
         if not self.enabled:
             return
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if timestamp is None else timestamp
         items = [Metric(k, float(v), now, step or 0) for k, v in metrics.items() if v is not None]
         if not items:
             return
         record = {"metrics": {m.key: m.value for m in items}, "step": step or 0, "timestamp": now}
+        if model is not None:
+            def send() -> None:
+                model_id = self.model_ids[model]
+                self.client.log_batch(self.run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step,
+                                                                   model_id=model_id) for m in items])
+
+            self._submit("log_metrics", send, {**record, "model": model})
+            return
         if self.metrics_interval <= 0:
             self._submit("log_metrics", self._metrics_request(items), record)
             return
@@ -411,49 +526,145 @@ class RunLogger:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)
         self.log_text(text, artifact_file)
 
-    def log_dataset(self, name: str, digest: str, source: str, context: str = "input") -> None:
-        """Lineage: a dataset (corpus, shards, task files) this run read, identified by its content hash."""
+    def log_dataset(self, name: str, digest: str, source: "str | os.PathLike | DatasetSource",
+                    context: str = "input", profile: dict[str, Any] | None = None) -> None:
+        """Lineage: a dataset (corpus, shards, task files) this run read or wrote, identified by its content hash.
+        `source`: a local path, or an `mlflow.data` source (`hub_dataset_source` for hub data); `profile`: a few
+        numbers MLflow shows beside it (e.g. rows)."""
         if not self.enabled:
             return
+        from mlflow.data.sources import LocalArtifactDatasetSource
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        dataset = Dataset(
-            name=name, digest=digest[:36], source_type="local", source=json.dumps({"uri": str(source)})
-        )
+        if isinstance(source, (str, os.PathLike)):
+            source = LocalArtifactDatasetSource(str(source))
+        dataset = Dataset(name=name, digest=digest[:_MAX_DIGEST_LEN], source_type=source._get_source_type(),
+                          source=source.to_json(), profile=json.dumps(profile) if profile else None)
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
         self._submit("log_inputs", lambda: self.client.log_inputs(self.run_id, datasets=inputs),
-                     {"dataset": name, "digest": digest, "source": str(source), "context": context})
+                     {"dataset": name, "digest": digest, "source_type": dataset.source_type,
+                      "source": dataset.source, "context": context, "profile": profile})
 
     def log_reference(self, name: str, path: str | os.PathLike, digest: str) -> None:
         """A large artifact (checkpoint) recorded by location and hash instead of uploaded."""
         self.set_tags({f"ref.{name}.uri": str(Path(path).resolve()), f"ref.{name}.sha256": digest})
 
-    def register_model(self, name: str, artifact_path: str, tags: dict[str, Any] | None = None) -> None:
-        """A new version of Model Registry entry `name` (created on first use) from this run's `artifact_path`."""
+    # -- MLflow 3 logged models ------------------------------------------------------------------------------
+    def log_model(self, name: str, make: Callable[["RunLogger", dict], str], record: dict[str, Any]) -> None:
+        """A logged model of this run, named `name`, made by `make(run, attempt)` when the queue reaches the call;
+        `make` returns the model id. `attempt` is kept across retries: `make` stores the model id there as soon as
+        the model exists, so a retry after a failure completes that model instead of creating another. `record`
+        (JSON) says how to make it again, for the spool file (gpt1.replay)."""
         if not self.enabled:
             return
+        attempt: dict = {}
+
+        def send() -> None:
+            self.model_ids[name] = make(self, attempt)
+
+        self._submit("log_model", send, {"model": name, **record})
+
+    def log_files_model(self, name: str, folder: str | os.PathLike, *, upload: bool, model_type: str,
+                        params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
+                        step: int = 0) -> None:
+        """A folder of model files (not an MLflow-format model, e.g. a transformers export) as a logged model of
+        this run: uploaded when `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags
+        `gpt1.location` and `gpt1.sha256` say where it is and what it holds."""
+        folder = Path(folder).resolve()
+        record = {"kind": "files", "folder": str(folder), "upload": upload, "model_type": model_type,
+                  "params": {k: str(v) for k, v in (params or {}).items()},
+                  "tags": {k: str(v) for k, v in (tags or {}).items()}, "step": step}
+
+        def make(run: RunLogger, attempt: dict) -> str:
+            from mlflow.entities import LoggedModelOutput, LoggedModelStatus
+            from mlflow.models import Model
+            from mlflow.models.utils import get_external_mlflow_model_spec
+            from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
+
+            from gpt1.io import sha256_tree
+
+            client = run.client
+            if "model_id" not in attempt:
+                model_tags = {**record["tags"], "gpt1.location": str(folder), "gpt1.sha256": sha256_tree(folder)}
+                if not upload:
+                    model_tags[MLFLOW_MODEL_IS_EXTERNAL] = "true"
+                attempt["model_id"] = client.create_logged_model(
+                    run.experiment_id, name=name, source_run_id=run.run_id, tags=model_tags,
+                    params=record["params"], model_type=model_type).model_id
+            model_id = attempt["model_id"]
+            if upload:
+                client.log_model_artifacts(model_id, str(folder))
+            else:  # MLflow's placeholder MLmodel of an external model, as `mlflow.create_external_model` writes
+                spec: Model = get_external_mlflow_model_spec(client.get_logged_model(model_id))
+                with tempfile.TemporaryDirectory() as tmp:
+                    spec.save(os.path.join(tmp, "MLmodel"))
+                    client.log_model_artifacts(model_id, tmp)
+            client.finalize_logged_model(model_id, LoggedModelStatus.READY)
+            client.log_outputs(run.run_id, [LoggedModelOutput(model_id, step)])
+            return model_id
+
+        self.log_model(name, make, record)
+
+    def register_model(self, registered_name: str, model: str, *, tags: dict[str, Any] | None = None,
+                       headline: float | None = None) -> None:
+        """A new version of Model Registry entry `registered_name` (created on first use) from this run's logged
+        model `model`, tagged with `tags` and its `headline` metric; then `update_champion`."""
+        if not self.enabled:
+            return
+        version_tags = {k: str(v) for k, v in (tags or {}).items()}
+        if headline is not None:
+            version_tags[HEADLINE_TAG] = repr(float(headline))
 
         def register() -> None:
             from mlflow.exceptions import MlflowException
 
             try:
-                self.client.create_registered_model(name)
+                self.client.create_registered_model(registered_name)
             except MlflowException as err:
                 if err.error_code != "RESOURCE_ALREADY_EXISTS":
                     raise
-            source = f"{self.client.get_run(self.run_id).info.artifact_uri}/{artifact_path}"
-            self.client.create_model_version(name, source, run_id=self.run_id,
-                                             tags={k: str(v) for k, v in (tags or {}).items()})
+            model_id = self.model_ids[model]
+            with process_uri(self.uri):
+                self.client.create_model_version(registered_name, f"models:/{model_id}", run_id=self.run_id,
+                                                 tags=version_tags, model_id=model_id)
+            update_champion(self.client, registered_name)
 
-        self._submit("register_model", register, {"model_name": name, "artifact_path": artifact_path})
+        self._submit("register_model", register, {"registered_model": registered_name, "model": model,
+                                                  "tags": version_tags})
 
-    def end(self, status: str = "FINISHED") -> None:
-        """Terminate the run; undelivered calls are retried for up to `flush_timeout()` seconds, then spooled."""
-        if not self.enabled:
+    # -- system metrics ----------------------------------------------------------------------------------------
+    def monitor_system(self) -> None:
+        """Log system metrics (`system/*`) on this run every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL seconds
+        (default 10) until `end()`, and once more at the end; nothing when MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
+        is false. A re-attached run (resumed training) continues the earlier steps."""
+        if not self.enabled or self._system_metrics is not None:
             return
+        if os.environ.get(SYSTEM_METRICS_ENV, "").strip().lower() in ("false", "0"):
+            return
+        try:
+            self._system_metrics = SystemMetrics(self)
+            self._system_metrics.start()
+        except Exception as err:  # a broken monitor (e.g. a GPU library) must never stop training
+            log.warning("MLflow run %s: no system metrics: %s", self.name, err)
+            self._system_metrics = None
+
+    def end(self, status: str = "FINISHED") -> Path | None:
+        """Terminate the run; undelivered calls are retried for up to `flush_timeout()` seconds, then spooled
+        (`deliver`)."""
+        if not self.enabled:
+            return None
+        if self._system_metrics is not None:
+            self._system_metrics.finish()
+            self._system_metrics = None
         self._submit("end", lambda: self.client.set_terminated(self.run_id, status=status), {"status": status})
-        if not self.flush(timeout=self._end_timeout()):
-            self._give_up()
+        return self.deliver()
+
+    def deliver(self) -> Path | None:
+        """Everything logged so far delivered, retrying for up to `flush_timeout()` seconds; what is still left is
+        written to the spool directory: returns that file (None when all was delivered or nothing was written)."""
+        if self.flush(timeout=self._end_timeout()):
+            return None
+        return self._give_up()
 
     def _end_timeout(self) -> float:
         return flush_timeout() if self.flush_timeout is None else max(0.0, self.flush_timeout)
@@ -488,7 +699,7 @@ class RunLogger:
         path = directory / f"mlflow-undelivered-{safe}-{self.run_id or 'no-run'}-{os.getpid()}-{time.time_ns()}.json"
         write_json(path, {
             "tracking_uri": self.uri, "experiment": self.experiment, "run_name": self.name, "run_id": self.run_id,
-            "parent_run_id": self.parent_run_id, "tags": self.tags, "written": time.time(),
+            "parent_run_id": self.parent_run_id, "tags": self.tags, "model_ids": self.model_ids, "written": time.time(),
             "calls": [{"call": call.what, **record} for call in calls for record in call.records],
         })
         return path
@@ -498,8 +709,8 @@ def _drain_at_exit() -> None:
     """A process ending with undelivered calls or buffered metrics (a run attached by id and only flushed, a run
     that raised before `end()`): last bounded try."""
     for run in list(_UNDELIVERED):
-        if run.pending and not run.flush(timeout=run._end_timeout()):
-            run._give_up()
+        if run.pending:
+            run.deliver()
 
 
 atexit.register(_drain_at_exit)
@@ -527,3 +738,142 @@ def start_run(name: str, **kwargs: Any) -> Iterator[RunLogger]:
         run.end("FAILED")
         raise
     run.end("FINISHED")
+
+
+# -- Model Registry, system metrics, pipeline runs ------------------------------------------------------------------
+def update_champion(client, registered_name: str) -> str | None:
+    """Point the alias `champion` at the version of `registered_name` with the highest headline metric (tag
+    `gpt1.headline`: the task's primary metric on its evaluation split, higher is better for every task); on a tie
+    the earliest such version keeps it, so a re-run scoring the same does not take it over. Versions without the
+    tag (registered by hand) are never chosen. Returns the champion's version."""
+    quote = '"' if "'" in registered_name else "'"
+    scored = []
+    for version in client.search_model_versions(f"name={quote}{registered_name}{quote}"):
+        try:
+            value = float(version.tags[HEADLINE_TAG])
+        except (KeyError, ValueError):
+            continue
+        if not math.isnan(value):
+            scored.append((value, -int(version.version)))
+    if not scored:
+        return None
+    best = str(-max(scored)[1])
+    client.set_registered_model_alias(registered_name, CHAMPION, best)
+    return best
+
+
+class SystemMetrics:
+    """MLflow's system metrics monitor (its CPU, memory, disk and network monitors, and the GPU one when pynvml
+    finds a GPU; its sampling settings MLFLOW_SYSTEM_METRICS_*), with a sampling thread of its own that logs through
+    a RunLogger: MLflow's loop polls the run's status over HTTP every sample and stops for good on the first
+    failure, so an outage would end system metrics for the rest of training."""
+
+    def __init__(self, run: RunLogger):
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        resumed = run.run_id is not None and run._experiment_id is None  # attached by id: continue its steps
+        self.monitor = SystemMetricsMonitor(run.run_id, resume_logging=resumed, tracking_uri=run.uri)
+        self.run = run
+        self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
+        self.samples = 0
+        self.step = self.monitor._logging_step  # 0, or after the resumed run's last system step
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpt1-system-metrics", daemon=True)
+
+    def start(self) -> None:
+        import psutil
+
+        psutil.cpu_percent()  # the first reading then covers the time since this call, not since boot
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.monitor.sampling_interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            self.monitor.collect_metrics()
+        except Exception as err:  # a monitor failing (e.g. a GPU gone) skips a sample, never stops training
+            log.warning("system metrics: a sample failed: %s", err)
+            return
+        self.samples += 1
+        if self.samples >= self.monitor.samples_before_logging:
+            self._publish()
+
+    def _publish(self) -> None:
+        metrics = self.monitor.aggregate_metrics()
+        for monitor in self.monitor.monitors:
+            monitor.clear_metrics()
+        self.samples = 0
+        self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=self.step)
+        self.step += 1
+
+    def finish(self) -> None:
+        """Stop sampling; a last sample covers the time since the previous one (a run shorter than the interval
+        still gets one)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self._sample()
+        if self.samples:
+            self._publish()
+
+
+RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: the MLflow UI's shared runs-table view (columns, sort)
+
+
+def runs_view(client, experiment_id: str, columns: list[str]) -> str:
+    """Store a runs-table view of `experiment_id` showing `columns` (e.g. "metrics.`glue_score`",
+    "tags.`gpt1.preset`") and return its link (relative to the tracking server's UI).
+
+    MLflow 3.17 has no per-experiment default columns: the table's columns live in the browser (local storage) and
+    start at Source/Models/Dataset. Its "share view" feature stores a view as the experiment tag
+    `mlflow.sharedViewState.<key>`, opened by `#/experiments/<id>/runs?viewStateShareKey=<key>`; this writes such a
+    tag (plain JSON, which the UI accepts beside its compressed form)."""
+    from gpt1.io import stable_hash
+
+    state = {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
+    key = stable_hash(state)
+    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + key, json.dumps(state))
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
+
+
+def start_pipeline_run(cfg: "PipelineConfig", *, flow: str, deployment: str | None = None,
+                       flow_run: str | None = None, flow_run_id: str | None = None) -> RunLogger:
+    """The MLflow parent run of one pipeline flow run, named after the Prefect deployment and flow run
+    (`gpt1/smoke · crimson-falcon`; without a deployment `gpt1 [smoke] · crimson-falcon`), tagged with their ids,
+    the preset and the code version; its params are the config as asked (the stages add `resolved.*` params, the
+    values actually used, once known). The experiment gets a runs-table view with the headline metrics: its link
+    is the parent's tag `gpt1.runs_view` and the experiment's description, unless someone else wrote that."""
+    from gpt1.config import flatten
+
+    where = f"{flow}/{deployment}" if deployment else f"{flow} [{cfg.preset}]"
+    name = f"{where} · {flow_run}" if flow_run else where
+    tags = {"prefect.flow": flow, "prefect.deployment": deployment or "(none)", "gpt1.preset": cfg.preset}
+    if flow_run:
+        tags["prefect.flow_run_name"] = flow_run
+    if flow_run_id:
+        tags["prefect.flow_run_id"] = flow_run_id
+    run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags)
+    run.log_params(flatten(cfg.model_dump(mode="json")))
+    publish_runs_view(run, ["attributes.`Models`", "tags.`gpt1.preset`", "metrics.`glue_score`",
+                            *(f"metrics.`task/{task}/primary`" for task in cfg.finetune.tasks)])
+    return run
+
+
+def publish_runs_view(run: RunLogger, columns: list[str]) -> None:
+    """`runs_view` of the run's experiment, linked from the run (tag `gpt1.runs_view`) and from the experiment's
+    description (when it has none, or one written here before)."""
+
+    def publish() -> None:
+        link = runs_view(run.client, run.experiment_id, columns)
+        run.client.set_tag(run.run_id, "gpt1.runs_view", link)
+        note = run.client.get_experiment(run.experiment_id).tags.get("mlflow.note.content")
+        if note is None or note.startswith(_VIEW_NOTE):
+            run.client.set_experiment_tag(run.experiment_id, "mlflow.note.content",
+                                          f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.")
+
+    run._submit("runs_view", publish, {"columns": columns})
+
+
+_VIEW_NOTE = "[Runs table with the headline metrics]"

@@ -303,7 +303,7 @@ def test_held_out_splits_follow_the_task_registry():
 
 
 # -- MLflow run, pyfunc model, CLI ----------------------------------------------------------------------------------
-def test_mlflow_run_and_pyfunc_model_on_raw_inputs(runs, tracking_uri, sample_tasks):
+def test_mlflow_run_and_logged_pyfunc_model_on_raw_inputs(runs, tracking_uri, sample_tasks):
     import mlflow
     import pandas as pd
     from mlflow.tracking import MlflowClient
@@ -314,11 +314,22 @@ def test_mlflow_run_and_pyfunc_model_on_raw_inputs(runs, tracking_uri, sample_ta
     assert run.data.metrics["task/mnli/accuracy_matched"] == pytest.approx(result["metrics"]["accuracy_matched"])
     assert "task/mnli/majority/accuracy" in run.data.metrics
     assert len(client.get_metric_history(run.info.run_id, "train/loss")) == result["train"]["steps"]
-    assert {d.dataset.name for d in run.inputs.dataset_inputs} >= {"mnli/train", "mnli/dev"}
+    inputs = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
+    assert set(inputs) >= {"mnli/train", "mnli/dev"}
+    assert json.loads(inputs["mnli/train"].profile)["rows"] == result["data"]["splits"]["train"]["rows"]
     assert run.data.params["finetune.aux_lm_weight"] == "0.5"
+    assert run.data.tags["gpt1.stage"] == "finetune" and run.data.tags["gpt1.cached"] == "false"
+    assert "system/cpu_utilization_percentage" in run.data.metrics  # a run shorter than the interval: one sample
+
+    # an MLflow 3 logged model of the run, named after the task, linked to the final metrics
+    [output] = run.outputs.model_outputs
+    model_info = client.get_logged_model(output.model_id)
+    assert model_info.name == "mnli" and model_info.source_run_id == run.info.run_id
+    assert {m.key for m in model_info.metrics} >= {"task/mnli/accuracy", "task/mnli/primary"}
+    assert model_info.params["finetune.aux_lm_weight"] == "0.5"
 
     mlflow.set_tracking_uri(tracking_uri)
-    model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model")
+    model = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/mnli")
     assert [c.name for c in model.metadata.get_input_schema().inputs] == ["premise", "hypothesis"]
     rows = read_jsonl(out / "predictions" / "dev.jsonl")[::4]
     dev = {(ex.group, ex.id): ex for ex in tasks.load("mnli", sample_tasks / "MNLI", "dev")}  # ids restart per half
@@ -327,13 +338,14 @@ def test_mlflow_run_and_pyfunc_model_on_raw_inputs(runs, tracking_uri, sample_ta
     predicted = model.predict(frame)
     assert list(predicted["prediction"]) == [r["prediction"] for r in rows]
     assert np.allclose(np.stack(predicted["probabilities"]), [r["probabilities"] for r in rows], atol=1e-5)
-    assert not (out / "mlflow_model").exists()  # uploaded, local staging copy removed
 
-    # registered in the Model Registry: a version of the task's model pointing at this run, loadable by name
+    # registered in the Model Registry: a version of the logged model, the champion of its registered model
     [version] = client.search_model_versions("name='test-finetune-mnli'")
     assert version.run_id == run.info.run_id and version.tags["task"] == "mnli"
-    assert float(version.tags[result["primary_metric"]]) == pytest.approx(result["metrics"]["primary"])
-    registered = mlflow.pyfunc.load_model(f"models:/test-finetune-mnli/{version.version}")
+    assert version.source == f"models:/{output.model_id}"
+    assert float(version.tags["gpt1.headline"]) == pytest.approx(result["metrics"]["primary"])
+    assert client.get_registered_model("test-finetune-mnli").aliases == {"champion": version.version}
+    registered = mlflow.pyfunc.load_model("models:/test-finetune-mnli@champion")
     assert list(registered.predict(frame)["prediction"]) == list(predicted["prediction"])
 
 
@@ -343,7 +355,7 @@ def test_pyfunc_multiple_choice_takes_options_lists(runs, tracking_uri, sample_t
 
     out, result = runs("storycloze")
     mlflow.set_tracking_uri(tracking_uri)
-    model = mlflow.pyfunc.load_model(f"runs:/{result['run_id']}/model")
+    model = mlflow.pyfunc.load_model(f"runs:/{result['run_id']}/storycloze")
     rows = read_jsonl(out / "predictions" / "test.jsonl")[:4]
     test = {ex.id: ex for ex in tasks.load("storycloze", sample_tasks / "StoryCloze", "test")}
     frame = pd.DataFrame([{"context": test[r["id"]].context, "question": "", "options": list(test[r["id"]].options)}

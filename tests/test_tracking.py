@@ -6,15 +6,19 @@ aimed at a port nobody listens on, the store a temp SQLite database."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+import gpt1
 from gpt1 import tracking
 from gpt1.tracking import METRICS_PER_REQUEST, RunLogger, start_run
 from tests.conftest import REPO
@@ -324,3 +328,236 @@ def test_a_process_exiting_without_end_delivers_its_buffered_metrics(store):
     assert done.returncode == 0, done.stderr
     run_id = done.stdout.strip().splitlines()[-1]
     assert history(store, run_id, "loss") == [(s, 1.0 / s) for s in range(1, 21)]
+
+
+# -- what runs carry: code version, datasets, logged models, system metrics, champion, pipeline runs ----------------
+def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tmp_path):
+    run, _ = recorded_run(store, "versioned")
+    run.end()
+    tags = MlflowClient(store).get_run(run.run_id).data.tags
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert tags["mlflow.source.git.commit"] == head and tags["gpt1.version"] == gpt1.__version__
+    assert tags["gpt1.git.dirty"] in ("true", "false")
+
+    # the package copied into another repository, untracked there (an install inside someone's tree): no commit
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
+    script = "import gpt1, json; from gpt1.tracking import code_version; print(json.dumps([gpt1.__file__, code_version()]))"
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    where, copied = json.loads(done.stdout.strip().splitlines()[-1])
+    assert where.startswith(str(tmp_path)) and copied == {"gpt1.version": gpt1.__version__}
+
+
+def test_datasets_are_mlflow_data_sources_with_hub_ids_and_revisions(store):
+    run, _ = recorded_run(store, "datasets")
+    run.log_dataset("sst2/dev", "ab" * 40, tracking.hub_dataset_source("nyu-mll/glue", config="sst2",
+                                                                       split="validation", revision="bcdcba79"),
+                    context="evaluation", profile={"rows": 872})
+    run.log_dataset("corpus", "cd" * 40, "/data/corpus", context="training")
+    run.end()
+    inputs = {d.dataset.name: d for d in MlflowClient(store).get_run(run.run_id).inputs.dataset_inputs}
+    hub = inputs["sst2/dev"].dataset
+    assert hub.source_type == "hugging_face" and json.loads(hub.profile) == {"rows": 872}
+    assert {k: v for k, v in json.loads(hub.source).items() if v} == {
+        "path": "nyu-mll/glue", "config_name": "sst2", "split": "validation", "revision": "bcdcba79"}
+    assert inputs["corpus"].dataset.source_type == "local" and len(hub.digest) == 36
+    assert [t.value for t in inputs["sst2/dev"].tags if t.key == "mlflow.data.context"] == ["evaluation"]
+
+
+def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_metrics(store, tmp_path):
+    from mlflow.artifacts import download_artifacts
+
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"n_layer": 1}')
+    (folder / "model.safetensors").write_bytes(b"weights")
+    run, _ = recorded_run(store, "pretrain-like")
+    run.log_metrics({"val_loss": 3.5}, step=30)
+    run.log_files_model("pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
+                        params={"model.n_layer": 1}, tags={"gpt1.preset": "smoke"})
+    run.log_metrics({"val_loss": 3.5}, step=30, model="pretrained")
+    run.log_files_model("by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
+    run.end()
+
+    client = MlflowClient(store)
+    models = {m.name: m for m in client.search_logged_models([client.get_run(run.run_id).info.experiment_id])
+              if m.source_run_id == run.run_id}
+    uploaded, external = models["pretrained"], models["by-reference"]
+    assert uploaded.model_id == run.model_ids["pretrained"] and str(uploaded.status) == "READY"
+    assert uploaded.params == {"model.n_layer": "1"} and uploaded.tags["gpt1.location"] == str(folder)
+    assert [(m.key, m.value, m.step) for m in uploaded.metrics] == [("val_loss", 3.5, 30)]
+    with tracking.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
+        local = Path(download_artifacts(f"models:/{uploaded.model_id}", dst_path=str(tmp_path / "down")))
+    assert (local / "model.safetensors").read_bytes() == b"weights"
+    assert external.tags["mlflow.model.isExternal"] == "true" and str(external.status) == "READY"
+    assert external.tags["gpt1.sha256"] == uploaded.tags["gpt1.sha256"]
+    outputs = {o.model_id: o.step for o in client.get_run(run.run_id).outputs.model_outputs}
+    assert outputs == {uploaded.model_id: 30, external.model_id: 30}
+
+
+def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "w.bin").write_bytes(b"x")
+    run, client = recorded_run(store, "retried-model")
+    real = client.store.log_model_artifacts
+    calls = []
+
+    def fail_once(model_id, local_dir, artifact_path=None):  # the server drops out after the model was created
+        calls.append(model_id)
+        if len(calls) == 1:
+            raise ConnectionError("server went away")
+        return real(model_id, local_dir, artifact_path)
+
+    client.log_model_artifacts = fail_once
+    run.log_files_model("pretrained", folder, upload=True, model_type="t")
+    assert run.pending == 1 and "pretrained" not in run.model_ids
+    run.end()
+    assert calls[0] == calls[1] == run.model_ids["pretrained"]  # the same model completed
+    store_client = MlflowClient(store)
+    mine = [m for m in store_client.search_logged_models([store_client.get_run(run.run_id).info.experiment_id])
+            if m.source_run_id == run.run_id]
+    assert len(mine) == 1 and str(mine[0].status) == "READY"
+
+
+def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    run, client = recorded_run(store, "system", metrics_interval=0.1)
+    run.monitor_system()
+    assert wait_until(lambda: any(k.startswith("system/") for r in client.requests for k, *_ in r["metrics"]))
+    client.down = True
+    time.sleep(1.0)  # samples taken while the server is unreachable: queued, not lost, and sampling goes on
+    client.down = False
+    run.end()
+    steps = [s for s, _ in history(store, run.run_id, "system/cpu_utilization_percentage")]
+    assert steps == list(range(len(steps))) and len(steps) >= 5, steps
+    assert {"system/system_memory_usage_megabytes", "system/disk_usage_percentage"} <= set(
+        MlflowClient(store).get_run(run.run_id).data.metrics)
+
+    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
+    off, _ = recorded_run(store, "no-system")
+    off.monitor_system()
+    off.end()
+    assert not any(k.startswith("system/") for k in MlflowClient(store).get_run(off.run_id).data.metrics)
+
+
+class FakeRegistry:
+    """The two registry calls `update_champion` makes, over versions given as (version, tags)."""
+
+    def __init__(self, versions: list[tuple[int, dict]]):
+        self.versions = [type("V", (), {"version": str(v), "tags": tags}) for v, tags in versions]
+        self.aliases: dict[str, str] = {}
+
+    def search_model_versions(self, filter_string):
+        assert filter_string == "name='m'"
+        return self.versions
+
+    def set_registered_model_alias(self, name, alias, version):
+        self.aliases[alias] = version
+
+
+def test_champion_is_the_best_headline_ties_keep_the_earliest():
+    h = tracking.HEADLINE_TAG
+    registry = FakeRegistry([(1, {h: "71.5"}), (2, {h: "80.25"}), (3, {h: "80.25"}), (4, {h: "nan"}), (5, {}),
+                             (6, {h: "bad"})])
+    assert tracking.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
+    registry = FakeRegistry([(1, {h: "-3.0"}), (2, {h: "12.0"})])  # MCC and Pearson can be negative
+    assert tracking.update_champion(registry, "m") == "2"
+    assert tracking.update_champion(FakeRegistry([(1, {})]), "m") is None
+
+
+def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_view(store):
+    from gpt1.config import load_config
+
+    cfg = load_config("smoke", ["tracking.experiment=t", f"tracking.tracking_uri={store}",
+                                "finetune.tasks=[sst2,stsb]"])
+    run = tracking.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="crimson-falcon",
+                                      flow_run_id="1234")
+    bare = tracking.start_pipeline_run(cfg, flow="gpt1", flow_run="quiet-owl")
+    run.end()
+    bare.end()
+    client = MlflowClient(store)
+    got = client.get_run(run.run_id)
+    assert got.info.run_name == "gpt1/smoke · crimson-falcon"
+    assert client.get_run(bare.run_id).info.run_name == "gpt1 [smoke] · quiet-owl"
+    assert {k: got.data.tags[k] for k in ("prefect.deployment", "prefect.flow_run_id", "gpt1.preset")} == {
+        "prefect.deployment": "smoke", "prefect.flow_run_id": "1234", "gpt1.preset": "smoke"}
+    assert got.data.params["tokenizer.merges"] == str(cfg.tokenizer.merges) and "gpt1.version" in got.data.tags
+
+    link = got.data.tags["gpt1.runs_view"]
+    experiment = client.get_experiment(got.info.experiment_id)
+    key = link.split("viewStateShareKey=")[1]
+    assert link.startswith(f"#/experiments/{experiment.experiment_id}/runs?")
+    view = json.loads(experiment.tags[tracking.RUNS_VIEW_TAG + key])
+    assert view["selectedColumns"][-3:] == ["metrics.`glue_score`", "metrics.`task/sst2/primary`",
+                                            "metrics.`task/stsb/primary`"]
+    assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
+
+    client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", "my notes")
+    tracking.start_pipeline_run(cfg, flow="gpt1", flow_run="x").end()
+    assert client.get_experiment(experiment.experiment_id).tags["mlflow.note.content"] == "my notes"  # kept
+
+
+# -- gpt1 replay-spool ------------------------------------------------------------------------------------------------
+def spooled_run(spool: Path, name: str, artifact: Path) -> RunLogger:
+    """A run whose server never answers: everything it logs ends up in a spool file in `spool`."""
+    gone = RunLogger(name, experiment="t", uri=f"http://127.0.0.1:{_closed_port()}", spool_dir=spool,
+                     flush_timeout=0, tags={"gpt1.stage": "finetune"})
+    gone.log_params({"lr": 0.1})
+    for step in (1, 2, 3):
+        gone.log_metrics({"loss": 1.0 / step}, step=step)
+    gone.set_tags({"phase": "done"})
+    gone.log_dataset("corpus", "ef" * 40, "/data/corpus", context="training", profile={"rows": 3})
+    gone.log_artifact(artifact)
+    gone.log_text("hello", "notes/hello.txt")
+    gone.end("FINISHED")
+    return gone
+
+
+def test_replay_spool_delivers_a_never_created_run_in_order_once(store, tmp_path, capsys):
+    from gpt1 import cli
+
+    spool = tmp_path / "spool"
+    artifact = tmp_path / "predictions.jsonl"
+    artifact.write_text('{"id": 1}\n')
+    gone = spooled_run(spool, "offline", artifact)
+    [path] = spool.glob("mlflow-undelivered-*.json")
+    stamps = [c["timestamp"] for c in json.loads(path.read_text())["calls"] if c["call"] == "log_metrics"]
+
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", f"http://127.0.0.1:{_closed_port()}",
+                     "--timeout", "0"]) == 1  # still down: what is left is a new file, the old one is gone
+    [left] = spool.glob("mlflow-undelivered-*.json")
+    assert left != path and len(json.loads(left.read_text())["calls"]) == 9
+
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store]) == 0
+    assert "9 call(s) delivered" in capsys.readouterr().out
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("t").experiment_id], "attributes.run_name = 'offline'")
+    assert run.info.status == "FINISHED" and run.data.params == {"lr": "0.1"}
+    assert run.data.tags["phase"] == "done" and run.data.tags["gpt1.stage"] == "finetune"
+    assert run.data.tags["mlflow.source.git.commit"] == gone.tags["mlflow.source.git.commit"]
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value, m.timestamp) for m in losses] == [(s, 1.0 / s, t) for s, t in zip((1, 2, 3), stamps)]
+    assert run.inputs.dataset_inputs[0].dataset.name == "corpus"
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["notes", "predictions.jsonl"]
+    assert not list(spool.glob("mlflow-undelivered-*.json")) and (spool / "replayed" / left.name).exists()
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store]) == 0  # nothing left: nothing sent twice
+    assert len(client.get_metric_history(run.info.run_id, "loss")) == 3
+
+
+def test_replay_spool_refuses_what_it_cannot_replay(store, tmp_path, capsys):
+    from gpt1 import cli
+
+    spool = tmp_path / "spool"
+    artifact = tmp_path / "gone.txt"
+    artifact.write_text("x")
+    spooled_run(spool, "lost-artifact", artifact)
+    artifact.unlink()
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store]) == 2
+    assert "gone.txt no longer exists" in capsys.readouterr().err
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store, "--skip-missing"]) == 0
+
+    (spool / "mlflow-undelivered-bad-1.json").write_text('{"calls": []}')
+    assert cli.main(["replay-spool", str(spool)]) == 2
+    assert "not a gpt1 MLflow spool file" in capsys.readouterr().err

@@ -70,7 +70,8 @@ class Job(StageJob):
                           tokenizer_dir=self.tokenizer.path if self.tokenizer else None,
                           parent_run_id=self.parent_run_id, tracking_uri=cfg.tracking.tracking_uri,
                           experiment=cfg.tracking.experiment, run_name=self.label, track=self.track,
-                          device=self.device, registered_model=registered_model_name(cfg, self.task))
+                          device=self.device, registered_model=registered_model_name(cfg, self.task),
+                          run_tags=tracking.stage_tags("finetune", key=self.key(), preset=cfg.preset))
         return {"task": self.task, "ablation": ablation_name(cfg.finetune), "eval_split": result["eval_split"],
                 "primary": result["metrics"].get("primary"), "run_id": result.get("run_id")}
 
