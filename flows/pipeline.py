@@ -39,11 +39,11 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
 from gpt1 import pipeline as P
-from gpt1.config import PipelineConfig, flatten, load_config
+from gpt1.config import PipelineConfig, load_config
 from gpt1.distributed import threads_per_process
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages.outputs import is_done
-from gpt1.tracking import RunLogger
+from gpt1.tracking import RunLogger, start_pipeline_run
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 # What a fine-tune worker imports once (torch, the task metrics, MLflow models), instead of once per task.
@@ -97,6 +97,7 @@ def _run_stage(plan: P.Plan, stage: str, parent_run_id: str | None) -> Path:
 @task(name="pretrain", persist_result=False)
 def pretrain_task(plan: P.Plan, parent_run_id: str | None, threads: str | None = None) -> str:
     result = P.run_pretrain(plan, parent_run_id, threads=threads, log_line=get_run_logger().info)
+    P.log_cached_pretrain(plan, result, parent_run_id)
     return str(result.path / "final")
 
 
@@ -104,8 +105,10 @@ def pretrain_task(plan: P.Plan, parent_run_id: str | None, threads: str | None =
 def finetune_task(plan: P.Plan, name: str, variant: str, parent_run_id: str | None) -> dict:
     compute = _local_compute[str(flow_run.id)]
     with compute.slots:
-        return P.run_finetune(plan, variant, name, parent_run_id, workers=compute.workers,
-                              log_line=get_run_logger().info)
+        metrics = P.run_finetune(plan, variant, name, parent_run_id, workers=compute.workers,
+                                 log_line=get_run_logger().info)
+    P.log_cached_finetune(plan, variant, name, parent_run_id)
+    return metrics
 
 
 @task(name="report", persist_result=False)
@@ -182,12 +185,9 @@ def _pretrain_slot(plan: P.Plan, compute: LocalCompute, beside: bool) -> Iterato
         yield threads_per_process(compute.concurrency * orch.pretrain_nproc) if beside else None
 
 
-def _parent_run(cfg: PipelineConfig, name: str) -> RunLogger:
-    run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags={
-        "prefect.flow_run_id": str(flow_run.id), "prefect.deployment": str(deployment.name or "(none)"),
-        "gpt1.preset": cfg.preset})
-    run.log_params(flatten(cfg.model_dump(mode="json")))
-    return run
+def _parent_run(cfg: PipelineConfig) -> RunLogger:
+    return start_pipeline_run(cfg, flow=flow_run.flow_name, deployment=deployment.name, flow_run=flow_run.name,
+                              flow_run_id=str(flow_run.id))
 
 
 def _finish(run: RunLogger, failures: dict[str, str]) -> None:
@@ -205,7 +205,7 @@ def gpt1_pipeline(preset: str = "smoke", overrides: list[str] | None = None, wor
     """The whole GPT-1 recipe for one preset + overrides; returns the report directory."""
     cfg = load_config(preset, overrides)  # bad parameters fail here, before any stage runs
     plan = P.Plan.make(cfg, work_dir)
-    run = _parent_run(cfg, f"gpt1-{cfg.preset}")
+    run = _parent_run(cfg)
     try:
         with local_compute(plan) as compute:
             if cfg.data.source == "sample" or cfg.finetune.data == "sample":
@@ -242,7 +242,9 @@ def finetune_one(config: dict, task_name: str, work_dir: str = WORK_DIR, variant
     """One task, in this process: the unit the cluster fan-out runs on its own GPU. `checkpoint`: the parent
     fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training."""
     plan = P.Plan.make(load_config(preset, config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir)
-    return P.run_finetune(plan, variant, task_name, parent_run_id, log_line=get_run_logger().info)
+    metrics = P.run_finetune(plan, variant, task_name, parent_run_id, log_line=get_run_logger().info)
+    P.log_cached_finetune(plan, variant, task_name, parent_run_id)
+    return metrics
 
 
 @flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
@@ -252,7 +254,7 @@ def finetune_all(checkpoint: str, tokenizer_dir: str | None = None, preset: str 
     `tokenizer_dir`, else the checkpoint's own tokenizer.json)."""
     cfg = load_config(preset, overrides)
     plan = P.Plan.make(cfg, work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir)
-    run = _parent_run(cfg, f"gpt1-{cfg.preset}-finetune")
+    run = _parent_run(cfg)
     try:
         with local_compute(plan):
             if cfg.finetune.data == "sample":

@@ -197,20 +197,82 @@ def run_report(plan: Plan, parent_run_id: str | None = None) -> Result:
 
 # -- MLflow ---------------------------------------------------------------------------------------------------------
 def log_stage(plan: Plan, stage: str, result: Result, parent_run_id: str | None) -> None:
-    """A child MLflow run per in-process stage: its settings, numeric outputs, lineage and key (cached or not)."""
+    """A child MLflow run per in-process stage: its settings, numeric outputs, lineage and key (cached or not).
+    The tokenizer stage also records on the parent run the values the later stages really use (`resolved.*`
+    params): the vocabulary learnt (the model's vocab_size) and the merges learnt, beside the config as asked."""
+    from gpt1.tracking import stage_tags
+
+    cfg = plan.cfg
     section = {"sample": "data", "ingest": "data", "tokenizer": "tokenizer", "shards": "data"}[stage]
-    run = RunLogger(stage, experiment=plan.cfg.tracking.experiment, uri=plan.cfg.tracking.tracking_uri,
-                    parent_run_id=parent_run_id, tags={"gpt1.stage": stage, "gpt1.key": result.key,
-                                                       "gpt1.cached": str(result.cached).lower()})
-    run.log_params({f"{section}.{k}": v for k, v in flatten(getattr(plan.cfg, section).model_dump()).items()})
+    run = RunLogger(stage, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri,
+                    parent_run_id=parent_run_id,
+                    tags=stage_tags(stage, key=result.key, preset=cfg.preset, cached=result.cached))
+    run.log_params({f"{section}.{k}": v for k, v in flatten(getattr(cfg, section).model_dump()).items()})
     numbers = {k: v for k, v in flatten(result.marker).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
     run.log_metrics({k.replace("[", "_").replace("]", ""): v for k, v in numbers.items()})
+    job = plan.jobs[stage]
+    if stage == "ingest":
+        run.log_dataset("source", job.source_key, corpus_source(job.source), context="input")
+    for name, value in vars(job).items():
+        if isinstance(value, Ref):
+            run.log_dataset(name, value.key, str(value.path), context="input")
     run.log_dataset(f"{stage}-output", result.key, str(result.path), context="output")
     for name in ("stats.json", "manifest.json", bpe.STATS_FILE):
         if (result.path / name).exists():
             run.log_artifact(result.path / name)
     run.end()
+    if stage == "tokenizer" and parent_run_id:
+        stats = result.marker["stats"]
+        parent = RunLogger("parent", uri=cfg.tracking.tracking_uri, run_id=parent_run_id)
+        parent.log_params({"resolved.tokenizer.merges": stats["merges"],
+                           "resolved.tokenizer.vocab_size": stats["vocab_size"],
+                           "resolved.model.vocab_size": stats["vocab_size"]})
+        parent.flush()
+
+
+def corpus_source(spec: str):
+    """The ingest source as an `mlflow.data` source: hub id, split and revision for hub data, else the path."""
+    from gpt1.data.ingest import HFSource
+    from gpt1.tracking import hub_dataset_source
+
+    if spec.startswith("hf:"):
+        source = HFSource(spec)
+        if not source.local:
+            return hub_dataset_source(source.id, split=source.split, revision=source.revision)
+        return str(source.folder.resolve())
+    return spec
+
+
+def log_cached_pretrain(plan: Plan, result: Result, parent_run_id: str | None) -> None:
+    """Pre-training found finished (`result.cached`) still shows under the parent: a child run `pretrain` with its
+    recorded metrics, tagged `gpt1.cached=true` (a pre-training that ran logged its own run)."""
+    from gpt1.pretrain import log_finished
+    from gpt1.tracking import stage_tags
+
+    if not result.cached or not parent_run_id:
+        return
+    cfg = plan.cfg
+    log_finished(result.path, parent_run_id=parent_run_id, experiment=cfg.tracking.experiment,
+                 tracking_uri=cfg.tracking.tracking_uri,
+                 tags=stage_tags("pretrain", key=result.key, preset=cfg.preset, cached=True))
+
+
+def log_cached_finetune(plan: Plan, variant: str, task: str, parent_run_id: str | None) -> None:
+    """A fine-tune found finished still shows under the parent: unless its metrics.json says it was logged under
+    this parent (it ran in this flow run), a child run `<variant>/<task>` with its recorded metrics, tagged
+    `gpt1.cached=true`."""
+    from gpt1.finetune import log_finished
+    from gpt1.stages.outputs import read_marker
+    from gpt1.tracking import stage_tags
+
+    out = plan.task_dir(task, variant)
+    if not parent_run_id or read_json(out / finetune.METRICS_FILE).get("parent_run_id") == parent_run_id:
+        return
+    cfg = plan.cfg
+    log_finished(out, run_name=f"{variant}/{task}", parent_run_id=parent_run_id,
+                 experiment=cfg.tracking.experiment, tracking_uri=cfg.tracking.tracking_uri,
+                 tags=stage_tags("finetune", key=(read_marker(out) or {}).get("key"), preset=cfg.preset, cached=True))
 
 
 def log_results_on_parent(plan: Plan, results_json: Path, parent_run_id: str) -> None:

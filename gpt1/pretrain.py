@@ -213,13 +213,15 @@ class Pretraining:
 
     # -- tracking --------------------------------------------------------------------------------------
     def _start_tracking(self, resumed: bool) -> None:
-        from gpt1.tracking import RunLogger
+        from gpt1.tracking import RunLogger, stage_tags
 
         write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
         write_json(self.out / "deepspeed_config.json", self.ds_config)
+        tags = {**stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
+                "gpt1.shards": self.manifest.get("key", "")}
         self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
-                             parent_run_id=self.args.parent_run_id, run_id=self.run_id,
-                             tags={"stage": "pretrain", "shards": self.manifest.get("key", "")})
+                             parent_run_id=self.args.parent_run_id, run_id=self.run_id, tags=tags)
+        self.run.monitor_system()
         if resumed and self.run_id is not None:
             self.run.set_tags({"resumed_at_step": self.step})
             return  # params are already on the run (MLflow refuses to change a logged param)
@@ -434,7 +436,70 @@ class Pretraining:
         else:
             self.run.log_reference("final", final, sha256_tree(final))
             self.run.log_artifact(final / "training.json", "final")
+        log_pretrained_model(self.run, final, self.cfg, self.step, last_metrics(self.out / "metrics.jsonl"))
         self.run.end("FINISHED")
+
+
+# ------------------------------------------------------------------------------------------------ MLflow
+
+
+def stage_key(out: Path) -> str | None:
+    """The content key of the stage output this worker writes (its `.stage.json`), if a stage started it."""
+    from gpt1.stages.outputs import IDENTITY
+
+    try:
+        return read_json(out / IDENTITY).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def last_metrics(path: Path) -> dict[str, float]:
+    """The latest value of every metric in metrics.jsonl (training loss, validation, probes): what the finished
+    run reports."""
+    latest: dict[str, float] = {}
+    for _, record in sorted(read_metrics(path).items()):
+        latest.update({k: v for k, v in record.items() if k not in ("step", "seconds") and isinstance(v, (int, float))
+                       and not isinstance(v, bool)})
+    return latest
+
+
+def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, metrics: dict[str, float]) -> None:
+    """The transformers export `final/hf` as the logged model `pretrained` of the run, with the model config as
+    params and the final metrics linked to it: uploaded when `tracking.upload_checkpoints` or smaller than
+    `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
+    from gpt1.tracking import MODEL_UPLOAD_LIMIT
+
+    hf = final / "hf"
+    if not hf.is_dir():
+        return
+    size = sum(p.stat().st_size for p in hf.rglob("*") if p.is_file())
+    run.log_files_model("pretrained", hf, upload=cfg.tracking.upload_checkpoints or size <= MODEL_UPLOAD_LIMIT,
+                        model_type="gpt1-pretrained", step=step,
+                        params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
+                        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": sha256_file(final / "model.safetensors")})
+    run.log_metrics(metrics, step=step, model="pretrained")
+
+
+def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,
+                 tags: dict[str, str]) -> str | None:
+    """A child run for a pre-training that an earlier run did (a cached re-run): the config it resolved to, its
+    recorded final metrics (metrics.jsonl, final/training.json), tagged `gpt1.source_run_id` (the run that trained,
+    holding the curves and the logged model). Returns the new run's id."""
+    from gpt1.tracking import start_run
+
+    out = Path(out)
+    cfg = config_from_dict(read_json(out / "config.json"))
+    summary = read_json(out / FINAL / "training.json")
+    run_tags = {**tags, "gpt1.shards": summary.get("shards_key") or ""}
+    if summary.get("mlflow_run_id"):
+        run_tags["gpt1.source_run_id"] = summary["mlflow_run_id"]
+    with start_run("pretrain", experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id,
+                   tags=run_tags) as run:
+        run.log_params(flatten(cfg.model_dump(mode="json")))
+        run.log_metrics({**last_metrics(out / "metrics.jsonl"), "tokens_seen": summary["tokens_seen"]},
+                        step=summary["steps"])
+        run.log_artifact(out / FINAL / "training.json", "final")
+    return run.run_id
 
 
 def read_metrics(path: Path) -> dict[int, dict]:

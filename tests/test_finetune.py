@@ -63,7 +63,11 @@ def checkpoint(work, sample_tasks) -> Path:
 
 @pytest.fixture(scope="module")
 def tracking_uri(work) -> str:
-    return f"sqlite:///{work / 'mlflow.db'}"
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{work / 'mlflow.db'}"  # artifacts and models beside it, not in ./mlruns
+    MlflowClient(uri).create_experiment("test-finetune", artifact_location=(work / "artifacts").as_uri())
+    return uri
 
 
 @pytest.fixture(scope="module")
