@@ -436,7 +436,7 @@ class Pretraining:
         else:
             self.run.log_reference("final", final, sha256_tree(final))
             self.run.log_artifact(final / "training.json", "final")
-        log_pretrained_model(self.run, final, self.cfg, self.step, last_metrics(self.out / "metrics.jsonl"))
+        log_pretrained_model(self.run, final, self.cfg, self.step)
         self.run.end("FINISHED")
 
 
@@ -463,10 +463,10 @@ def last_metrics(path: Path) -> dict[str, float]:
     return latest
 
 
-def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, metrics: dict[str, float]) -> None:
+def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int) -> None:
     """The transformers export `final/hf` as the logged model `pretrained` of the run, with the model config as
-    params and the final metrics linked to it: uploaded when `tracking.upload_checkpoints` or smaller than
-    `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
+    params and the metrics of the last update (`step`) linked to it: uploaded when `tracking.upload_checkpoints` or
+    smaller than `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
     from gpt1.tracking import MODEL_UPLOAD_LIMIT
 
     hf = final / "hf"
@@ -477,7 +477,6 @@ def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, metri
                         model_type="gpt1-pretrained", step=step,
                         params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
                         tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": sha256_file(final / "model.safetensors")})
-    run.log_metrics(metrics, step=step, model="pretrained")
 
 
 def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,

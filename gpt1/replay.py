@@ -78,7 +78,7 @@ def replay_call(run, call: dict) -> None:
     if kind == "log_params":
         run.log_params(call["params"])
     elif kind == "log_metrics":
-        run.log_metrics(call["metrics"], step=call["step"], timestamp=call["timestamp"], model=call.get("model"))
+        run.log_metrics(call["metrics"], step=call["step"], timestamp=call["timestamp"])
     elif kind == "set_tags":
         run.set_tags(call["tags"])
     elif kind in ("log_artifact", "log_artifacts"):

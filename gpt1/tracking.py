@@ -28,7 +28,7 @@ What runs carry (choices where the spec is silent):
 - Models are MLflow 3 logged models (the run's "Logged models", the experiment's Models tab, `models:/<model_id>`,
   `runs:/<run_id>/<name>`): `log_model` takes the function that builds one (gpt1.serving for task models),
   `log_files_model` a folder (the pre-trained HF export: uploaded, or recorded by location as an external model
-  when large). Metrics logged with `model=` are linked to that model.
+  when large). Both are linked to the metrics the run logged at the model's step.
 - `register_model` adds a Model Registry version of a logged model and moves the alias `champion` to the version
   with the highest headline metric (`update_champion`). MLflow reserves the alias `latest`
   (`_validate_model_alias_name_reserved`); `models:/<name>/latest` already names the newest version.
@@ -464,10 +464,9 @@ class RunLogger:
             self._submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c),
                          {"params": {p.key: p.value for p in chunk}})
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None,
-                    model: str | None = None) -> None:
-        """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms).
-        `model`: also linked to this run's logged model of that name (sent after it, not buffered)."""
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None
+                    ) -> None:
+        """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms)."""
         if not self.enabled:
             return
         from mlflow.entities import Metric
@@ -477,14 +476,6 @@ class RunLogger:
         if not items:
             return
         record = {"metrics": {m.key: m.value for m in items}, "step": step or 0, "timestamp": now}
-        if model is not None:
-            def send() -> None:
-                model_id = self.model_ids[model]
-                self.client.log_batch(self.run_id, metrics=[Metric(m.key, m.value, m.timestamp, m.step,
-                                                                   model_id=model_id) for m in items])
-
-            self._submit("log_metrics", send, {**record, "model": model})
-            return
         if self.metrics_interval <= 0:
             self._submit("log_metrics", self._metrics_request(items), record)
             return
@@ -568,8 +559,9 @@ class RunLogger:
                         params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
                         step: int = 0) -> None:
         """A folder of model files (not an MLflow-format model, e.g. a transformers export) as a logged model of
-        this run: uploaded when `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags
-        `gpt1.location` and `gpt1.sha256` say where it is and what it holds."""
+        this run, linked to the metrics the run logged at `step` (as `Model.log` links them): uploaded when
+        `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags `gpt1.location` and
+        `gpt1.sha256` say where it is and what it holds."""
         folder = Path(folder).resolve()
         record = {"kind": "files", "folder": str(folder), "upload": upload, "model_type": model_type,
                   "params": {k: str(v) for k, v in (params or {}).items()},
@@ -601,9 +593,24 @@ class RunLogger:
                     client.log_model_artifacts(model_id, tmp)
             client.finalize_logged_model(model_id, LoggedModelStatus.READY)
             client.log_outputs(run.run_id, [LoggedModelOutput(model_id, step)])
+            run.link_metrics(model_id, step)
             return model_id
 
         self.log_model(name, make, record)
+
+    def link_metrics(self, model_id: str, step: int) -> None:
+        """Link the metrics this run logged at `step` to a logged model: the same points logged again with the
+        model id, as `mlflow.models.Model.log` does (the store keeps one point per key, step, time and value, so
+        the run's curves do not grow). System metrics are left out (their steps count samples, not updates). Only
+        inside a queued call."""
+        from mlflow.entities import Metric
+
+        client = self.client
+        keys = [k for k in client.get_run(self.run_id).data.metrics if not k.startswith("system/")]
+        linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id) for key in keys
+                  for m in client.get_metric_history(self.run_id, key) if m.step == step and m.model_id is None]
+        for i in range(0, len(linked), METRICS_PER_REQUEST):
+            client.log_batch(self.run_id, metrics=linked[i : i + METRICS_PER_REQUEST])
 
     def register_model(self, registered_name: str, model: str, *, tags: dict[str, Any] | None = None,
                        headline: float | None = None) -> None:

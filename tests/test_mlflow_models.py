@@ -108,14 +108,19 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
     (final / "hf" / "model.safetensors").write_bytes(b"\0" * 4096)
     (final / "model.safetensors").write_bytes(b"\1" * 4096)
     cfg = load_config("smoke", ["model.n_layer=2"])
-    metrics = {"loss": 3.1, "val_loss": 3.4, "probe/sst2": 55.0}
-    small = tracking.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
-    log_pretrained_model(small, final, cfg, 30, metrics)
-    small.end()
+    metrics = {"loss": 3.1, "val_loss": 3.4, "probe/sst2": 55.0}  # at the last update
+
+    def pretrain_run() -> tracking.RunLogger:
+        run = tracking.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
+        run.log_metrics({"loss": 4.0}, step=20)
+        run.log_metrics(metrics, step=30)
+        log_pretrained_model(run, final, cfg, 30)
+        run.end()
+        return run
+
+    small = pretrain_run()
     monkeypatch.setattr(tracking, "MODEL_UPLOAD_LIMIT", 1024)  # the same folder counted as large
-    large = tracking.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
-    log_pretrained_model(large, final, cfg, 30, metrics)
-    large.end()
+    large = pretrain_run()
 
     client = MlflowClient(store)
     uploaded = client.get_logged_model(small.model_ids["pretrained"])

@@ -373,10 +373,10 @@ def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_m
     (folder / "config.json").write_text('{"n_layer": 1}')
     (folder / "model.safetensors").write_bytes(b"weights")
     run, _ = recorded_run(store, "pretrain-like")
+    run.log_metrics({"val_loss": 4.0}, step=20)
     run.log_metrics({"val_loss": 3.5}, step=30)
     run.log_files_model("pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
                         params={"model.n_layer": 1}, tags={"gpt1.preset": "smoke"})
-    run.log_metrics({"val_loss": 3.5}, step=30, model="pretrained")
     run.log_files_model("by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
     run.end()
 
@@ -386,7 +386,8 @@ def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_m
     uploaded, external = models["pretrained"], models["by-reference"]
     assert uploaded.model_id == run.model_ids["pretrained"] and str(uploaded.status) == "READY"
     assert uploaded.params == {"model.n_layer": "1"} and uploaded.tags["gpt1.location"] == str(folder)
-    assert [(m.key, m.value, m.step) for m in uploaded.metrics] == [("val_loss", 3.5, 30)]
+    assert [(m.key, m.value, m.step) for m in uploaded.metrics] == [("val_loss", 3.5, 30)]  # the model's step
+    assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "val_loss")] == [(20, 4.0), (30, 3.5)]
     with tracking.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
         local = Path(download_artifacts(f"models:/{uploaded.model_id}", dst_path=str(tmp_path / "down")))
     assert (local / "model.safetensors").read_bytes() == b"weights"
