@@ -115,7 +115,7 @@ def finetune_task(plan: P.Plan, name: str, variant: str, parent_run_id: str | No
 def report_task(plan: P.Plan, parent_run_id: str | None) -> str:
     result = P.run_report(plan, parent_run_id)
     if parent_run_id:
-        P.log_results_on_parent(plan, result.path / "results.json", parent_run_id)
+        P.log_results_on_parent(plan, result.path / "results.json", parent_run_id, files=result.cached)
     return str(result.path)
 
 

@@ -275,9 +275,11 @@ def log_cached_finetune(plan: Plan, variant: str, task: str, parent_run_id: str 
                  tags=stage_tags("finetune", key=(read_marker(out) or {}).get("key"), preset=cfg.preset, cached=True))
 
 
-def log_results_on_parent(plan: Plan, results_json: Path, parent_run_id: str) -> None:
+def log_results_on_parent(plan: Plan, results_json: Path, parent_run_id: str, *, files: bool = False) -> None:
     """Headline metrics on the pipeline's parent run, named alike in every run so MLflow's compare view lines
-    up runs and ablation deployments: `task/<task>/<metric>`, `glue_score` (and `<variant>/...` for ablations)."""
+    up runs and ablation deployments: `task/<task>/<metric>`, `glue_score` (and `<variant>/...` for ablations).
+    `files`: also the report's files (results.md/png/json under `report/`), for a report an earlier run wrote
+    (a report built now logs them itself)."""
     metrics: dict[str, float] = {}
     for variant, result in read_json(results_json)["runs"].items():
         prefix = "" if variant == "full" else f"{variant}/"
@@ -289,4 +291,9 @@ def log_results_on_parent(plan: Plan, results_json: Path, parent_run_id: str) ->
     run = RunLogger("report", experiment=plan.cfg.tracking.experiment, uri=plan.cfg.tracking.tracking_uri,
                     run_id=parent_run_id)
     run.log_metrics({k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+    if files:
+        from gpt1.report import REPORT_JSON, REPORT_MD, REPORT_PNG
+
+        for name in (REPORT_JSON, REPORT_MD, REPORT_PNG):
+            run.log_artifact(results_json.parent / name, "report")
     run.flush()

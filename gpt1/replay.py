@@ -39,7 +39,7 @@ CALL_FIELDS = {
     "log_params": ("params",), "log_metrics": ("metrics", "step", "timestamp"), "set_tags": ("tags",),
     "log_artifact": ("path",), "log_artifacts": ("path",), "log_text": ("text", "artifact_file"),
     "log_inputs": ("dataset", "digest", "source_type", "source", "context"), "log_model": ("model", "kind"),
-    "register_model": ("registered_model", "model", "tags"), "runs_view": ("columns",), "end": ("status",),
+    "register_model": ("registered_model", "model", "tags"), "runs_view": ("name", "columns"), "end": ("status",),
 }
 
 
@@ -103,7 +103,7 @@ def replay_call(run, call: dict) -> None:
     elif kind == "runs_view":
         from gpt1.tracking import publish_runs_view
 
-        publish_runs_view(run, call["columns"])
+        publish_runs_view(run, call["name"], call["columns"])
     else:
         raise ValueError(f"not a call to replay one by one: {kind}")
 

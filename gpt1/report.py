@@ -249,8 +249,8 @@ def plot(runs: list[Run], path: Path) -> Path:
 def results_figure(runs: list[Run]):
     """Horizontal grouped bars, one group per table column our runs have (every column when none has any): the
     paper, each run and the majority baseline, each bar labelled with its value, so a zero or negative score is a
-    visible number and a missing one reads "not run" or "failed". About 1,000 px wide and as tall as the groups
-    need, so MLflow's artifact viewer shows it at a readable size."""
+    visible number and a missing one reads "not run" or "failed". 750 px wide (MLflow's artifact viewer scales a
+    wider image down to its pane, ~600 px) and as tall as the groups need, so its text stays readable there."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -267,7 +267,7 @@ def results_figure(runs: list[Run]):
 
     bar, gap = 0.32, 0.45  # inches per bar and between groups
     group = bar * len(series) + gap
-    fig, ax = plt.subplots(figsize=(10, 1.6 + group * len(columns)), dpi=100)
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + group * len(columns)), dpi=100)
     values = [v for _, vals, _ in series for v in vals if v is not None]
     low, high = min([0.0, *values]), max([100.0, *values])
     for g, (name, task, _) in enumerate(columns):
@@ -276,19 +276,19 @@ def results_figure(runs: list[Run]):
             value = vals[g]
             if value is None:
                 if missing[g]:
-                    ax.text(0, y, f" {missing[g]}", va="center", ha="left", fontsize=9, color="#555555")
+                    ax.text(0, y, f" {missing[g]}", va="center", ha="left", fontsize=10, color="#555555")
                 continue
             ax.barh(y, value, height=0.85, color=colors[i], label=label if g == 0 else None)
             ax.plot([0], [y], marker="|", markersize=11, markeredgewidth=3, color=colors[i])  # shows a zero too
-            ax.text(value, y, f" {value:.1f} ", va="center", ha="left" if value >= 0 else "right", fontsize=9)
+            ax.text(value, y, f" {value:.1f} ", va="center", ha="left" if value >= 0 else "right", fontsize=10)
     centers = [g * group / bar + (len(series) - 1) / 2 for g in range(len(columns))]
     ax.set_yticks(centers, [name for name, _, _ in columns], fontsize=11)
     ax.set_ylim((len(columns) - 1) * group / bar + len(series) - 0.4, -0.6)  # top to bottom, no empty margins
-    ax.set_xlim(low - (15 if low < 0 else 3), high + 12)  # room for the value labels and the zero marks
+    ax.set_xlim(low - (18 if low < 0 else 3), high + 15)  # room for the value labels and the zero marks
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_xlabel("score (%; MCC and Pearson x 100)", fontsize=11)
     fig.suptitle("GPT-1 fine-tuning: ours vs the paper", fontsize=13)
-    ax.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(series), 4),
+    ax.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(series), 3),
               frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()

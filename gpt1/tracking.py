@@ -826,22 +826,25 @@ class SystemMetrics:
             self._publish()
 
 
-RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: the MLflow UI's shared runs-table view (columns, sort)
+RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved runs-table view of the MLflow UI (columns, sort)
 
 
-def runs_view(client, experiment_id: str, columns: list[str]) -> str:
-    """Store a runs-table view of `experiment_id` showing `columns` (e.g. "metrics.`glue_score`",
-    "tags.`gpt1.preset`") and return its link (relative to the tracking server's UI).
+def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
+    """Save a runs-table view of `experiment_id` named `name` showing `columns` (e.g. "metrics.`glue_score`",
+    "tags.`gpt1.preset`"), newest runs first; returns its link (relative to the tracking server's UI).
 
     MLflow 3.17 has no per-experiment default columns: the table's columns live in the browser (local storage) and
-    start at Source/Models/Dataset. Its "share view" feature stores a view as the experiment tag
-    `mlflow.sharedViewState.<key>`, opened by `#/experiments/<id>/runs?viewStateShareKey=<key>`; this writes such a
-    tag (plain JSON, which the UI accepts beside its compressed form)."""
+    start at Source/Models/Dataset. Its saved views are experiment tags `mlflow.sharedViewState.<key>` holding
+    {name, createdAt, updatedAt, state} (state: the view as JSON, which the UI also reads uncompressed); they are
+    listed under "Views" on the runs page, and `#/experiments/<id>/runs?viewStateShareKey=<key>` opens one. The
+    key hashes the view, so saving the same view again replaces it rather than adding another."""
     from gpt1.io import stable_hash
 
     state = {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
     key = stable_hash(state)
-    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + key, json.dumps(state))
+    now = int(time.time() * 1000)
+    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + key, json.dumps(
+        {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
     return f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
 
 
@@ -850,8 +853,9 @@ def start_pipeline_run(cfg: "PipelineConfig", *, flow: str, deployment: str | No
     """The MLflow parent run of one pipeline flow run, named after the Prefect deployment and flow run
     (`gpt1/smoke · crimson-falcon`; without a deployment `gpt1 [smoke] · crimson-falcon`), tagged with their ids,
     the preset and the code version; its params are the config as asked (the stages add `resolved.*` params, the
-    values actually used, once known). The experiment gets a runs-table view with the headline metrics: its link
-    is the parent's tag `gpt1.runs_view` and the experiment's description, unless someone else wrote that."""
+    values actually used, once known). The experiment gets a saved runs-table view with the headline metrics
+    (`runs_view`): its link is the parent's tag `gpt1.runs_view` and the experiment's description, unless someone
+    else wrote that."""
     from gpt1.config import flatten
 
     where = f"{flow}/{deployment}" if deployment else f"{flow} [{cfg.preset}]"
@@ -863,24 +867,26 @@ def start_pipeline_run(cfg: "PipelineConfig", *, flow: str, deployment: str | No
         tags["prefect.flow_run_id"] = flow_run_id
     run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags)
     run.log_params(flatten(cfg.model_dump(mode="json")))
-    publish_runs_view(run, ["attributes.`Models`", "tags.`gpt1.preset`", "metrics.`glue_score`",
-                            *(f"metrics.`task/{task}/primary`" for task in cfg.finetune.tasks)])
+    tasks = cfg.finetune.tasks
+    publish_runs_view(run, f"headline metrics: {', '.join(tasks)}"[:100],
+                      ["attributes.`Models`", "tags.`gpt1.preset`", "metrics.`glue_score`",
+                       *(f"metrics.`task/{task}/primary`" for task in tasks)])
     return run
 
 
-def publish_runs_view(run: RunLogger, columns: list[str]) -> None:
+def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
     """`runs_view` of the run's experiment, linked from the run (tag `gpt1.runs_view`) and from the experiment's
     description (when it has none, or one written here before)."""
 
     def publish() -> None:
-        link = runs_view(run.client, run.experiment_id, columns)
+        link = runs_view(run.client, run.experiment_id, name, columns)
         run.client.set_tag(run.run_id, "gpt1.runs_view", link)
         note = run.client.get_experiment(run.experiment_id).tags.get("mlflow.note.content")
         if note is None or note.startswith(_VIEW_NOTE):
             run.client.set_experiment_tag(run.experiment_id, "mlflow.note.content",
                                           f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.")
 
-    run._submit("runs_view", publish, {"columns": columns})
+    run._submit("runs_view", publish, {"name": name, "columns": columns})
 
 
 _VIEW_NOTE = "[Runs table with the headline metrics]"

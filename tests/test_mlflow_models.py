@@ -28,6 +28,7 @@ from gpt1.model import GPT1
 from gpt1.predict import raw_inputs
 from gpt1.pretrain import log_finished as log_finished_pretrain
 from gpt1.pretrain import log_pretrained_model
+from gpt1.report import build_report
 from gpt1.sample import write_sample_data
 from gpt1.stages.base import Result
 from gpt1.stages.outputs import mark_done
@@ -188,9 +189,16 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     result = read_json(task_dir / "metrics.json")
     write_json(task_dir / "metrics.json", {**result, "parent_run_id": parent.run_id})
     P.log_cached_finetune(plan, "full", "sst2", parent.run_id)
+
+    # a report an earlier run wrote: its files and headline metrics on this parent too
+    report = build_report([plan.variant_dir("full")], work / "report", ["full"])
+    P.log_results_on_parent(plan, report["json"], parent.run_id, files=True)
     parent.end()
 
     got = client.get_run(parent.run_id)
+    assert got.data.metrics["task/sst2/accuracy"] == pytest.approx(result["metrics"]["accuracy"])
+    assert sorted(a.path for a in client.list_artifacts(parent.run_id, "report")) == [
+        "report/results.json", "report/results.md", "report/results.png"]
     assert got.data.params["tokenizer.merges"] == str(cfg.tokenizer.merges)  # the config as asked stays
     assert {k: v for k, v in got.data.params.items() if k.startswith("resolved.")} == {
         "resolved.tokenizer.merges": "1313", "resolved.tokenizer.vocab_size": "1383",

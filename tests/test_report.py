@@ -148,4 +148,4 @@ def test_plot_labels_every_value_shows_a_zero_and_a_failure_and_fits_mlflows_vie
                       f"{sst2:.1f}", labels[-1]]
     assert ax.get_xlim()[0] < 0  # the zero's mark at x=0 is inside the axes, not hidden by the spine
     width, height = fig.get_size_inches() * fig.dpi
-    assert width == 1000 and 300 < height < 1000
+    assert width == 750 and 300 < height < 1000

@@ -490,9 +490,11 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     experiment = client.get_experiment(got.info.experiment_id)
     key = link.split("viewStateShareKey=")[1]
     assert link.startswith(f"#/experiments/{experiment.experiment_id}/runs?")
-    view = json.loads(experiment.tags[tracking.RUNS_VIEW_TAG + key])
-    assert view["selectedColumns"][-3:] == ["metrics.`glue_score`", "metrics.`task/sst2/primary`",
-                                            "metrics.`task/stsb/primary`"]
+    saved = json.loads(experiment.tags[tracking.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
+    assert saved["name"] == "headline metrics: sst2, stsb" and isinstance(saved["createdAt"], int)
+    assert json.loads(saved["state"])["selectedColumns"][-3:] == [
+        "metrics.`glue_score`", "metrics.`task/sst2/primary`", "metrics.`task/stsb/primary`"]
+    assert sum(k.startswith(tracking.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # the second run: the same view
     assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
 
     client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", "my notes")
