@@ -476,7 +476,8 @@ def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int) -> No
     run.log_files_model("pretrained", hf, upload=cfg.tracking.upload_checkpoints or size <= MODEL_UPLOAD_LIMIT,
                         model_type="gpt1-pretrained", step=step,
                         params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
-                        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": sha256_file(final / "model.safetensors")})
+                        tags={"gpt1.preset": cfg.preset,
+                              "gpt1.weights_sha256": sha256_file(final / "model.safetensors")})
 
 
 def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,

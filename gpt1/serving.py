@@ -95,8 +95,8 @@ def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, n
                 tags={**run.tags, **record["tags"]}).model_id
         with process_uri(run.uri):  # Model.log's fluent helpers use the process-wide URI
             info = Model.log(
-                artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run.run_id, model_id=attempt["model_id"], step=step,
-                python_model=str(Path(__file__).resolve()), artifacts={ARTIFACT_PATH: model_dir},
+                artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run.run_id, model_id=attempt["model_id"],
+                step=step, python_model=str(Path(__file__).resolve()), artifacts={ARTIFACT_PATH: model_dir},
                 code_paths=[str(Path(__file__).resolve().parent)], signature=signature, input_example=example,
                 pip_requirements=pinned_requirements(),
                 metadata={"task": predictor.spec.name, "input_columns": list(predictor.columns)})

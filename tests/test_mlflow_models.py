@@ -149,7 +149,8 @@ def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metr
     final = {k: v for k, v in trained.data.metrics.items() if k.startswith("task/")}
     assert final and {k: cached.data.metrics[k] for k in final} == final
     assert cached.data.params["finetune.lr"] == trained.data.params["finetune.lr"]
-    assert {d.dataset.name for d in cached.inputs.dataset_inputs} == {d.dataset.name for d in trained.inputs.dataset_inputs}
+    assert ({d.dataset.name for d in cached.inputs.dataset_inputs}
+            == {d.dataset.name for d in trained.inputs.dataset_inputs})
 
     out = work / "pretrain"
     write_json(out / "config.json", load_config("smoke").model_dump(mode="json"))
@@ -212,3 +213,23 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
         "gpt1.stage": "tokenizer", "gpt1.cached": "true", "gpt1.preset": "smoke",
         "gpt1.key": plan.jobs["tokenizer"].key()}
     assert {d.dataset.name for d in tokenizer_run.inputs.dataset_inputs} == {"corpus", "tokenizer-output"}
+
+
+def test_hub_data_is_logged_with_its_repo_config_split_and_revision(store):
+    from gpt1.finetune import log_task_data
+
+    splits = {"train": {"rows": 10, "bad": {}, "excluded": {}, "sha256": "a" * 64},
+              "dev": {"rows": 4, "bad": {"label": 1}, "excluded": {}, "sha256": "b" * 64}}
+    run = tracking.RunLogger("hub-data", experiment=EXPERIMENT, uri=store)
+    log_task_data(run, tasks.get("mnli"), "hf:glue/mnli@bcdcba79", splits)
+    run.log_dataset("source", "c" * 64, P.corpus_source("hf:bookcorpus/bookcorpus@d2e5b3:train"))
+    run.end()
+    got = MlflowClient(store).get_run(run.run_id)
+    sources = {d.dataset.name: (d.dataset.source_type, {k: v for k, v in json.loads(d.dataset.source).items() if v})
+               for d in got.inputs.dataset_inputs}
+    glue = {"path": "nyu-mll/glue", "config_name": "mnli", "revision": "bcdcba79"}
+    assert sources == {
+        "mnli/train": ("hugging_face", {**glue, "split": "train"}),
+        "mnli/dev": ("hugging_face", {**glue, "split": "validation_matched+validation_mismatched"}),
+        "source": ("hugging_face", {"path": "bookcorpus/bookcorpus", "split": "train", "revision": "d2e5b3"})}
+    assert got.data.metrics["data/dev/malformed"] == 1 and got.data.metrics["data/train/rows"] == 10

@@ -342,7 +342,8 @@ def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tm
     # the package copied into another repository, untracked there (an install inside someone's tree): no commit
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
-    script = "import gpt1, json; from gpt1.tracking import code_version; print(json.dumps([gpt1.__file__, code_version()]))"
+    script = ("import gpt1, json; from gpt1.tracking import code_version; "
+              "print(json.dumps([gpt1.__file__, code_version()]))")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     where, copied = json.loads(done.stdout.strip().splitlines()[-1])
