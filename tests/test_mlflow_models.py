@@ -233,3 +233,32 @@ def test_hub_data_is_logged_with_its_repo_config_split_and_revision(store):
         "mnli/dev": ("hugging_face", {**glue, "split": "validation_matched+validation_mismatched"}),
         "source": ("hugging_face", {"path": "bookcorpus/bookcorpus", "split": "train", "revision": "d2e5b3"})}
     assert got.data.metrics["data/dev/malformed"] == 1 and got.data.metrics["data/train/rows"] == 10
+
+
+def test_a_finetune_logged_while_the_server_was_down_is_replayed_with_its_model(work, store, sample_tasks,
+                                                                                 checkpoint, monkeypatch):
+    from gpt1 import cli
+    from gpt1.distributed import free_port
+
+    spool = work / "spool"
+    monkeypatch.setenv("GPT1_MLFLOW_SPOOL_DIR", str(spool))
+    monkeypatch.setenv("GPT1_MLFLOW_FLUSH_TIMEOUT", "0")  # give up at once: everything goes to the spool
+    result = finetune("sst2", sample_tasks / "SST-2", checkpoint, work / "offline", RECIPES[0],
+                      tracking_uri=f"http://127.0.0.1:{free_port()}", experiment=EXPERIMENT,
+                      registered_model="test-models-offline", run_name="offline/sst2")
+    assert result["run_id"] is None  # the server was never reached
+    [path] = spool.glob("mlflow-undelivered-*.json")
+    calls = [c["call"] for c in json.loads(path.read_text())["calls"]]
+    assert {"log_model", "register_model", "log_inputs", "end"} <= set(calls)
+
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store]) == 0
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id],
+                               "attributes.run_name = 'offline/sst2'")
+    assert run.info.status == "FINISHED" and run.data.tags["gpt1.stage"] == "finetune"
+    assert run.data.metrics["task/sst2/accuracy"] == pytest.approx(result["metrics"]["accuracy"])
+    [output] = run.outputs.model_outputs
+    assert client.get_logged_model(output.model_id).name == "sst2"
+    [version] = client.search_model_versions("name='test-models-offline'")
+    assert version.source == f"models:/{output.model_id}"
+    assert client.get_registered_model("test-models-offline").aliases == {"champion": version.version}

@@ -116,7 +116,8 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    parent = client.create_run(client.create_experiment("report-test")).info.run_id
+    experiment = client.create_experiment("report-test", artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = client.create_run(experiment).info.run_id
     runs = [write_run(tmp_path / "full", "full", 0.8), write_run(tmp_path / "np", "no_pretrain", 0.4, seed=2)]
     code = cli.main(["report", "--results", *map(str, runs), "--labels", "full", "no_pretrain", "--out",
                      str(tmp_path / "out"), "--tracking-uri", uri, "--run-id", parent])

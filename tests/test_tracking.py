@@ -32,6 +32,7 @@ def _closed_port() -> int:
 
 def test_nested_runs_params_metrics_lineage(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "artifacts").as_uri())  # not ./mlruns
     with start_run("pipeline", experiment="t", uri=uri, tags={"k": "v"}) as parent:
         with start_run("stage", experiment="t", uri=uri, parent_run_id=parent.run_id) as child:
             child.log_params({f"p{i}": i for i in range(150)})  # > one REST batch
