@@ -32,7 +32,7 @@ from gpt1.io import read_json, stable_hash
 from gpt1.runtime.workers import JobFailed, WorkerDied, WorkerPool
 from gpt1.stages import finetune, ingest, pretrain, report, sample, shards
 from gpt1.stages import tokenizer as train_tokenizer
-from gpt1.stages.base import Ref, Result, input_key
+from gpt1.stages.base import Ref, Result
 from gpt1.stages.outputs import ERROR
 from gpt1.tracking import RunLogger
 
@@ -119,16 +119,22 @@ class Plan:
     def task_dir(self, task: str, variant: str = "full") -> Path:
         return self.variant_dir(variant) / task
 
-    def task_data(self, task: str) -> tuple[str, str]:
-        """(where a task's files are, their content key): sample data, a folder of official layouts, or hf ids."""
+    def task_source(self, task: str) -> str:
+        """Where a task's files are: its own `finetune.task_data` entry, else the generated sample data, a folder of
+        official layouts, or its hub id (`finetune.data`)."""
         spec, source = tasks.get(task), self.cfg.finetune.data
+        if task in self.cfg.finetune.task_data:
+            return self.cfg.finetune.task_data[task]
         if source == "sample":
-            data = self.ref("sample").inside(f"tasks/{spec.folder}")
-            return str(data.path), data.key
-        if source == "hf":
-            return spec.hf_id, spec.hf_id
-        path = Path(source) / spec.folder
-        return str(path), input_key(path)
+            return str(self.dir("sample") / "tasks" / spec.folder)
+        return spec.hf_id if source == "hf" else str(Path(source) / spec.folder)
+
+    def task_data(self, task: str) -> tuple[str, str]:
+        """(where a task's files are, their content key)."""
+        where = self.task_source(task)
+        if self.cfg.finetune.data == "sample" and task not in self.cfg.finetune.task_data:
+            return where, self.ref("sample").inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
+        return where, finetune.data_key(where)
 
     def finetune_job(self, variant: str, task: str, parent_run_id: str | None = None) -> finetune.Job:
         data, data_key = self.task_data(task)

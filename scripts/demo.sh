@@ -4,8 +4,7 @@
 source "$(dirname "$0")/services.sh"
 cd "$ROOT"
 services_up
-"$BIN/prefect" --no-prompt deploy --prefect-file pipelines.yaml --all >"$STATE/logs/deploy.log" 2>&1 \
-  || { tail -30 "$STATE/logs/deploy.log"; exit 1; }
+deploy_local
 started=$(date +%s)
 # GPT1_DEMO_OVERRIDES (a JSON list of key=value strings) shrinks the run further, e.g. for the CI test.
 params=()

@@ -8,6 +8,9 @@ PREFECT_PORT=${GPT1_PREFECT_PORT:-4200}
 MLFLOW_PORT=${GPT1_MLFLOW_PORT:-5000}
 HOST=${GPT1_HOST:-127.0.0.1}
 POOL=gpt1-local
+# The deployments of pipelines.yaml on the local pool; the cluster ones (gpt1/full, ablations, GPU pools) are not
+# deployed here, where no worker could ever run them (`make rehearse` runs that topology on stand-in pools).
+LOCAL_DEPLOYMENTS=(gpt1/smoke gpt1-finetune/local gpt1-finetune-all/smoke-from-checkpoint)
 
 export PREFECT_HOME=$STATE/prefect
 export PREFECT_API_URL=http://$HOST:$PREFECT_PORT/api
@@ -49,10 +52,6 @@ services_up() {
   fi
   "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 \
     || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
-  # The GPU deployments need their pool to exist to register; here it has no worker (on a cluster it is a
-  # kubernetes pool made from infra/k8s/gpu-work-pool.json), so their runs would wait, never run on this CPU.
-  "$BIN/prefect" work-pool inspect gpt1-gpu >/dev/null 2>&1 \
-    || "$BIN/prefect" work-pool create gpt1-gpu --type process >/dev/null
   if alive worker; then echo "worker: reusing"
   else
     (cd "$ROOT" && start worker "$BIN/prefect" worker start --pool "$POOL" --type process)
@@ -71,6 +70,13 @@ stop_group() {  # name signal... : signal the process group, wait for it to go
   kill -KILL -- "-$pgid" 2>/dev/null || true
   rm -f "$STATE/pids/$name.pgid"
   echo "stopped $name"
+}
+
+deploy_local() {  # the local pool's deployments (names from LOCAL_DEPLOYMENTS)
+  local names=() name
+  for name in "${LOCAL_DEPLOYMENTS[@]}"; do names+=(-n "$name"); done
+  (cd "$ROOT" && "$BIN/prefect" --no-prompt deploy --prefect-file pipelines.yaml "${names[@]}") \
+    >"$STATE/logs/deploy.log" 2>&1 || { tail -30 "$STATE/logs/deploy.log"; return 1; }
 }
 
 stop_flow_runs() {  # the worker starts each flow run in a session of its own: stop those sessions too

@@ -338,17 +338,21 @@ def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base
 
 def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(tmp_path):
     """The ablation fine-tunes a random init: pre-training settings must not re-run it, its own inputs must."""
-    def keys(*change: str) -> tuple[Path, Path]:
+    def keys(*change: str) -> tuple[str, str]:
         plan = plan_for(tmp_path, [*BASE, *change])
-        return plan.variant_dir("no_pretrain"), plan.variant_dir("full")
+        return plan.finetune_job("no_pretrain", "sst2").key(), plan.finetune_job("full", "sst2").key()
 
+    (tmp_path / "tasks" / "SST-2").mkdir(parents=True)
+    (tmp_path / "tasks" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
     scratch, full = keys()
     for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "data.shard_rows=128"):
         assert keys(change)[0] == scratch, f"{change} re-runs the no-pre-training fine-tunes"
         assert keys(change)[1] != full, f"{change} does not re-run the fine-tunes from the pre-trained model"
     for change in ("model.n_layer=2", "model.n_ctx=64", "tokenizer.merges=300", "finetune.lr=1e-3",
-                   "finetune.epochs=2", f"finetune.data={tmp_path}"):
+                   "finetune.epochs=2", f"finetune.data={tmp_path / 'tasks'}"):
         assert keys(change)[0] != scratch, f"{change} does not re-run the no-pre-training fine-tunes"
+    # Only what a task reads keys it: its own data (here another task's folder changes nothing) and settings.
+    assert keys("finetune.tasks=[sst2]") == (scratch, full)
     # The "gpt1/ablation-no-pretrain" deployment: its full run is from scratch, hence as independent.
     assert plan_for(tmp_path, ["finetune.from_scratch=true"]).from_random_init("full")
     # From a given checkpoint (gpt1-finetune-all), the architecture is that checkpoint's: every variant hashes it.
@@ -356,7 +360,8 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text(name)
     given = P.Plan.make(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
-    assert not given.from_random_init("no_pretrain") and given.variant_dir("no_pretrain") != scratch
+    assert not given.from_random_init("no_pretrain")
+    assert given.variant_dir("no_pretrain") != plan_for(tmp_path, BASE).variant_dir("no_pretrain")
     assert given.variant_dir("no_pretrain") != P.Plan.make(
         load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
