@@ -10,7 +10,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv test test-fast demo down bench clean
+.PHONY: venv test test-fast demo rehearse down bench clean
 
 venv: $(STAMP)
 
@@ -28,6 +28,9 @@ test-fast: venv
 
 demo: venv
 	bash scripts/demo.sh
+
+rehearse: venv
+	bash scripts/rehearse.sh
 
 down:
 	bash scripts/down.sh

@@ -69,6 +69,7 @@ FINETUNE_PRELOAD = ("torch", "sklearn.metrics", "gpt1.stages.finetune")
 
 Preset = Literal[tuple(available_presets())]  # a dropdown in the UI; the server refuses other names
 Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+=")]
+Variant = Literal[P.VARIANTS]  # the ablation a deployment runs as its main result, whatever preset and overrides
 
 
 @dataclass
@@ -272,10 +273,13 @@ def _finish(run: RunLogger, failures: dict[str, str]) -> None:
 
 
 # -- flows -------------------------------------------------------------------------------------------------------
-@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
-def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = None, work_dir: str = WORK_DIR) -> str:
-    """The whole GPT-1 recipe for one preset + overrides; returns the report directory."""
-    cfg = load_config(preset, overrides)  # bad values fail here, before any stage runs
+@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True,
+      result_serializer="json")
+def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = None, variant: Variant = "full",
+                  work_dir: str = WORK_DIR) -> str:
+    """The whole GPT-1 recipe for one preset + overrides, its fine-tunes as `variant` (the ablation deployments:
+    a run's own preset and overrides never undo it); returns the report directory."""
+    cfg = P.variant_config(load_config(preset, overrides), variant)  # bad values fail here, before any stage runs
     plan = P.Plan.make(cfg, work_dir)
     if cfg.orchestration.preflight:
         preflight_task(cfg, work_dir)
@@ -309,7 +313,7 @@ def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = N
     return report
 
 
-@flow(name="gpt1-pretrain", log_prints=True)
+@flow(name="gpt1-pretrain", log_prints=True, result_serializer="json")
 def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | None = None) -> str:
     """Pre-training of one resolved config, in this flow run's pod (one process per GPU): the GPU-node deployment
     `gpt1` hands pre-training to. Returns the stage folder (its `final/` holds the weights)."""
@@ -317,7 +321,7 @@ def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | N
     return str(P.run_pretrain(plan, parent_run_id, log_line=get_run_logger().info).path)
 
 
-@flow(name="gpt1-finetune", log_prints=True)
+@flow(name="gpt1-finetune", log_prints=True, result_serializer="json")
 def finetune_one(config: dict, task_name: str, work_dir: str = WORK_DIR, variant: str = "full",
                  parent_run_id: str | None = None, checkpoint: str | None = None,
                  tokenizer_dir: str | None = None) -> dict:
@@ -327,7 +331,8 @@ def finetune_one(config: dict, task_name: str, work_dir: str = WORK_DIR, variant
     return P.run_finetune(plan, variant, task_name, parent_run_id, log_line=get_run_logger().info)
 
 
-@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True)
+@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True,
+      result_serializer="json")
 def finetune_all(checkpoint: str, tokenizer_dir: str | None = None, preset: Preset = "paper",
                  overrides: list[Override] | None = None, work_dir: str = WORK_DIR) -> str:
     """Re-run the fine-tune fan-out and the report from an existing pre-trained checkpoint (and its tokenizer:

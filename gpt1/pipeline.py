@@ -36,7 +36,14 @@ from gpt1.stages.base import Ref, Result
 from gpt1.stages.outputs import ERROR
 from gpt1.tracking import RunLogger
 
-VARIANT_CHANGES = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0}}
+VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
+
+
+def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
+    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it."""
+    changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
+               "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[variant]
+    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
 
 
 @dataclass
@@ -81,14 +88,10 @@ class Plan:
         return ["full", *self.cfg.orchestration.ablations]
 
     def finetune_config(self, variant: str) -> FinetuneConfig:
-        """The fine-tune settings of a Table 5 variant: the configured run, or one ablation of it."""
-        if variant == "transfer_layers":
-            layers = self.cfg.orchestration.ablation_transfer_layers
-            return self.cfg.finetune.model_copy(update={"transfer_layers": layers})
-        return self.cfg.finetune.model_copy(update=VARIANT_CHANGES[variant])
+        return variant_config(self.cfg, variant).finetune
 
     def variant_config(self, variant: str) -> PipelineConfig:
-        return self.cfg.model_copy(update={"finetune": self.finetune_config(variant)})
+        return variant_config(self.cfg, variant)
 
     def from_random_init(self, variant: str) -> bool:
         """Fine-tunes a randomly initialised model of this plan's architecture: needs the tokenizer only."""

@@ -10,7 +10,7 @@ HOST=${GPT1_HOST:-127.0.0.1}
 POOL=gpt1-local
 # The deployments of pipelines.yaml on the local pool; the cluster ones (gpt1/full, ablations, GPU pools) are not
 # deployed here, where no worker could ever run them (`make rehearse` runs that topology on stand-in pools).
-LOCAL_DEPLOYMENTS=(gpt1/smoke gpt1-finetune/local gpt1-finetune-all/smoke-from-checkpoint)
+LOCAL_DEPLOYMENTS=(smoke local smoke-from-checkpoint)  # `prefect deploy -n` takes their own (unique) names
 
 export PREFECT_HOME=$STATE/prefect
 export PREFECT_API_URL=http://$HOST:$PREFECT_PORT/api
@@ -38,7 +38,7 @@ start() {  # name cmd...: own session => own process group, so down.sh can stop 
 
 alive() { [[ -f $STATE/pids/$1.pgid ]] && kill -0 -- "-$(cat "$STATE/pids/$1.pgid")" 2>/dev/null; }
 
-services_up() {
+servers_up() {  # the Prefect and MLflow servers (reused when already up, e.g. started by another script)
   if up "$PREFECT_API_URL/health"; then echo "prefect server: reusing $PREFECT_API_URL"
   else
     start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
@@ -50,12 +50,21 @@ services_up() {
       --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" --artifacts-destination "$STATE/mlflow/artifacts"
     wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 120
   fi
-  "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 \
-    || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
-  if alive worker; then echo "worker: reusing"
+}
+
+worker_up() {  # pool [name]: a process pool (created if missing) and a worker for it, as process group `name`
+  local pool=$1 name=${2:-worker}
+  "$BIN/prefect" work-pool inspect "$pool" >/dev/null 2>&1 \
+    || "$BIN/prefect" work-pool create "$pool" --type process >/dev/null
+  if alive "$name"; then echo "$name: reusing"
   else
-    (cd "$ROOT" && start worker "$BIN/prefect" worker start --pool "$POOL" --type process)
+    (cd "$ROOT" && start "$name" "$BIN/prefect" worker start --pool "$pool" --type process)
   fi
+}
+
+services_up() {
+  servers_up
+  worker_up "$POOL" worker
 }
 
 stop_group() {  # name signal... : signal the process group, wait for it to go
@@ -79,10 +88,10 @@ deploy_local() {  # the local pool's deployments (names from LOCAL_DEPLOYMENTS)
     >"$STATE/logs/deploy.log" 2>&1 || { tail -30 "$STATE/logs/deploy.log"; return 1; }
 }
 
-stop_flow_runs() {  # the worker starts each flow run in a session of its own: stop those sessions too
-  alive worker || return 0
+stop_flow_runs_of() {  # name: the flow runs the worker `name` started, each in a session of its own
+  alive "$1" || return 0
   local run runs
-  runs=$(pgrep -P "$(cat "$STATE/pids/worker.pgid")" || true)
+  runs=$(pgrep -P "$(cat "$STATE/pids/$1.pgid")" || true)
   for run in $runs; do kill -TERM -- "-$run" 2>/dev/null || true; done
   for run in $runs; do  # Prefect's engine may outlive TERM while it reports the crash: give it 10 s
     for _ in $(seq 20); do kill -0 "$run" 2>/dev/null || break; sleep 0.5; done
@@ -91,9 +100,14 @@ stop_flow_runs() {  # the worker starts each flow run in a session of its own: s
   done
 }
 
-services_down() {
-  stop_flow_runs  # their stage subprocesses follow them (gpt1.cli stop_with_parent)
-  stop_group worker TERM INT   # then the worker, so no flow run is left half-submitted
+worker_down() {  # name: its flow runs first (their stage processes follow them), then the worker itself
+  stop_flow_runs_of "$1"
+  stop_group "$1" TERM INT
+}
+
+services_down() {  # GPT1_KEEP_SERVERS=1: only the worker (servers shared with other scripts, e.g. in CI)
+  worker_down worker
+  [[ ${GPT1_KEEP_SERVERS:-} == 1 ]] && return 0
   stop_group mlflow-server TERM
   stop_group prefect-server TERM
 }
