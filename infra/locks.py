@@ -105,7 +105,7 @@ def gpu_lock(cpu_pins: dict[str, tuple[str, str]]) -> None:
 
 
 def mlflow_lock(cpu_pins: dict[str, tuple[str, str]]) -> None:
-    top = [f"mlflow=={cpu_pins['mlflow'][1]}", *MLFLOW_DRIVERS]
+    top = [f"mlflow[auth]=={cpu_pins['mlflow'][1]}", *MLFLOW_DRIVERS]
     resolved = resolve(top, cpu_pins)
     lines = [MLFLOW_HEADER.format(top=" + ".join(top))]
     lines += [f"{name}=={version}" for _, (name, version) in sorted(resolved.items())]
