@@ -592,6 +592,29 @@ def test_pool_template_check_catches_a_misspelt_variable(pool, api_env):
         render_pool(template, {})
 
 
+@pytest.mark.slow
+def test_pools_are_created_by_the_readme_command_on_a_real_server(tmp_path):
+    """`prefect work-pool create NAME --type kubernetes --base-job-template FILE --overwrite`, twice (idempotent)."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.cli import invoke_and_assert
+    from prefect.testing.utilities import prefect_test_harness
+
+    async def read(name: str):
+        async with get_client() as client:
+            return await client.read_work_pool(name)
+
+    with temporary_settings({PREFECT_LOCAL_STORAGE_PATH: tmp_path}), prefect_test_harness(server_startup_timeout=180):
+        for _ in range(2):
+            for pool in POOLS:
+                invoke_and_assert(["work-pool", "create", pool.stem, "--type", "kubernetes", "--base-job-template",
+                                   str(pool), "--overwrite"], expected_code=0, echo=False)
+        for pool in POOLS:
+            created = asyncio.run(read(pool.stem))
+            assert created.type == "kubernetes"
+            assert created.base_job_template == json.loads(pool.read_text())
+
+
 # -- MLflow basic auth, for real ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_mlflow_entrypoint_serves_basic_auth_to_the_compose_worker_host(rendered, tmp_path):
