@@ -34,11 +34,11 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +49,6 @@ from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, F
                                             FlowRunFilterTags)
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
-from prefect.flow_runs import wait_for_flow_run
 from prefect.runtime import deployment, flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
@@ -60,6 +59,7 @@ from gpt1.config import PipelineConfig, available_presets, config_from_dict, fla
 from gpt1.distributed import threads_per_process
 from gpt1.preflight import run_checks
 from gpt1.runtime.workers import WorkerPool
+from gpt1.stages import outputs
 from gpt1.stages.outputs import is_done
 from gpt1.tracking import RunLogger
 
@@ -136,7 +136,7 @@ def pretrain_task(plan: P.Plan, parent_run_id: str | None, threads: str | None =
     if o.pretrain_deployment is None or is_done(plan.dir("pretrain")):
         result = P.run_pretrain(plan, parent_run_id, threads=threads, log_line=get_run_logger().info)
         return str(result.path)
-    run = _pretrain_run(plan, parent_run_id)
+    run = wait_for(_pretrain_run(plan, parent_run_id).id)
     if not run.state.is_completed():
         raise RuntimeError(f"pre-training ({o.pretrain_deployment}, flow run {run.name}): "
                            f"{run.state.message or run.state.name}")
@@ -160,34 +160,48 @@ def report_task(plan: P.Plan, parent_run_id: str | None) -> str:
 
 
 # -- child flow runs (the cluster) ---------------------------------------------------------------------------------
+def wait_for(flow_run_id, poll_seconds: float = 5.0):
+    """The flow run once it has reached a final state."""
+    with get_client(sync_client=True) as client:
+        while not (run := client.read_flow_run(flow_run_id)).state.is_final():
+            time.sleep(poll_seconds)
+    return run
+
+
 def _pretrain_run(plan: P.Plan, parent_run_id: str | None):
     """The pre-training flow run for this plan's stage key: one already in flight (another flow run, e.g. an
     ablation started beside `full`, needs the same weights) is waited for instead of holding a second set of GPU
-    nodes; else a new one. Runs are tagged with the key so they can be found."""
+    nodes; else a new one. Runs are tagged with the key so they can be found; the look-up and the start hold a
+    lock on the shared volume, so two parents arriving together start one run."""
     o, key = plan.cfg.orchestration, plan.jobs["pretrain"].key()
     tag = f"gpt1-pretrain-key:{key}"
-    with get_client(sync_client=True) as client:
-        in_flight = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            tags=FlowRunFilterTags(all_=[tag]),
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
-                StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))), limit=1)
-    if in_flight:
-        get_run_logger().info("pre-training %s is already running as flow run %s: waiting for it", key,
-                              in_flight[0].name)
-        return wait_for_flow_run(in_flight[0].id, timeout=None)
-    return run_deployment(o.pretrain_deployment, parameters={
-        "config": plan.cfg.model_dump(mode="json"), "work_dir": str(plan.work), "parent_run_id": parent_run_id},
-        flow_run_name=f"pretrain-{key}", tags=[tag], timeout=None)
+    submitting = outputs.lock(plan.dir("pretrain").with_name(f"{key}.submit"), wait=True)
+    try:
+        with get_client(sync_client=True) as client:
+            in_flight = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[tag]),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
+                    StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))), limit=1)
+        if not in_flight:
+            return run_deployment(o.pretrain_deployment, parameters={
+                "config": plan.cfg.model_dump(mode="json"), "work_dir": str(plan.work),
+                "parent_run_id": parent_run_id}, flow_run_name=f"pretrain-{key}", tags=[tag], timeout=0)
+    finally:
+        submitting.release()
+    get_run_logger().info("pre-training %s is already running as flow run %s: waiting for it", key,
+                          in_flight[0].name)
+    return in_flight[0]
 
 
 def _fan_out_deployments(plan: P.Plan, variants: list[str], parent_run_id: str | None) -> dict[str, str]:
-    """One flow run of the gpt1-finetune deployment per (variant, task), all submitted at once (the work pool's
-    concurrency limit paces them); a failed one is retried as a new flow run."""
+    """One flow run of the gpt1-finetune deployment per (variant, task), all submitted at once (each waited for
+    in a thread of its own; the deployment's concurrency limit paces them); a failed one is retried as a new flow
+    run. Returns the failures by name."""
     o = plan.cfg.orchestration
     attempts = 1 + o.retries.get("finetune", 0)
     logger = get_run_logger()
 
-    async def one(variant: str, name: str) -> tuple[str, str | None]:
+    def one(variant: str, name: str) -> str | None:
         label, message = f"{variant}/{name}", None
         for attempt in range(attempts):
             suffix = f"-retry{attempt}" if attempt else ""
@@ -195,22 +209,22 @@ def _fan_out_deployments(plan: P.Plan, variants: list[str], parent_run_id: str |
                           "work_dir": str(plan.work), "parent_run_id": parent_run_id,
                           "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
                           "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None}
-            run = await run_deployment(o.finetune_deployment, parameters=parameters,
-                                       idempotency_key=f"{flow_run.id}-{variant}-{name}{suffix}",
-                                       flow_run_name=f"finetune-{variant}-{name}{suffix}", timeout=None,
-                                       job_variables=o.finetune_job_variables.get(name) or None)
+            run = run_deployment(o.finetune_deployment, parameters=parameters,
+                                 idempotency_key=f"{flow_run.id}-{variant}-{name}{suffix}",
+                                 flow_run_name=f"finetune-{variant}-{name}{suffix}", timeout=None,
+                                 job_variables=o.finetune_job_variables.get(name) or None)
             if run.state.is_completed():
-                return label, None
+                return None
             message = str(run.state.message or run.state.name)
             if attempt + 1 < attempts:
                 logger.warning("%s failed (attempt %d of %d): %s; retrying", label, attempt + 1, attempts, message)
-                await asyncio.sleep(o.retry_delay_seconds * 2**attempt)
-        return label, message
+                time.sleep(o.retry_delay_seconds * 2**attempt)
+        return message
 
-    async def all_runs():
-        return await asyncio.gather(*[one(v, n) for v in variants for n in plan.cfg.finetune.tasks])
-
-    return {label: message for label, message in asyncio.run(all_runs()) if message is not None}
+    jobs = [(v, n) for v in variants for n in plan.cfg.finetune.tasks]
+    with ThreadPoolExecutor(len(jobs), thread_name_prefix="fan-out") as pool:  # each in this flow run's context
+        futures = {f"{v}/{n}": pool.submit(contextvars.copy_context().run, one, v, n) for v, n in jobs}
+    return {label: message for label, future in futures.items() if (message := future.result()) is not None}
 
 
 def _start_fan_out(plan: P.Plan, variants: list[str], parent_run_id: str | None) -> Callable[[], dict[str, str]]:

@@ -26,6 +26,7 @@ results table has every task.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -63,15 +64,21 @@ def render(state: Path) -> tuple[Path, dict]:
 
 
 def prefect(*args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "prefect"), *args], cwd=REPO, capture_output=True, text=True, check=True,
-                          **kwargs)
+    done = subprocess.run([str(BIN / "prefect"), *args], cwd=REPO, capture_output=True, text=True, **kwargs)
+    if done.returncode:
+        sys.exit(f"rehearse: `prefect {' '.join(args)}` failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done
+
+
+def create_pools(pools: list[str]) -> None:
+    for pool in pools:
+        if subprocess.run([str(BIN / "prefect"), "work-pool", "inspect", pool], capture_output=True).returncode:
+            prefect("work-pool", "create", pool, "--type", "process")
 
 
 def start_workers(pools: list[str], env: dict, logs: Path) -> list[subprocess.Popen]:
     workers = []
     for pool in pools:
-        if subprocess.run([str(BIN / "prefect"), "work-pool", "inspect", pool], capture_output=True).returncode:
-            prefect("work-pool", "create", pool, "--type", "process")
         log = open(logs / f"worker-{pool}.log", "w")
         workers.append(subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", pool, "--type",
                                          "process"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -173,8 +180,9 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
     checks.check(all(r.work_pool_name == pools["gpt1-cpu"] for r in by_flow.get("gpt1", [])),
                  f"the orchestrating flow runs ran on {pools['gpt1-cpu']}")
     pretraining = by_flow.get("gpt1-pretrain", [])
+    where = [(r.name, r.work_pool_name) for r in pretraining]
     checks.check(len(pretraining) == 1 and pretraining[0].work_pool_name == pools["gpt1-gpu-node"],
-                 f"pre-training ran once, on {pools['gpt1-gpu-node']} ({[(r.name, r.work_pool_name) for r in pretraining]})")
+                 f"pre-training ran once, on {pools['gpt1-gpu-node']} ({where})")
     finetunes = by_flow.get("gpt1-finetune", [])
     checks.check(bool(finetunes) and all(r.work_pool_name == pools["gpt1-gpu"] for r in finetunes),
                  f"{len(finetunes)} fine-tune flow runs, all on {pools['gpt1-gpu']}")
@@ -216,23 +224,24 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
     variants = {"gpt1/full": "full", "gpt1/ablation-no-aux-lm": "no_aux_lm"}
     for name, run in parents.items():
         plan = Plan.make(variant_config(load_config("rehearse", overrides), variants[name]), work)
-        report = plan.report_dir() / "results.md"
-        table = report.read_text() if report.exists() else ""
-        checks.check(all(f"| {t}" in table or t in table.lower() for t in cfg.finetune.tasks) and "| ours:" in table,
-                     f"{name}: results table at {report}")
-        print(table)
+        results = plan.report_dir() / "results.json"
+        reported = json.loads(results.read_text())["runs"] if results.exists() else {}
+        scored = {t for run in reported.values() for t, r in run["tasks"].items() if r.get("metrics")}
+        checks.check(scored == set(cfg.finetune.tasks), f"{name}: results table of every task at {results.parent}")
+        if results.exists():
+            print((results.parent / "results.md").read_text())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the stand-in workers running")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the two runs")
     args = parser.parse_args()
     for needed in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI", "GPT1_STATE"):
         if not os.environ.get(needed):
             sys.exit(f"rehearse: {needed} is not set; run `make rehearse` (scripts/rehearse.sh)")
     from prefect.deployments import run_deployment
-    from prefect.flow_runs import wait_for_flow_run
+
+    from flows.pipeline import wait_for
 
     state = Path(os.environ["GPT1_STATE"]).absolute()
     work = state / "rehearse-work"
@@ -241,7 +250,8 @@ def main() -> int:
     rendered, rehearsal = render(state)
     env = {**os.environ, "GPT1_WORK_DIR": str(work), "OMP_NUM_THREADS": "1", "PREFECT_LOGGING_EXTRA_LOGGERS": "gpt1"}
     print(f"rehearse: stand-in pools {rehearsal['pools']}; deploying {', '.join(DEPLOYMENTS)}")
-    prefect("--no-prompt", "deploy", "--prefect-file", str(rendered), *(a for d in DEPLOYMENTS for a in ("-n", d)),
+    create_pools(sorted(set(rehearsal["pools"].values())))
+    prefect("--no-prompt", "deploy", "--prefect-file", str(rendered), *(a for d in DEPLOY_NAMES for a in ("-n", d)),
             env=env)
     workers = start_workers(sorted(set(rehearsal["pools"].values())), env, logs)
     stop, repaired = threading.Event(), {}
@@ -255,8 +265,7 @@ def main() -> int:
                       "work_dir": str(work)}
         started = {name: run_deployment(name, parameters=parameters, timeout=0, as_subflow=False) for name in RUNS}
         print(f"rehearse: started {', '.join(f'{n} ({r.name})' for n, r in started.items())}")
-        finished = {name: wait_for_flow_run(run.id, timeout=args.timeout, log_states=True)
-                    for name, run in started.items()}
+        finished = {name: wait_for(run.id) for name, run in started.items()}
         checks = Checks()
         print("rehearse: checks")
         verify(checks, finished, rehearsal, work, since, repaired, parameters["overrides"])
