@@ -34,6 +34,13 @@ Choices where the spec is silent:
   same key in out_dir is returned as is. Local sources are hashed by content (one extra read); a hub source by
   id, revision and split, so pin a revision. A different corpus already in out_dir is replaced atomically; any
   other non-empty out_dir is refused.
+- A subset of a large source (`max_documents`, `max_chars`): the first documents in source order, whole; the
+  source is read only that far (see `_build`).
+- Failures: a run builds in `.OUT.build-HOST-PID` beside out_dir and swaps it in at the end; a killed run's
+  folders are removed (or, for a previous corpus moved aside, put back) by the next run into the same out_dir,
+  never while their process lives. An unwritable parent folder is refused before any work; a failed write (disk
+  full) is one OutputError and leaves the previous corpus as it was. A hub dataset that cannot be fetched is
+  one InputError saying how to supply it as a local folder.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -60,7 +68,8 @@ from tqdm import tqdm
 from gpt1.config import DataConfig
 from gpt1.data.clean import UndecodableError, clean, decode
 from gpt1.data.corpus import SCHEMA, SPLITS, STATS_FILE
-from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree, stable_hash, write_json
+from gpt1.io import (InputError, OutputError, atomic_path, check_writable, positive_int, read_json, sha256_file,
+                     sha256_tree, stable_hash, write_json)
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +344,7 @@ class HFSource:
     def _open(self):
         import datasets  # slow import, only for this source
 
-        try:
+        with self._hub_errors():
             if (self.folder / "state.json").exists() or (self.folder / "dataset_dict.json").exists():
                 data = datasets.load_from_disk(str(self.folder))  # memory-mapped Arrow: iterating streams
                 if isinstance(data, datasets.DatasetDict):
@@ -345,9 +354,21 @@ class HFSource:
                 return data
             return datasets.load_dataset(str(self.folder) if self.local else self.id, revision=self.revision,
                                          split=self.split, streaming=True)
-        except ConnectionError as err:
-            raise InputError(f"hf:{self.id}: cannot reach the Hugging Face Hub ({err}); use a local folder "
-                             f"(hf:/path/to/folder) or a cached copy with HF_DATASETS_OFFLINE=1") from err
+
+    @contextlib.contextmanager
+    def _hub_errors(self) -> Iterator[None]:
+        """A hub dataset that cannot be fetched (no network, offline mode, not in the cache), when opened or
+        later while streaming, becomes one line naming the source and how to supply it locally."""
+        try:
+            yield
+        except ConnectionError as err:  # requests' and huggingface_hub's offline/unreachable errors included
+            if self.local:
+                raise
+            raise InputError(
+                f"{self.spec}: cannot fetch it from the Hugging Face Hub, and it is not in the local cache ({err}). "
+                f"Supply it locally: where there is network, `datasets.load_dataset({self.id!r}"
+                f"{f', revision={self.revision!r}' if self.revision else ''}).save_to_disk(DIR)` (or download the "
+                f"repo's parquet files into DIR/data/), then use --source hf:DIR:{self.split}") from None
 
     def check(self, column: str) -> None:
         self._dataset = self._open()
@@ -360,13 +381,14 @@ class HFSource:
         name = f"{self.id}:{self.split}"
 
         def rows() -> Iterator[tuple[str, int, str]]:
-            for row_no, row in enumerate(self._dataset if self._dataset is not None else self._open(), 1):
-                report.rows += 1
-                text, problem = _field(row, column)
-                if problem:
-                    report.malformed_row(name, row_no, problem)
-                    continue
-                yield name, row_no, text
+            with self._hub_errors():
+                for row_no, row in enumerate(self._dataset if self._dataset is not None else self._open(), 1):
+                    report.rows += 1
+                    text, problem = _field(row, column)
+                    if problem:
+                        report.malformed_row(name, row_no, problem)
+                        continue
+                    yield name, row_no, text
 
         yield from _grouped(rows(), rows_per_doc)
 
@@ -382,7 +404,8 @@ class SplitWriter:
 
     def __init__(self, folder: Path, rows_per_part: int):
         self.folder, self.rows_per_part = folder, rows_per_part
-        folder.mkdir(parents=True, exist_ok=True)
+        with _writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
         self.documents = self.characters = 0
         self.parts: list[dict] = []
         self.ids = hashlib.sha256()  # content hash of the split: its document ids in order
@@ -406,6 +429,10 @@ class SplitWriter:
     def _flush(self) -> None:
         if not self._buffer:
             return
+        with _writing(self.folder):
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
         if self._writer is None:
             self._part = contextlib.ExitStack()
             tmp = self._part.enter_context(atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet"))
@@ -433,10 +460,21 @@ class SplitWriter:
         if exc_type is None:
             self._flush()
             if self._writer is not None:
-                self._close_part()
+                with _writing(self.folder):
+                    self._close_part()
         elif self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(OSError):  # e.g. the disk that made this fail is still full
+                self._writer.close()
             self._part.__exit__(exc_type, exc, tb)  # atomic_path deletes the unfinished part
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Failed writes (disk full, quota, read-only, I/O error) as one clear OutputError naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputError(f"{path}: cannot write ({err})") from None
 
 
 class TrainValSplit:
@@ -474,23 +512,29 @@ class TrainValSplit:
 # -- the stage --------------------------------------------------------------------------------------------------
 def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
            split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
-           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True) -> dict:
+           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True, max_documents: int | None = None,
+           max_chars: int | None = None) -> dict:
     """Clean, deduplicate and split `source` into the corpus layout at `out_dir`; returns the stats.
 
     `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
     for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
-    gpt1/data/clean.py). Built in a temporary folder renamed at the end, so `out_dir` never holds half a corpus; a
-    finished corpus of the same inputs and settings already there is reused.
+    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset, see `_build`. Built in a temporary folder renamed
+    at the end, so `out_dir` never holds half a corpus; a finished corpus of the same inputs and settings already
+    there is reused. Temporary folders of killed runs are cleaned up first (see `_clean_stale_builds`).
     """
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
         raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
+    if (max_documents is not None and max_documents < 1) or (max_chars is not None and max_chars < 1):
+        raise ValueError(f"max_documents and max_chars must be >= 1 when given, got {max_documents}, {max_chars}")
     out = Path(out_dir)
     src = open_source(source, exclude=out)
     settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
                 "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
-                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "format": FORMAT_VERSION}
+                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "max_documents": max_documents,
+                "max_chars": max_chars, "format": FORMAT_VERSION}
+    _clean_stale_builds(out)
     source_hash = src.fingerprint()
     key = stable_hash({"source": source_hash, "settings": settings})
     if (done := _finished_corpus(out, key)) is not None:
@@ -498,24 +542,95 @@ def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text"
         return done
     if out.exists() and not (out / STATS_FILE).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an ingested corpus; refusing to replace it")
+    check_writable(out.parent)
     src.check(text_column)
 
-    build = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(build, ignore_errors=True)
+    build = out.parent / f".{out.name}{_BUILD}{_owner()}"
     try:
         stats = _build(src, build, settings, show_progress)
         stats.update(source=source, source_hash=source_hash, key=key)
-        write_json(build / STATS_FILE, stats)
-        _move_into_place(build, out)
+        with _writing(build):
+            write_json(build / STATS_FILE, stats)
+            _move_into_place(build, out)
+    except OutputError as err:
+        kept = f"the corpus already at {out} is unchanged" if (out / STATS_FILE).is_file() else "nothing was kept"
+        raise OutputError(f"{err}; {kept}") from None
     finally:
         shutil.rmtree(build, ignore_errors=True)
     return stats
 
 
+# -- temporary folders: .NAME.build-HOST-PID while building, .NAME.old-HOST-PID while swapping in ----------------
+_BUILD, _OLD = ".build-", ".old-"
+_LEGACY_BUILD = ".tmp-"  # what runs before the host was part of the name left behind (PID only)
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _owner_alive(suffix: str, folder: Path) -> bool:
+    """Whether the process that named `folder` HOST-PID (or PID) may still be running. A process on another host
+    cannot be checked, so it counts as alive; a PID now held by a process started after the folder's last change
+    is someone else's."""
+    host, _, pid = suffix.rpartition("-")
+    if host and host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return True  # not a name this module writes
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process
+    started = _process_start(int(pid))
+    return started is None or started <= folder.stat().st_mtime + 2  # btime has 1 s resolution
+
+
+def _process_start(pid: int) -> float | None:
+    """A process's start time (epoch seconds) from /proc, or None where there is no /proc."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        boot = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _clean_stale_builds(out: Path) -> None:
+    """Remove what killed runs into `out` left beside it: unfinished builds, and the previous corpus moved aside
+    for a swap, which is put back if the new one never arrived. Folders of live runs are left alone."""
+    if not out.parent.is_dir():
+        return
+    for folder in sorted(out.parent.glob(f".{glob.escape(out.name)}.*")):
+        tag = folder.name[len(out.name) + 1:]
+        kind = next((k for k in (_BUILD, _OLD, _LEGACY_BUILD) if tag.startswith(k)), None)
+        if kind is None or not folder.is_dir() or _owner_alive(tag[len(kind):], folder):
+            continue
+        if kind == _OLD and not out.exists():
+            log.warning("%s: restoring the corpus a killed run had moved aside (%s)", out, folder.name)
+            os.replace(folder, out)
+        else:
+            log.info("%s: removing %s, left by a killed run", out.parent, folder.name)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool) -> dict:
+    """Stream the source's records through cleaning, dedup and the split into `build`.
+
+    Subset: with max_documents / max_chars, documents are kept in source order (after cleaning and dedup) until
+    the next one would pass either limit, and the source is read no further (a hub dataset streams only that far).
+    The subset is a prefix of what the full run would keep, so a larger limit only adds documents; the train/val
+    assignment of a document does not depend on the limits.
+    """
     report, seen, started = Report(), set(), time.time()
+    max_docs, max_chars = settings["max_documents"], settings["max_chars"]
+    kept_chars, limit_reached = 0, False
     records = src.records(settings["text_column"], settings["rows_per_doc"], report)
-    with SplitWriter(build / "train", settings["rows_per_part"]) as train, \
+    with contextlib.closing(records), \
+            SplitWriter(build / "train", settings["rows_per_part"]) as train, \
             SplitWriter(build / "val", settings["rows_per_part"]) as val:
         split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"])
         for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
@@ -533,8 +648,15 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
             if doc_id in seen:
                 report.duplicates.add(record.source)
                 continue
+            if max_chars is not None and kept_chars + len(text) > max_chars:
+                limit_reached = True
+                break
             seen.add(doc_id)
+            kept_chars += len(text)
             split.add(Document(doc_id, record.source, text))
+            if max_docs is not None and len(seen) == max_docs:
+                limit_reached = True
+                break
         report.check_malformed()
         floor = split.finish()
     if train.documents + val.documents == 0:
@@ -555,6 +677,7 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
         "parts": {"train": train.parts, "val": val.parts},
         "content_hash": hashlib.sha256(train.ids.digest() + val.ids.digest()).hexdigest(),
         "val_floor_applied": floor,
+        "subset": {"max_documents": max_docs, "max_chars": max_chars, "limit_reached": limit_reached},
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }
@@ -574,10 +697,15 @@ def _finished_corpus(out: Path, key: str) -> dict | None:
 
 def _move_into_place(build: Path, out: Path) -> None:
     """Rename the finished build to `out`; a previous corpus there is moved aside first, then deleted."""
-    old = out.with_name(f".{out.name}.old-{os.getpid()}") if out.exists() else None
+    old = out.with_name(f".{out.name}{_OLD}{_owner()}") if out.exists() else None
     if old is not None:
         os.replace(out, old)
-    os.replace(build, out)
+    try:
+        os.replace(build, out)
+    except OSError:
+        if old is not None:
+            os.replace(old, out)
+        raise
     if old is not None:
         shutil.rmtree(old)
 
@@ -594,18 +722,23 @@ def add_ingest_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=defaults.split_seed, help="train/val split seed")
     parser.add_argument("--min-doc-chars", type=int, default=defaults.min_doc_chars,
                         help="reject documents shorter than this after cleaning")
-    parser.add_argument("--rows-per-doc", type=int, default=None,
+    parser.add_argument("--rows-per-doc", type=positive_int, default=None,
                         help=f"rows joined per document for row sources (default: {BOOKCORPUS_ROWS_PER_DOC} for "
                              f"hub BooksCorpus, else 1)")
     parser.add_argument("--unwrap-lines", action=argparse.BooleanOptionalAction, default=defaults.unwrap_lines,
                         help="join the lines of hard-wrapped prose paragraphs (verse, lists and headings keep theirs)")
+    parser.add_argument("--max-documents", type=positive_int, default=defaults.max_documents,
+                        help="subset: keep the first N documents in source order, read no further")
+    parser.add_argument("--max-chars", type=positive_int, default=defaults.max_chars,
+                        help="subset: keep whole documents in source order up to this many characters")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_ingest(args: argparse.Namespace) -> int:
     stats = ingest(args.source, args.out, text_column=args.text_column, val_fraction=args.val_fraction,
                    split_seed=args.seed, min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc,
-                   unwrap_lines=args.unwrap_lines, show_progress=not args.no_progress)
+                   unwrap_lines=args.unwrap_lines, max_documents=args.max_documents, max_chars=args.max_chars,
+                   show_progress=not args.no_progress)
     print(summary(stats, args.out))
     return 0
 
@@ -617,6 +750,9 @@ def summary(stats: dict, out: str | os.PathLike) -> str:
         f"  documents: {docs['train']:,} train + {docs['val']:,} val, {sum(chars.values()):,} characters; "
         f"{stats['duplicates']['count']:,} duplicates dropped",
     ]
+    if stats["subset"]["limit_reached"]:
+        limits = {k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None}
+        lines.append(f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})")
     for reason, tally in stats["rejects"].items():
         lines.append(f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}")
     for encoding, tally in stats["decode_fallbacks"].items():
