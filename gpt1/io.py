@@ -92,6 +92,8 @@ class OutputError(ValueError):
 def check_writable(folder: str | os.PathLike) -> Path:
     """Create `folder` (and parents) if needed and prove a file can be created in it, before any work is done."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{folder}: is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".write-test-{os.getpid()}"

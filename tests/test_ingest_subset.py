@@ -15,6 +15,7 @@ from test_ingest import rows
 from gpt1.cli import main as cli_main
 from gpt1.config import ConfigError, load_config
 from gpt1.data import ingest as I
+from gpt1.io import InputError
 
 TEXTS = [f"Document number {i} has {'a few words ' * (1 + i % 7)}in it." for i in range(3000)]
 
@@ -71,6 +72,8 @@ def test_max_chars_keeps_whole_documents_up_to_the_limit(tmp_path, jsonl):
     assert sum(stats["characters"].values()) <= limit and stats["inputs"]["rows"] == 26
     both = I.ingest(str(jsonl), tmp_path / "both", max_chars=limit, max_documents=5, show_progress=False)
     assert sum(both["documents"].values()) == 5  # whichever limit comes first
+    with pytest.raises(InputError, match=rf"max_chars=10 keeps no document: the first one \({jsonl}:1\) has "):
+        I.ingest(str(jsonl), tmp_path / "none", max_chars=10, show_progress=False)
 
 
 def test_without_limits_everything_is_read(tmp_path, jsonl):

@@ -359,14 +359,14 @@ def test_pieces_end_after_a_line_break_and_keep_to_the_limit():
     for _ in range(200):
         text = tricky_text(rng, lines=rng.randint(1, 60))
         for limit in (10, 80):
-            pieces = list(document_pieces(text, limit))
+            pieces, after_markup = zip(*document_pieces(text, limit))
             assert "".join(pieces) == text
-            assert all(p.endswith(("\n",)) for p in pieces[:-1])
-            for piece in pieces:
-                # longer only for a single long line, or when ftfy's HTML rule moved the cut (see write.py)
-                assert len(piece) <= limit or "\n" not in piece[:-1].rstrip("\n") or "&" in piece or "<" in piece
+            assert all(p.endswith("\n") for p in pieces[:-1])
+            assert all(len(p) <= limit or "\n" not in p.rstrip("\n") for p in pieces)  # or a single long line
+            before = [sum(map(len, pieces[:i])) for i in range(len(pieces))]
+            assert list(after_markup) == [0 <= text.find("<") < start for start in before]
     prose = "\n\n".join(" ".join(["word"] * 8) for _ in range(50))
-    assert all(p.endswith("\n\n") for p in list(document_pieces(prose, 200))[:-1])  # paragraphs preferred
+    assert all(p.endswith("\n\n") for p, _ in list(document_pieces(prose, 200))[:-1])  # paragraphs preferred
 
 
 def test_documents_stay_whole_when_the_tokenizer_is_not_word_by_word(tokenizer):

@@ -649,6 +649,9 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
                 report.duplicates.add(record.source)
                 continue
             if max_chars is not None and kept_chars + len(text) > max_chars:
+                if not seen:
+                    raise InputError(f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
+                                     f"has {len(text):,} characters", file=src.spec)
                 limit_reached = True
                 break
             seen.add(doc_id)
