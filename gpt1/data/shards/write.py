@@ -31,9 +31,10 @@ dataclass; `tokenize_partition` is idempotent, so task retries are safe):
     manifest = tokenize_corpus(corpus, tok_dir, out, n_ctx=..., shard_rows=...)      # finds all done: packs
 
 Memory. HF tokenizers holds about 100 bytes per character it is encoding, so each encode call gets at most
-`encode_chars` characters: several short documents, or one piece of a longer one. A long document is cut right
-after line breaks (at a blank line, between paragraphs, when one is in reach; a single line longer than
-`encode_chars` stays whole) and its pieces are encoded apart. Joining their ids with the ids of one line break
+`encode_chars` characters: several short documents, or pieces of a longer one (an eighth of that
+each, so that a call holds several, which HF tokenizers encodes in parallel). A long document is cut right
+after line breaks (at a blank line, between paragraphs, when one is in reach; a single line longer than a
+piece stays whole) and its pieces are encoded apart. Joining their ids with the ids of one line break
 gives exactly the ids of the whole document, because the GPT-1 tokenizer turns every line-break run into one "\n"
 word and encodes word by word (`_piece_ids` checks this on the tokenizer at hand and otherwise encodes documents
 whole, as it does in spaCy `exact` mode). ftfy is the one step with state across lines: after the first line
@@ -367,7 +368,9 @@ class StreamEncoder:
         chars, number = 0, self.counts["documents"]
         for number, text in enumerate(texts, start=number):
             whole = self.line_break is None or len(text) <= self.encode_chars
-            for piece, after_markup in [(text, False)] if whole else document_pieces(text, self.encode_chars):
+            # pieces of 1/8 of a call, so that a call holds several: HF tokenizers encodes a batch's texts in parallel
+            pieces = [(text, False)] if whole else document_pieces(text, max(1, self.encode_chars // 8))
+            for piece, after_markup in pieces:
                 if batch and chars + len(piece) > self.encode_chars:
                     yield self._encode(batch)
                     batch, chars = [], 0
