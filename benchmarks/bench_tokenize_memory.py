@@ -120,15 +120,16 @@ def main() -> None:
 
         print(f"load at start: {load}")
         print(f"one-document corpora: small {sizes['small']:,} characters, large {sizes['large']:,} characters; "
-              f"pieces of {ENCODE_CHARS:,} characters; RAYON_NUM_THREADS={args.threads}")
-        print(f"{'mode':<8}{'corpus':<8}{'peak before MB':>15}{'peak after MB':>15}{'bytes/char':>12}{'seconds':>9}")
+              f"encode calls of up to {ENCODE_CHARS:,} characters; RAYON_NUM_THREADS={args.threads}")
+        print(f"{'mode':<8}{'corpus':<8}{'peak before MB':>15}{'peak after MB':>15}{'bytes/char':>12}{'seconds':>9}"
+              f"{'CPU s':>8}")
         for (mode, name), r in results.items():
             if "failed" in r:
                 print(f"{mode:<8}{name:<8}  {r['failed']}")
                 continue
             per_char = (r["after"] - r["before"]) / sizes[name]
             print(f"{mode:<8}{name:<8}{r['before'] / 2**20:>15.0f}{r['after'] / 2**20:>15.0f}{per_char:>12.1f}"
-                  f"{r['seconds']:>9.1f}")
+                  f"{r['seconds']:>9.1f}{r['cpu_seconds']:>8.1f}")
         for mode in ("pieces", "whole"):
             small, large = results[mode, "small"], results[mode, "large"]
             if "failed" in small or "failed" in large:
@@ -136,6 +137,7 @@ def main() -> None:
             slope = ((large["after"] - large["before"]) - (small["after"] - small["before"])) / (
                 sizes["large"] - sizes["small"])
             print(f"{mode}: {slope:.1f} bytes of peak RSS per additional character (large vs small)")
+        print(f"load at end: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     finally:
         shutil.rmtree(work)
 
