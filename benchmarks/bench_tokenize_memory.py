@@ -102,7 +102,7 @@ def main() -> None:
 
     from bench_tokenize import SHARED, gpt1_tokenizer
 
-    from gpt1.data.shards.write import ENCODE_CHARS
+    from gpt1.data.shards import ENCODE_CHARS
 
     if not (SHARED / "books").is_dir():
         sys.exit(f"shared books not found at {SHARED / 'books'} (set GPT1_SHARED_DATA)")

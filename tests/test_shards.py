@@ -27,7 +27,7 @@ from fs_faults import file_size_limit, read_only
 
 from gpt1.data.shards import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
                               prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
-from gpt1.data.shards.write import ENCODE_CHARS
+from gpt1.data.shards import ENCODE_CHARS
 from gpt1.io import InputError, sha256_file, sha256_tree, write_json
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -61,7 +61,8 @@ def tricky_text(rng: random.Random, lines: int, words: int = 12) -> str:
     lexicon = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 6))) for _ in range(200)]
     out = []
     for _ in range(lines):
-        line = [rng.choice(TRICKY) if rng.random() < 0.15 else rng.choice(lexicon) for _ in range(rng.randint(0, words))]
+        line = [rng.choice(TRICKY) if rng.random() < 0.15 else rng.choice(lexicon)
+                for _ in range(rng.randint(0, words))]
         out += [" ".join(line), rng.choice(LINE_BREAKS)]
     return "".join(out)
 

@@ -53,7 +53,8 @@ def test_verify_checks_every_shard_and_records_them(shards):
     files = [s["file"] for split in manifest["splits"].values() for s in split["shards"]]
     assert result["shards"] == len(files) and result["checked_bytes"] == result["bytes"] > 0
     record = read_json(shards / ".verified.json")
-    assert record["manifest_sha256"] == sha256_file(shards / "manifest.json") and sorted(record["shards"]) == sorted(files)
+    assert record["manifest_sha256"] == sha256_file(shards / "manifest.json")
+    assert sorted(record["shards"]) == sorted(files)
     again = verify_shards(shards)  # nothing changed: nothing re-read
     assert again["checked_bytes"] == 0 and again["shards"] == len(files)
     assert verify_shards(shards, full=True)["checked_bytes"] == result["bytes"]
