@@ -83,6 +83,13 @@ class DataConfig(_Section):
     unwrap_lines: bool = Field(
         True, description="join the lines of hard-wrapped prose paragraphs; verse, lists and headings keep theirs"
     )
+    max_documents: int | None = Field(
+        None, gt=0, description="subset: the first N documents (after cleaning and dedup) in source order; the "
+        "source is read no further"
+    )
+    max_chars: int | None = Field(
+        None, gt=0, description="subset: whole documents in source order up to this many characters in all"
+    )
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
     workers: int = Field(2, gt=0)
 

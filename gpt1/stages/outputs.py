@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import logging
 import os
@@ -48,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpt1.io import read_json, write_json
+from gpt1.io import OutputError, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ DONE = ".done"
 IDENTITY = ".stage.json"
 ERROR = "error.json"
 LOCK_FDS_ENV = "GPT1_OUTPUT_LOCK_FDS"  # "fd,fd": output locks a launching process passed on to this one
-
-
-class OutputError(ValueError):
-    """The output folder cannot be used as asked (busy, someone else's, of other settings)."""
 
 
 class OutputBusy(OutputError):
@@ -265,6 +262,9 @@ class Output:
     def fail(self, err: BaseException) -> None:
         """After a failed build: our own unfinished build is removed unless it can resume, and with
         `record_failure` error.json (for the report) takes the place of the result that could not be made."""
+        if self.mode == "resume" and self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {IDENTITY}:
+            shutil.rmtree(self.path)  # nothing was made that a re-run could continue from
+            return
         if not self.record_failure:
             if self.mode == "restart" and describe(self.path, self.stage, self.key) == "partial":
                 shutil.rmtree(self.path)
@@ -294,11 +294,17 @@ def _swap_into_place(build: Path, out: Path) -> None:
 
 
 def _remove_leftovers(out: Path) -> None:
-    """Builds and set-aside folders of processes that died holding this lock (we hold it now: none is live)."""
-    for pattern in (f".{out.name}.build-*", f".{out.name}.old-*"):
-        for path in out.parent.glob(pattern):
-            log.info("removing %s, left by an interrupted run", path)
+    """What processes that died holding this lock left (we hold it now: none of them is live): unfinished builds
+    are removed; an earlier output moved aside for a swap that never completed is put back."""
+    for path in sorted(out.parent.glob(f".{glob.escape(out.name)}.old-*")):
+        if not out.exists() and not out.is_symlink():
+            log.warning("%s: putting back the output an interrupted run had moved aside (%s)", out, path.name)
+            os.replace(path, out)
+        else:
             shutil.rmtree(path, ignore_errors=True)
+    for path in out.parent.glob(f".{glob.escape(out.name)}.build-*"):
+        log.info("removing %s, left by an interrupted run", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager

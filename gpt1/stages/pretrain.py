@@ -26,7 +26,7 @@ from typing import Callable, ClassVar
 import yaml
 
 from gpt1.config import PipelineConfig, load_config
-from gpt1.data.shards import BlockReader, load_manifest
+from gpt1.data.shards import BlockReader, load_manifest, verify_shards
 from gpt1.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
 from gpt1.pretrain import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
@@ -69,6 +69,9 @@ class Job(StageJob):
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
+        checked = verify_shards(self.shards.path)  # every shard's bytes against the manifest, once per run
+        log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
+                 checked["checked_bytes"] / 1e6, checked["seconds"])
         cfg = resolve_config(self.cfg, manifest)
         deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device_type())  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
