@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,8 @@ from pathlib import Path
 from typing import Annotated, Callable, Iterator, Literal
 
 from prefect import flow, get_client, get_run_logger, task
+from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
+                               create_table_artifact, update_progress_artifact)
 from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
                                             FlowRunFilterTags)
 from prefect.client.schemas.objects import StateType
@@ -56,6 +59,7 @@ from pydantic import StringConstraints
 
 from gpt1 import pipeline as P
 from gpt1.config import PipelineConfig, available_presets, config_from_dict, flatten, load_config
+from gpt1.io import read_json
 from gpt1.distributed import threads_per_process
 from gpt1.preflight import run_checks
 from gpt1.runtime.workers import WorkerPool
@@ -64,6 +68,7 @@ from gpt1.stages.outputs import is_done
 from gpt1.tracking import RunLogger
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
+STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # pre-training's progress lines (gpt1.pretrain)
 # What a fine-tune worker imports once (torch, the task metrics, MLflow models), instead of once per task.
 FINETUNE_PRELOAD = ("torch", "sklearn.metrics", "gpt1.stages.finetune")
 
@@ -129,12 +134,28 @@ def _run_stage(plan: P.Plan, stage: str, parent_run_id: str | None) -> Path:
     return Path(_retrying(stage_task, plan.cfg, stage)(plan, stage, parent_run_id))
 
 
+def _pretraining_log(plan: P.Plan) -> Callable[[str], None]:
+    """Pre-training's output lines to the run's log, and its step/total to a progress artifact in the UI."""
+    logger = get_run_logger()
+    progress = create_progress_artifact(0.0, key=f"pretraining-{plan.jobs['pretrain'].key()}",
+                                        description="GPT-1 pre-training: updates done of the total")
+    last = [0.0]
+
+    def log_line(line: str) -> None:
+        logger.info(line)
+        if (step := STEP_LINE.search(line)) and (done := 100.0 * int(step[1]) / int(step[2])) >= last[0] + 1:
+            last[0] = done
+            update_progress_artifact(progress, done)
+
+    return log_line
+
+
 @task(name="pretrain", persist_result=False)
 def pretrain_task(plan: P.Plan, parent_run_id: str | None, threads: str | None = None) -> str:
     """Pre-training here, or as a flow run of `orchestration.pretrain_deployment` (waiting for it)."""
     o = plan.cfg.orchestration
     if o.pretrain_deployment is None or is_done(plan.dir("pretrain")):
-        result = P.run_pretrain(plan, parent_run_id, threads=threads, log_line=get_run_logger().info)
+        result = P.run_pretrain(plan, parent_run_id, threads=threads, log_line=_pretraining_log(plan))
         return str(result.path)
     run = wait_for(_pretrain_run(plan, parent_run_id).id)
     if not run.state.is_completed():
@@ -153,9 +174,18 @@ def finetune_task(plan: P.Plan, name: str, variant: str, parent_run_id: str | No
 
 @task(name="report", persist_result=False)
 def report_task(plan: P.Plan, parent_run_id: str | None) -> str:
+    """The results table (also a markdown and a table artifact of the flow run, beside the paper's numbers)."""
     result = P.run_report(plan, parent_run_id)
     if parent_run_id:
         P.log_results_on_parent(plan, result.path / "results.json", parent_run_id)
+    key = f"results-{_slug(plan.cfg.preset)}"
+    create_markdown_artifact((result.path / "results.md").read_text(encoding="utf-8"), key=key,
+                             description=f"GPT-1 results of {plan.cfg.preset} beside the paper's ({result.path})")
+    rows = [{"run": label, "task": task, **{k: round(v, 2) for k, v in (entry.get("metrics") or {}).items()}}
+            for label, run in read_json(result.path / "results.json")["runs"].items()
+            for task, entry in run["tasks"].items()]
+    if rows:
+        create_table_artifact(rows, key=f"{key}-table", description="primary and secondary metrics per task")
     return str(result.path)
 
 
@@ -273,7 +303,17 @@ def _parent_run(cfg: PipelineConfig, name: str) -> RunLogger:
         "prefect.flow_run_id": str(flow_run.id), "prefect.deployment": str(deployment.name or "(none)"),
         "gpt1.preset": cfg.preset})
     run.log_params(flatten(cfg.model_dump(mode="json")))
+    if run.run_id and run.uri.startswith("http"):  # a server's UI: a link on the flow run's artifacts tab
+        experiment = run.client.get_run(run.run_id).info.experiment_id
+        create_link_artifact(f"{run.uri.rstrip('/')}/#/experiments/{experiment}/runs/{run.run_id}",
+                             link_text=f"MLflow run {name}", key="mlflow-parent-run",
+                             description="this flow run's MLflow parent run (stages and tasks nested under it)")
     return run
+
+
+def _slug(text: str) -> str:
+    """An artifact key: lowercase letters, digits and dashes."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "run"
 
 
 def _finish(run: RunLogger, failures: dict[str, str]) -> None:
@@ -332,7 +372,7 @@ def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | N
     """Pre-training of one resolved config, in this flow run's pod (one process per GPU): the GPU-node deployment
     `gpt1` hands pre-training to. Returns the stage folder (its `final/` holds the weights)."""
     plan = P.Plan.make(config_from_dict(config), work_dir)
-    return str(P.run_pretrain(plan, parent_run_id, log_line=get_run_logger().info).path)
+    return str(P.run_pretrain(plan, parent_run_id, log_line=_pretraining_log(plan)).path)
 
 
 @flow(name="gpt1-finetune", log_prints=True, result_serializer="json")

@@ -20,6 +20,7 @@ export MLFLOW_TRACKING_URI=http://$HOST:$MLFLOW_PORT
 export MLFLOW_DISABLE_TELEMETRY=true
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
 export DS_ACCELERATOR=cpu
+export PREFECT_LOGGING_EXTRA_LOGGERS=gpt1  # the stages' own log lines reach the Prefect UI
 export GPT1_WORK_DIR=${GPT1_WORK_DIR:-$STATE/work}
 mkdir -p "$STATE/pids" "$STATE/logs" "$PREFECT_HOME" "$STATE/mlflow" "$GPT1_WORK_DIR"
 
@@ -39,17 +40,35 @@ start() {  # name cmd...: own session => own process group, so down.sh can stop 
 alive() { [[ -f $STATE/pids/$1.pgid ]] && kill -0 -- "-$(cat "$STATE/pids/$1.pgid")" 2>/dev/null; }
 
 servers_up() {  # the Prefect and MLflow servers (reused when already up, e.g. started by another script)
+  local waiting=()
   if up "$PREFECT_API_URL/health"; then echo "prefect server: reusing $PREFECT_API_URL"
   else
+    echo "prefect server: starting on $PREFECT_API_URL (log: $STATE/logs/prefect-server.log)"
     start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
-    wait_for "$PREFECT_API_URL/health" prefect-server 120
+    waiting+=(prefect)
   fi
   if up "$MLFLOW_TRACKING_URI/health"; then echo "mlflow server: reusing $MLFLOW_TRACKING_URI"
   else
+    echo "mlflow server: starting on $MLFLOW_TRACKING_URI (log: $STATE/logs/mlflow-server.log)"
     start mlflow-server "$BIN/mlflow" server --host "$HOST" --port "$MLFLOW_PORT" --workers 1 \
       --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" --artifacts-destination "$STATE/mlflow/artifacts"
-    wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 120
+    waiting+=(mlflow)
   fi
+  [[ ${#waiting[@]} -gt 0 ]] && echo "waiting for ${waiting[*]} to come up (both start at once; ~20-40 s)"
+  [[ " ${waiting[*]} " == *" prefect "* ]] && wait_for "$PREFECT_API_URL/health" prefect-server 180
+  [[ " ${waiting[*]} " == *" mlflow "* ]] && wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 180
+  return 0
+}
+
+write_env_file() {  # $STATE/env: what a new shell needs to talk to these servers and run gpt1
+  cat >"$STATE/env" <<ENV
+# source $STATE/env   (written by make demo)
+export PREFECT_API_URL=$PREFECT_API_URL
+export MLFLOW_TRACKING_URI=$MLFLOW_TRACKING_URI
+export GPT1_WORK_DIR=$GPT1_WORK_DIR
+export PATH=$BIN:\$PATH
+export MLFLOW_DISABLE_TELEMETRY=true PREFECT_SERVER_ANALYTICS_ENABLED=false DS_ACCELERATOR=cpu
+ENV
 }
 
 worker_up() {  # pool [name]: a process pool (created if missing) and a worker for it, as process group `name`
