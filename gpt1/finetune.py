@@ -403,7 +403,9 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
     check_inputs(checkpoint_dir, cfg)
-    tokenizer = tokenization.load(find_tokenizer(checkpoint_dir, tokenizer_dir))
+    tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
+    tokenizer = tokenization.load(tokenizer_path)
+    tokenization.check_matches(tokenizer, checkpoint_dir, f"tokenizer {tokenizer_path}")
     max_len = load_model_config(checkpoint_dir / CONFIG_NAME).n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
@@ -437,6 +439,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
 
         info = {"task": spec.name, "kind": spec.kind, "head": spec.head, "n_outputs": n_outputs(spec),
+                "tokenizer_sha256": tokenizer.sha256,
                 "labels": list(spec.labels) if spec.labels else None, "clf_pdrop": cfg.clf_pdrop,
                 "input_columns": list(input_columns(spec)), "checkpoint": str(checkpoint_dir.resolve())}
         model_dir = save_task_model(model.cpu(), tokenizer, info, out_dir / MODEL_DIR)

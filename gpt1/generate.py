@@ -91,6 +91,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     tokenizer = tokenizer_lib.load(tokenizer_path)
+    tokenizer_lib.check_matches(tokenizer, checkpoint, f"tokenizer {tokenizer_path}")
     model = GPT1.from_pretrained(checkpoint)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} ids, the model only "

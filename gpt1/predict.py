@@ -103,7 +103,11 @@ def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "
         model.clf.load_state_dict(head)
     except RuntimeError as err:
         raise InputError(f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME) from None
-    return model.to(device).eval(), tokenization.load(model_dir), info
+    tokenizer = tokenization.load(model_dir)
+    if info.get("tokenizer_sha256") not in (None, tokenizer.sha256):  # folders written before the hash was kept
+        raise InputError(f"tokenizer.json (sha256 {tokenizer.sha256[:12]}) is not the one the model was fine-tuned "
+                         f"with (task.json: {info['tokenizer_sha256'][:12]})", file=model_dir)
+    return model.to(device).eval(), tokenizer, info
 
 
 # -- batched prediction ---------------------------------------------------------------------------------------

@@ -449,3 +449,18 @@ def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) 
         counts["documents"] += 1
         counts["characters"] += len(text)
         yield text
+
+
+def check_matches(tokenizer: GPT1Tokenizer, model_dir: str | Path, what: str = "the tokenizer") -> None:
+    """Refuse a tokenizer other than the one the model in `model_dir` was trained with: the hash pre-training
+    records in `training.json`, else the model folder's own tokenizer.json. Folders with neither (a converted or
+    hand-made checkpoint) cannot be checked and pass."""
+    model_dir = Path(model_dir)
+    training = model_dir / "training.json"
+    expected = read_json(training).get("tokenizer_sha256") if training.is_file() else None
+    own = model_dir / TOKENIZER_FILE
+    if expected is None and own.is_file():
+        expected = load(own).sha256
+    if expected is not None and expected != tokenizer.sha256:
+        raise InputError(f"{what} (sha256 {tokenizer.sha256[:12]}) is not the one this model was trained with "
+                         f"(sha256 {expected[:12]}): its token ids would mean other words", file=model_dir)
