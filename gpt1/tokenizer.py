@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import ftfy
+from ftfy import chardata as ftfy_chardata, fixes as ftfy_fixes
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm import tqdm
 
@@ -359,6 +360,77 @@ def from_openai(encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = F
     # The original mapped unknown symbols to id 0, whatever its symbol (`<unk>` in the release).
     unk = min(encoder, key=encoder.__getitem__)
     return GPT1Tokenizer(_build(encoder, merges, unk=unk), exact=exact)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# transformers export
+#
+# transformers runs a tokenizer.json as it is when tokenizer_config.json names the generic class (AutoTokenizer
+# would otherwise pick `OpenAIGPTTokenizer`, which rebuilds a BERT-style pipeline around the vocabulary), but it
+# cannot run ftfy. The export puts ftfy's context-free character fixes in front of the normalizer, built from ftfy's
+# own tables: curly quotes, line breaks, terminal escapes, control characters, NFC. Left out, so text they change
+# gets other ids unless `ftfy.fix_text` runs first: ftfy's context-dependent repairs (mojibake, HTML entities, C1
+# controls) and its ligature and fullwidth maps (248 one-character replacements, each a pass over the text, for
+# characters English text hardly contains; cost and coverage: benchmarks/bench_hf_tokenizer.py). In transformers
+# `tokenizer(text)` starts with `_start_`, as every pre-training document does, and typed special-token strings
+# are specials (its convention); `encode` here reads them as plain text.
+
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers 5 loads it as TokenizersBackend; 4.x knows the name too
+
+
+def _ftfy_character_fixes() -> normalizers.Normalizer:
+    """The steps of `ftfy.fix_text` that map characters whatever their context, in ftfy's order."""
+    removed = "".join(f"\\x{{{code:x}}}" for code in ftfy_chardata.CONTROL_CHARS)
+    return normalizers.Sequence([
+        normalizers.Replace(Regex(ftfy_chardata.DOUBLE_QUOTE_RE.pattern), '"'),
+        normalizers.Replace(Regex(ftfy_chardata.SINGLE_QUOTE_RE.pattern), "'"),
+        normalizers.Replace("\r\n", "\n"),
+        normalizers.Replace(Regex("[\r\u2028\u2029]"), "\n"),  # ftfy's other line break, \x85, is a C1 control
+        normalizers.Replace(Regex(ftfy_fixes.ANSI_RE.pattern), ""),
+        normalizers.Replace(Regex(f"[{removed}]"), ""),
+        normalizers.NFC(),
+    ])
+
+
+def _normalizer_spec(normalizer: normalizers.Normalizer) -> dict:
+    holder = Tokenizer(models.BPE())
+    holder.normalizer = normalizer
+    return json.loads(holder.to_str())["normalizer"]
+
+
+def save_transformers(tokenizer: GPT1Tokenizer, directory: str | Path, model_max_length: int) -> None:
+    """Write tokenizer.json + tokenizer_config.json for `transformers.AutoTokenizer.from_pretrained(directory)`."""
+    from transformers import PreTrainedTokenizerFast  # heavy, and needed only here
+
+    exported = Tokenizer.from_str(tokenizer.to_json())
+    exported.normalizer = normalizers.Sequence([_ftfy_character_fixes(), exported.normalizer])
+    start, delimiter, classify = SPECIAL_TOKENS
+    # No unk_token: transformers would add "<unk>" as a special token, matched in typed text.
+    hf = PreTrainedTokenizerFast(tokenizer_object=exported, bos_token=start, eos_token=start, add_bos_token=True,
+                                 extra_special_tokens=[delimiter, classify], model_max_length=model_max_length,
+                                 clean_up_tokenization_spaces=False)
+    hf.save_pretrained(directory)
+    config = Path(directory) / HF_TOKENIZER_CONFIG
+    write_json(config, {**read_json(config), "tokenizer_class": HF_TOKENIZER_CLASS})
+
+
+def from_transformers(directory: str | Path) -> GPT1Tokenizer:
+    """The tokenizer `save_transformers` exported to `directory`, as it was (same ids, same sha256)."""
+    file = Path(directory) / TOKENIZER_FILE
+    fixes = _normalizer_spec(_ftfy_character_fixes())["normalizers"]
+    try:
+        spec = read_json(file)
+        steps = spec["normalizer"]["normalizers"]  # tokenizers flattens the nested sequences
+    except (ValueError, KeyError, TypeError):
+        steps = None
+    if not isinstance(steps, list) or steps[: len(fixes)] != fixes:
+        raise InputError("not a tokenizer exported by gpt1 (`gpt1 convert --to hf`)", file=file)
+    spec.update(normalizer={"type": "Sequence", "normalizers": steps[len(fixes):]}, post_processor=None)
+    try:
+        return GPT1Tokenizer(Tokenizer.from_str(json.dumps(spec)))
+    except InputError as err:
+        raise InputError(str(err), file=file) from err
 
 
 # ---------------------------------------------------------------------------------------------------------------------
