@@ -17,7 +17,7 @@ Outputs in OUT (each file written atomically; metrics.json last, so its presence
     metrics.json              headline metrics, majority baseline, every evaluated split, throughput, settings
     predictions/<split>.jsonl one line per example: id, group, gold label, prediction, probabilities
     submission/<Task>.tsv     test-split predictions in the GLUE server format (`gpt1.tasks.write_submission`)
-    model/                    model.safetensors + config.json (the fine-tuned transformer, loadable by
+    model/                    gpt1.safetensors + gpt1_config.json (the fine-tuned transformer, loadable by
                               `GPT1.from_pretrained`), head.safetensors, tokenizer.json, task.json
     error.json                only when the run failed: the error, for the report
 
@@ -73,7 +73,7 @@ from tqdm import tqdm
 from gpt1 import tasks
 from gpt1.config import TASKS, FinetuneConfig, PipelineConfig, load_config
 from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
-from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
+from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.tasks import ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
 from gpt1.tracking import RunLogger, start_run
@@ -184,7 +184,7 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
 
     Seed the global RNG first: the head, any new embedding rows and a from-scratch model are drawn from it."""
     checkpoint_dir = Path(checkpoint_dir)
-    model_cfg = load_model_config(checkpoint_dir / CONFIG_NAME)
+    model_cfg = load_model_config(model_files(checkpoint_dir)[0])
     vocab = max(model_cfg.vocab_size, vocab_size)
     if cfg.from_scratch:
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
@@ -457,10 +457,10 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if cfg.from_scratch and cfg.transfer_layers is not None:
         raise ValueError("finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
                          "from scratch)")
-    needed = [CONFIG_NAME] if cfg.from_scratch else [CONFIG_NAME, WEIGHTS_NAME]
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
-    missing = [n for n in needed if not (checkpoint_dir / n).is_file()]
+    config, weights = model_files(checkpoint_dir)
+    missing = [path.name for path in ([config] if cfg.from_scratch else [config, weights]) if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
                                 f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
@@ -628,7 +628,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
 
     check_inputs(checkpoint_dir, cfg)
     tokenizer = tokenization.load(find_tokenizer(checkpoint_dir, tokenizer_dir))
-    max_len = load_model_config(checkpoint_dir / CONFIG_NAME).n_ctx
+    max_len = load_model_config(model_files(checkpoint_dir)[0]).n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
 
@@ -656,7 +656,8 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                            f"data/{split.name}/excluded": sum(split.report["excluded"].values())})
         run.log_metrics(counts)
         if run.enabled and not cfg.from_scratch:
-            run.log_reference("checkpoint", checkpoint_dir / WEIGHTS_NAME, sha256_file(checkpoint_dir / WEIGHTS_NAME))
+            weights = model_files(checkpoint_dir)[1]
+            run.log_reference("checkpoint", weights, sha256_file(weights))
 
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
 
@@ -731,7 +732,7 @@ def add_finetune_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--data", required=True, help="the task's folder as distributed, a file, or hf:<id>")
     parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="pre-trained model folder (model.safetensors + config.json)")
+                        help="pre-trained model folder (gpt1.safetensors + gpt1_config.json)")
     parser.add_argument("--out", required=True, type=Path, help="output folder for this task")
     parser.add_argument("--preset", default="paper", help="config preset name or YAML file (default: paper)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

@@ -33,7 +33,7 @@ Choices where the spec is silent:
   job in a reused worker predicts what a fresh subprocess does (checked: identical SST-2 predictions).
 - A variant that fine-tunes from a random init (`finetune.from_scratch`, the no-pre-training ablation) does not
   depend on pre-training: its key hashes the model config and the tokenizer key instead of the pretrain key, and
-  its "checkpoint" is `random-init/` in its stage directory, holding only the model's config.json with the
+  its "checkpoint" is `random-init/` in its stage directory, holding only the model's gpt1_config.json with the
   tokenizer's vocabulary size. With an external checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
   that checkpoint's, so every variant keeps hashing it.
 """
@@ -397,7 +397,7 @@ _variant_config_lock = threading.Lock()
 
 
 def write_random_init(plan: Plan, variant: str, tokenizer_dir: Path) -> Path:
-    """The "checkpoint" of a variant fine-tuned from a random init: a folder holding only the model's config.json
+    """The "checkpoint" of a variant fine-tuned from a random init: a folder holding only the model's config
     (what `GPT1.save_pretrained` writes, with the tokenizer's vocabulary size), which `gpt1 finetune` accepts when
     `finetune.from_scratch` is set. Written atomically; rewritten only when it differs."""
     from gpt1 import tokenizer
@@ -405,7 +405,7 @@ def write_random_init(plan: Plan, variant: str, tokenizer_dir: Path) -> Path:
     vocab = tokenizer.load(tokenizer_dir).vocab_size
     config = plan.cfg.model.model_copy(update={"vocab_size": vocab}).model_dump()
     folder = plan.random_init_dir(variant)
-    path = folder / "config.json"  # gpt1.model.CONFIG_NAME; not imported, so the flow process never loads torch
+    path = folder / "gpt1_config.json"  # gpt1.model.CONFIG_NAME; not imported: the flow process never loads torch
     if not path.is_file() or read_json(path) != config:
         write_json(path, config)
     return folder

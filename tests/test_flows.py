@@ -375,13 +375,13 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
     assert all(a[1] <= b[0] for a, b in zip(beside, beside[1:])), (pretrain, beside)
 
     init = plan.random_init_dir("no_pretrain")
-    assert sorted(p.name for p in init.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in init.iterdir()) == ["gpt1_config.json"]
     vocab = load_tokenizer(plan.dir("tokenizer")).vocab_size
-    assert load_model_config(init / "config.json") == plan.cfg.model.model_copy(update={"vocab_size": vocab})
+    assert load_model_config(init / "gpt1_config.json") == plan.cfg.model.model_copy(update={"vocab_size": vocab})
     for task in TASKS:
         metrics = read_json(plan.task_dir(task, "no_pretrain") / "metrics.json")
         assert metrics["checkpoint"] == str(init) and metrics["ablation"] == "no_pretrain"
-        assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / "config.json")
+        assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / "gpt1_config.json")
 
 
 def test_fan_out_threads_write_the_shared_variant_config_safely(tmp_path):
@@ -520,11 +520,11 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
 
     final = out / "final"
     GPT1.from_pretrained(final)  # loadable
-    with safe_open(final / "model.safetensors", "pt") as now, \
-            safe_open(base.plan.dir("pretrain") / "final" / "model.safetensors", "pt") as reference:
+    with safe_open(final / "gpt1.safetensors", "pt") as now, \
+            safe_open(base.plan.dir("pretrain") / "final" / "gpt1.safetensors", "pt") as reference:
         assert set(now.keys()) == set(reference.keys())
     training = read_json(final / "training.json")
-    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "model.safetensors")
+    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "gpt1.safetensors")
     BlockReader(plan.dir("shards"), "train", verify_checksums=True)  # every shard still matches its manifest
 
     runs = mlflow_runs(uri)

@@ -160,7 +160,7 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     assert f"resumed from {out / 'checkpoints' / tag_for(resumed_from)}" in (tmp_path / "resumed.txt").read_text()
     assert not torn.exists()  # cleaned up by the next save
 
-    a, b = load_file(ref_out / "final" / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    a, b = load_file(ref_out / "final" / "gpt1.safetensors"), load_file(out / "final" / "gpt1.safetensors")
     assert a.keys() == b.keys()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
     ref_curve, curve = losses(ref_out), losses(out)
@@ -187,7 +187,7 @@ def single_process(data, tmp_path_factory):
 def test_unreachable_tracking_server_is_not_fatal(single_process):
     out, log, _ = single_process
     assert "could not create MLflow run" in log
-    assert (out / "final" / "model.safetensors").exists() and sorted(losses(out)) == [1, 2, 3, 4]
+    assert (out / "final" / "gpt1.safetensors").exists() and sorted(losses(out)) == [1, 2, 3, 4]
 
 
 def two_node_out(single: Path, tmp_path: Path) -> tuple[Path, list[str]]:
@@ -219,7 +219,7 @@ def assert_same_training(out: Path, single: Path) -> None:
     ref, got = losses(single), losses(out)
     assert sorted(got) == sorted(ref)
     assert [got[s] for s in sorted(ref)] == pytest.approx([ref[s] for s in sorted(ref)], abs=1e-5)
-    a, b = load_file(single / "final" / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    a, b = load_file(single / "final" / "gpt1.safetensors"), load_file(out / "final" / "gpt1.safetensors")
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-4
     assert json.loads((out / "checkpoints" / tag_for(3) / "meta.json").read_text())["world_size"] == 2
 
