@@ -111,12 +111,15 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     tok = tokenizer.load(out / "final")
     assert tok.sha256 == tokenizer.load(data / "tokenizer").sha256
     assert model.config.vocab_size == tok.vocab_size and model.config.n_layer == 2
-    from transformers import OpenAIGPTLMHeadModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf = OpenAIGPTLMHeadModel.from_pretrained(out / "final" / "hf").eval()
+    hf = AutoModelForCausalLM.from_pretrained(out / "final" / "hf").eval()
     ids = torch.tensor([tok.encode("she opened the door and saw")])
     with torch.no_grad():
         assert torch.allclose(hf(ids).logits, model(ids).logits, atol=1e-4)
+    hf_tokenizer = AutoTokenizer.from_pretrained(out / "final" / "hf")  # the complete hand-off (tests/test_hf_handoff.py)
+    assert hf_tokenizer("She opened the door.")["input_ids"] == [tok.start_id, *tok.encode("She opened the door.")]
+    assert "Pre-trained by gpt1-pipeline for 8 steps" in (out / "final" / "hf" / "README.md").read_text()
     assert (out / "samples" / f"step-{8:08d}.txt").read_text().count("[") == 3
 
     client = MlflowClient(uri)
