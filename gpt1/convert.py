@@ -269,9 +269,9 @@ print(generate("the old man said", max_new_tokens=20)[0]["generated_text"])
 `tokenizer(text)` starts with `_start_`, as every pre-training document did; generation stops when the model
 starts a new document (`_start_` is the eos token). Fine-tuning inputs are written with the specials, e.g.
 `tokenizer("_start_ premise _delimiter_ hypothesis _classify_", add_special_tokens=False)`.
-The tokenizer lower-cases and applies ftfy's character fixes (quotes, line breaks, control characters, NFC);
-ftfy's other repairs (mojibake, HTML entities, ligatures, fullwidth forms) are not in tokenizer.json: pass such
-text through `ftfy.fix_text` first to get the ids the model was trained on.
+The tokenizer lower-cases and applies ftfy's character-by-character fixes (quotes, ligatures, fullwidth forms, line
+breaks, control characters, NFC); what ftfy repairs from context (mojibake, HTML entities, C1 control characters)
+is not in tokenizer.json: pass such text through `ftfy.fix_text` first to get the ids the model was trained on.
 """
 
 

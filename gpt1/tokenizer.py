@@ -367,13 +367,12 @@ def from_openai(encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = F
 #
 # transformers runs a tokenizer.json as it is when tokenizer_config.json names the generic class (AutoTokenizer
 # would otherwise pick `OpenAIGPTTokenizer`, which rebuilds a BERT-style pipeline around the vocabulary), but it
-# cannot run ftfy. The export puts ftfy's context-free character fixes in front of the normalizer, built from ftfy's
-# own tables: curly quotes, line breaks, terminal escapes, control characters, NFC. Left out, so text they change
-# gets other ids unless `ftfy.fix_text` runs first: ftfy's context-dependent repairs (mojibake, HTML entities, C1
-# controls) and its ligature and fullwidth maps (248 one-character replacements, each a pass over the text, for
-# characters English text hardly contains; cost and coverage: benchmarks/bench_hf_tokenizer.py). In transformers
-# `tokenizer(text)` starts with `_start_`, as every pre-training document does, and typed special-token strings
-# are specials (its convention); `encode` here reads them as plain text.
+# cannot run ftfy. The export puts every step of ftfy that maps characters without context in front of the
+# normalizer, built from ftfy's own tables: ligatures, fullwidth forms, curly quotes, line breaks, terminal escapes,
+# control characters, NFC. What ftfy decides from context stays outside (mojibake, HTML entities, C1 controls): text
+# with those gets other ids unless `ftfy.fix_text` runs first (coverage and cost: benchmarks/bench_hf_tokenizer.py).
+# In transformers `tokenizer(text)` starts with `_start_`, as every pre-training document does, and typed
+# special-token strings are specials (its convention); `encode` here reads them as plain text.
 
 HF_TOKENIZER_CONFIG = "tokenizer_config.json"
 HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers 5 loads it as TokenizersBackend; 4.x knows the name too
@@ -383,6 +382,8 @@ def _ftfy_character_fixes() -> normalizers.Normalizer:
     """The steps of `ftfy.fix_text` that map characters whatever their context, in ftfy's order."""
     removed = "".join(f"\\x{{{code:x}}}" for code in ftfy_chardata.CONTROL_CHARS)
     return normalizers.Sequence([
+        *(normalizers.Replace(chr(code), text)
+          for table in (ftfy_chardata.LIGATURES, ftfy_chardata.WIDTH_MAP) for code, text in table.items()),
         normalizers.Replace(Regex(ftfy_chardata.DOUBLE_QUOTE_RE.pattern), '"'),
         normalizers.Replace(Regex(ftfy_chardata.SINGLE_QUOTE_RE.pattern), "'"),
         normalizers.Replace("\r\n", "\n"),

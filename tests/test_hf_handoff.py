@@ -31,8 +31,8 @@ CORPUS = [
     "She said: 'I'll see the towers tomorrow.'\n\nThen she left at 10 o'clock.",
 ] * 3
 
-# Punctuation, capitals, numbers, unicode, and every character fix the export does itself (quotes, line breaks,
-# terminal escapes, control characters, NFC).
+# Punctuation, capitals, numbers, unicode, and every character fix the export does itself (ligatures, fullwidth
+# forms, quotes, line breaks, terminal escapes, control characters, NFC).
 TEXTS = [
     "The Lowest TOWERS were lower, newer & newest!",
     "\u201cDon't go,\u201d said Mr. Brown \u2014 it's 3:30 p.m.\u2026 I can't stay.",
@@ -41,14 +41,14 @@ TEXTS = [
     "\u2018single\u2019 \u201cdouble\u201d \u201elow\u201f \u02bcokay \u201bodd",
     "Tabs\tand\u00a0non-breaking spaces,  doubled   and \x1b[1mbold\x1b[0m\x07 bell\x00\ufeff.",
     "Cafe\u0301 composed by NFC; snowman \u2603, emoji \U0001F600, CJK \u4e2d\u6587, <unk> and </w>.",
+    "A \ufb01ne \ufb02at \ufb00air; \uff34\uff4f\uff57\uff45\uff52\uff53 in fullwidth\u3000form\uff01",
     "",
 ]
-# What only ftfy itself repairs: mojibake, HTML entities, ligatures, fullwidth forms.
+# What ftfy repairs from context, which the export leaves to ftfy: mojibake, HTML entities, C1 controls.
 FTFY_ONLY = [
     "\u00e2\u20ac\u0153Mojibake\u00e2\u20ac\x9d is what they said.",
     "Fish &amp; chips &lt;3",
-    "A \ufb01ne \ufb02at \ufb00air.",
-    "\uff34\uff4f\uff57\uff45\uff52\uff53 in fullwidth\u3000form.",
+    "\x93Windows-1252 quotes\x94 read as C1 controls",
 ]
 
 
