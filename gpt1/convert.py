@@ -271,7 +271,7 @@ starts a new document (`_start_` is the eos token). Fine-tuning inputs are writt
 `tokenizer("_start_ premise _delimiter_ hypothesis _classify_", add_special_tokens=False)`.
 The tokenizer lower-cases and applies ftfy's character-by-character fixes (quotes, ligatures, fullwidth forms, line
 breaks, control characters, NFC); what ftfy repairs from context (mojibake, HTML entities, C1 control characters)
-is not in tokenizer.json: pass such text through `ftfy.fix_text` first to get the ids the model was trained on.
+is not in tokenizer.json: pass such text through `ftfy.fix_text` first, as gpt1-pipeline itself does.
 """
 
 

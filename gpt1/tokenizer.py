@@ -23,8 +23,9 @@ Choices where the spec is silent:
 - ftfy stays in Python (it has no Rust equivalent) and costs more than the whole Rust pipeline; `fix_text` skips it
   for lines that are printable ASCII without `&`, where ftfy can only rewrite "\r\n"/"\r" as "\n" (every other fix
   needs a non-ASCII character, an HTML entity or a control character).
-- ftfy is not part of tokenizer.json, so `transformers.PreTrainedTokenizerFast(tokenizer_file=...)` gives our ids for
-  text that is already ftfy-clean (most text); special-token strings typed in raw text are plain text here (as in the
+- ftfy is not part of tokenizer.json, so `transformers.PreTrainedTokenizerFast(tokenizer_file=...)` gives our ids only
+  for text that is already ftfy-clean; `save_transformers` (below) writes a transformers tokenizer with ftfy's
+  character-by-character fixes built in. Special-token strings typed in raw text are plain text here (as in the
   original), while transformers matches them as specials.
 - The spaCy token "\n " (a line break) encodes as "\n</w>" (id 40477): the original special-cased exactly that.
 - Training learns exactly `merges` merges (fewer only if no pair reaches min_frequency) and is deterministic (see
