@@ -42,7 +42,7 @@ from gpt1.config import ModelConfig
 from gpt1.io import InputError, atomic_path, read_json, write_json
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
-# `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with every weight missing and no error. Folders written
+# `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
 # under those names by earlier versions still load (`model_files`); `gpt1.convert` writes the transformers layout.
 WEIGHTS_NAME = "gpt1.safetensors"
 CONFIG_NAME = "gpt1_config.json"
