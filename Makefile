@@ -18,9 +18,23 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 venv: $(STAMP) $(COMPOSE)
 
+# torch's CPU build comes from PyTorch's CPU wheel index (PyPI's Linux torch is the CUDA build plus GBs of nvidia-*
+# wheels). The index is added only when it answers: pip retries an unreachable index for every package of the lock.
+# On x86-64 Linux torch must be the +cpu build, so a machine that reaches neither that index nor a CPU wheel of its
+# own (pip's configuration) fails at once instead of downloading CUDA.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(STAMP): requirements/cpu.lock pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -c requirements/cpu.lock -r requirements/cpu.lock
+	@index=; cpu=; \
+	if $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' \
+	    "$(TORCH_CPU_INDEX)/torch/" 2>/dev/null; then index="--extra-index-url $(TORCH_CPU_INDEX)"; \
+	else echo "venv: $(TORCH_CPU_INDEX) does not answer: torch's CPU build must come from pip's configuration"; fi; \
+	if [ "$$(uname -sm)" = "Linux x86_64" ]; then \
+	    sed -n 's/^torch==\([^+]*\)$$/torch==\1+cpu/p' requirements/cpu.lock > $(VENV)/torch-cpu.txt; \
+	    cpu="-c $(VENV)/torch-cpu.txt"; fi; \
+	echo "venv: pip install -r requirements/cpu.lock $$index $$cpu (a few minutes)"; \
+	$(BIN)/pip install -q $$index $$cpu -c requirements/cpu.lock -r requirements/cpu.lock
 	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 

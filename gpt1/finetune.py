@@ -66,7 +66,7 @@ from gpt1 import optim, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.io import InputError, sha256_file, stable_hash, write_json, write_text
-from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
+from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
                           raw_inputs, save_task_model, to_tensors)
 from gpt1.serving import ARTIFACT_PATH, log_model
@@ -172,7 +172,7 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
 
     Seed the global RNG first: the head, any new embedding rows and a from-scratch model are drawn from it."""
     checkpoint_dir = Path(checkpoint_dir)
-    model_cfg = load_model_config(checkpoint_dir / CONFIG_NAME)
+    model_cfg = load_model_config(model_files(checkpoint_dir)[0])
     vocab = max(model_cfg.vocab_size, vocab_size)
     if cfg.from_scratch:
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
@@ -241,10 +241,10 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if cfg.from_scratch and cfg.transfer_layers is not None:
         raise ValueError("finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
                          "from scratch)")
-    needed = [CONFIG_NAME] if cfg.from_scratch else [CONFIG_NAME, WEIGHTS_NAME]
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
-    missing = [n for n in needed if not (checkpoint_dir / n).is_file()]
+    config, weights = model_files(checkpoint_dir)
+    missing = [path.name for path in ([config] if cfg.from_scratch else [config, weights]) if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
                                 f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
@@ -406,7 +406,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = tokenization.load(tokenizer_path)
     tokenization.check_matches(tokenizer, checkpoint_dir, f"tokenizer {tokenizer_path}")
-    max_len = load_model_config(checkpoint_dir / CONFIG_NAME).n_ctx
+    max_len = load_model_config(model_files(checkpoint_dir)[0]).n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
 
@@ -434,7 +434,8 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                            f"data/{split.name}/excluded": sum(split.report["excluded"].values())})
         run.log_metrics(counts)
         if run.enabled and not cfg.from_scratch:
-            run.log_reference("checkpoint", checkpoint_dir / WEIGHTS_NAME, sha256_file(checkpoint_dir / WEIGHTS_NAME))
+            weights = model_files(checkpoint_dir)[1]
+            run.log_reference("checkpoint", weights, sha256_file(weights))
 
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
 

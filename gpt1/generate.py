@@ -71,7 +71,7 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 40, *, te
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="model folder (model.safetensors + config.json), e.g. pretrain OUT/final")
+                        help="model folder (gpt1.safetensors + gpt1_config.json), e.g. pretrain OUT/final")
     parser.add_argument("--prompt", required=True, help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")

@@ -41,8 +41,12 @@ from torch.utils.checkpoint import checkpoint
 from gpt1.config import ModelConfig
 from gpt1.io import InputError, atomic_path, read_json, write_json
 
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
+# Our own file names: transformers' names (model.safetensors, config.json) in our layout made
+# `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
+# under those names by earlier versions still load (`model_files`); `gpt1.convert` writes the transformers layout.
+WEIGHTS_NAME = "gpt1.safetensors"
+CONFIG_NAME = "gpt1_config.json"
+_EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
 
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
 _LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing"}
@@ -194,7 +198,7 @@ class GPT1(nn.Module):
         self.config = self.config.model_copy(update={"vocab_size": n})
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write `model.safetensors` + `config.json` (a ModelConfig dump), each atomically; returns the folder."""
+        """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         with atomic_path(directory / WEIGHTS_NAME) as tmp:
@@ -212,8 +216,9 @@ class GPT1(nn.Module):
         `activation_checkpointing`, never a shape.
         """
         directory = Path(directory)
-        cfg = load_model_config(directory / CONFIG_NAME, config_overrides)
-        state = load_weights(directory / WEIGHTS_NAME)
+        config_path, weights_path = model_files(directory)
+        cfg = load_model_config(config_path, config_overrides)
+        state = load_weights(weights_path)
         if transfer_layers is not None:
             if not 0 < transfer_layers <= cfg.n_layer:
                 raise ValueError(f"transfer_layers={transfer_layers} must be in 1..{cfg.n_layer} ({directory})")
@@ -223,7 +228,7 @@ class GPT1(nn.Module):
         # torch's reference ops, whose first use imports torch._dynamo (~3 s per process, more than a random init
         # of the 117M model costs).
         model = cls(cfg)
-        model.load_checked_state_dict(state, source=directory / WEIGHTS_NAME)
+        model.load_checked_state_dict(state, source=weights_path)
         if vocab_size is not None and vocab_size != cfg.vocab_size:
             model.resize_token_embeddings(vocab_size)
         return model
@@ -248,6 +253,25 @@ def _block_index(key: str) -> int:
     """`blocks.3.attn.c_attn.weight` -> 3; -1 for non-block parameters."""
     parts = key.split(".")
     return int(parts[1]) if parts[0] == "blocks" else -1
+
+
+def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
+    """(config, weights) paths of a folder written by `save_pretrained`, under this version's names or an earlier's.
+
+    A transformers folder (config.json with a `model_type`) is refused with the command that imports it.
+    """
+    directory = Path(directory)
+    config, earlier_config = directory / CONFIG_NAME, directory / _EARLIER_CONFIG_NAME
+    if config.exists() or not earlier_config.is_file():
+        return config, directory / WEIGHTS_NAME
+    try:
+        model_type = read_json(earlier_config).get("model_type")
+    except (ValueError, AttributeError):  # not a JSON object: load_model_config says what is wrong with it
+        model_type = None
+    if model_type is not None:
+        raise InputError(f"a transformers {model_type!r} folder, not one of ours: import it with "
+                         f"`gpt1 convert --from hf {directory} --out DIR`", file=earlier_config)
+    return earlier_config, directory / _EARLIER_WEIGHTS_NAME
 
 
 def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:

@@ -12,8 +12,8 @@ ablation of `orchestration.ablations`) share `WORK/finetune/<variant key>/<task>
 call these functions as Prefect tasks; nothing here imports Prefect.
 
 Variants that fine-tune from a random init (the no-pre-training ablation) do not depend on pre-training: they
-start from `random-init/` in their variant folder, the model config with the tokenizer's vocabulary, keyed by the
-model settings and the tokenizer. With a given checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
+start from `WORK/random-init/<key>`, the model config with the tokenizer's vocabulary, keyed by the model settings
+and the tokenizer. With a given checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
 that checkpoint's, so every variant starts from it.
 """
 

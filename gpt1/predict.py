@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from tqdm import tqdm
 
 from gpt1 import tasks
 from gpt1 import tokenizer as tokenization
-from gpt1.io import InputError, read_json, write_json, write_text
+from gpt1.io import InputError, atomic_dir, read_json, write_json, write_text
 from gpt1.model import GPT1, GPT1ForTask
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
@@ -58,23 +57,14 @@ def n_outputs(spec: TaskSpec) -> int:
 
 
 def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike) -> Path:
-    """Write the fine-tuned model folder into a temporary folder, then swap it in whole."""
-    directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.transformer.save_pretrained(tmp)
-    head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
-    save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
-    tokenizer.save(tmp)
-    write_json(tmp / TASK_FILE, info)
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, directory)
-    return directory
+    """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
+    with atomic_dir(directory) as tmp:
+        model.transformer.save_pretrained(tmp)
+        head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
+        save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
+        tokenizer.save(tmp)
+        write_json(tmp / TASK_FILE, info)
+    return Path(directory)
 
 
 def resolve_model_dir(path: str | os.PathLike) -> Path:

@@ -18,7 +18,7 @@ Outputs:
     OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
     OUT/samples/step-N.txt       text samples at each evaluation
     OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
-    OUT/final/                   model.safetensors, config.json, tokenizer.json, hf/, training.json
+    OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
     OUT/loss_curve.png
 
 Choices where the spec is silent:
@@ -403,8 +403,8 @@ class Pretraining:
         if not self.world.is_main:
             return
         from gpt1.checkpoint import consolidated_state_dict, tag_for
-        from gpt1.convert import save_hf_folder
-        from gpt1.model import GPT1
+        from gpt1.convert import pretrained_by, save_hf_folder
+        from gpt1.model import WEIGHTS_NAME, GPT1
 
         final = self.out / FINAL
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
@@ -415,14 +415,18 @@ class Pretraining:
         model.save_pretrained(final)
         if self.tokenizer is not None:
             self.tokenizer.save(final)
-        try:
-            save_hf_folder(model, final / "hf")
-        except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
-            log.warning("no transformers export in %s: %s", final / "hf", err)
+        if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
+            log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
+                        "TOK --out DIR)", final / "hf", final)
+        else:
+            try:
+                save_hf_folder(model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen))
+            except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+                log.warning("no transformers export in %s: %s", final / "hf", err)
         summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / "model.safetensors")}
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME)}
         write_json(final / "training.json", summary)
         log.info("final weights: %s", final)
 

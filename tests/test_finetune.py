@@ -238,15 +238,15 @@ def test_aux_lm_weight_changes_the_objective(work, sample_tasks, checkpoint):
     assert without["final_lm_loss"] is None and without["final_loss"] == without["final_clf_loss"]
     assert with_lm["final_lm_loss"] > 0
     assert with_lm["final_loss"] == pytest.approx(with_lm["final_clf_loss"] + 0.5 * with_lm["final_lm_loss"])
-    m1 = load_file(str(work / "aux-0.5" / "model" / "model.safetensors"))
-    m0 = load_file(str(work / "aux-0.0" / "model" / "model.safetensors"))
+    m1 = load_file(str(work / "aux-0.5" / "model" / "gpt1.safetensors"))
+    m0 = load_file(str(work / "aux-0.0" / "model" / "gpt1.safetensors"))
     assert not torch.equal(m1["blocks.0.attn.c_attn.weight"], m0["blocks.0.attn.c_attn.weight"])
 
 
 def test_build_model_ablations(checkpoint, work):
     spec = tasks.get("rte")
     vocab = tokenization.load(checkpoint).vocab_size
-    saved = load_file(str(checkpoint / "model.safetensors"))
+    saved = load_file(str(checkpoint / "gpt1.safetensors"))
     full = build_model(spec, checkpoint, vocab, FinetuneConfig())
     assert len(full.transformer.blocks) == TINY["n_layer"] and full.clf.out_features == 2
     assert torch.equal(full.transformer.blocks[1].mlp.c_fc.weight, saved["blocks.1.mlp.c_fc.weight"])
@@ -268,7 +268,7 @@ def test_build_model_ablations(checkpoint, work):
     grown = build_model(tasks.get("race"), small, vocab, FinetuneConfig())
     assert grown.transformer.tokens_embed.weight.shape[0] == vocab and grown.clf.out_features == 1
     assert torch.equal(grown.transformer.tokens_embed.weight[: vocab - 3],
-                       load_file(str(small / "model.safetensors"))["tokens_embed.weight"])
+                       load_file(str(small / "gpt1.safetensors"))["tokens_embed.weight"])
 
 
 def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint, capsys):
@@ -291,7 +291,7 @@ def test_same_seed_same_metrics_and_weights(work, sample_tasks, checkpoint):
     assert results[0]["metrics"] == results[1]["metrics"]
     assert results[0]["train"]["final_loss"] == results[1]["train"]["final_loss"]
     weights = [load_file(str(work / f"seed-{i}" / "model" / name)) for i in range(2)
-               for name in ("model.safetensors", "head.safetensors")]
+               for name in ("gpt1.safetensors", "head.safetensors")]
     for a, b in ((weights[0], weights[2]), (weights[1], weights[3])):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

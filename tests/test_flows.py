@@ -533,11 +533,11 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
 
     final = out / "final"
     GPT1.from_pretrained(final)  # loadable
-    with safe_open(final / "model.safetensors", "pt") as now, \
-            safe_open(base.plan.dir("pretrain") / "final" / "model.safetensors", "pt") as reference:
+    with safe_open(final / "gpt1.safetensors", "pt") as now, \
+            safe_open(base.plan.dir("pretrain") / "final" / "gpt1.safetensors", "pt") as reference:
         assert set(now.keys()) == set(reference.keys())
     training = read_json(final / "training.json")
-    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "model.safetensors")
+    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "gpt1.safetensors")
     BlockReader(plan.dir("shards"), "train", verify_checksums=True)  # every shard still matches its manifest
 
     runs = mlflow_runs(uri)

@@ -56,12 +56,12 @@ def test_a_killed_runs_folder_is_removed_by_the_next_run(tmp_path):
     proc = subprocess.Popen(gpt1_command("ingest", "--source", str(src), "--out", str(out), "--no-progress"),
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".corpus.build-*/train/*")) and proc.poll() is None and time.monotonic() < deadline:
+    while not list(tmp_path.glob(".corpus.tmp-*/train/*")) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.kill()
     proc.wait()
-    left = list(tmp_path.glob(".corpus.build-*"))
-    assert left == [tmp_path / f".corpus.build-{proc.pid}"], "the run was not killed while building"
+    left = list(tmp_path.glob(".corpus.tmp-*"))
+    assert left == [tmp_path / f".corpus.tmp-{proc.pid}"], "the run was not killed while building"
     assert not out.exists()
 
     assert ingest_cli(src, out) == 0  # the lock died with the killed run: its leftovers are known dead
@@ -75,7 +75,7 @@ def test_a_live_runs_folder_is_never_touched(tmp_path, capsys):
 
     src = write(tmp_path / "src", {f"{i}.txt": book(i) for i in range(3)})
     out = tmp_path / "corpus"
-    live = tmp_path / f".corpus.build-{os.getpid() + 1}"
+    live = tmp_path / f".corpus.tmp-{os.getpid() + 1}"
     (live / "train").mkdir(parents=True)
     holder = outputs.lock(out, wait=False)  # as a live `gpt1 ingest` holds it
     try:

@@ -248,7 +248,7 @@ def test_sequence_longer_than_context_is_refused():
 def test_save_and_load_round_trip(tmp_path):
     model = randomize_(GPT1(tiny()), std=0.1)
     model.save_pretrained(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt1.safetensors", "gpt1_config.json"]  # no temp files left
     loaded = GPT1.from_pretrained(tmp_path)
     assert loaded.config == model.config
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
@@ -285,16 +285,16 @@ def test_from_pretrained_transfer_layers_and_vocab_resize(tmp_path):
 
 def test_from_pretrained_reports_bad_files(tmp_path):
     GPT1(tiny()).save_pretrained(tmp_path / "good")
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match="gpt1_config.json"):
         GPT1.from_pretrained(tmp_path / "missing")
-    bad_config = tmp_path / "good" / "config.json"
+    bad_config = tmp_path / "good" / "gpt1_config.json"
     bad_config.write_text(bad_config.read_text().replace('"n_head": 4', '"n_head": 5'))
-    with pytest.raises(InputError, match="config.json"):  # 16 is not divisible by 5
+    with pytest.raises(InputError, match="gpt1_config.json"):  # 16 is not divisible by 5
         GPT1.from_pretrained(tmp_path / "good")
     GPT1(tiny(n_embd=8, n_head=2)).save_pretrained(tmp_path / "other")
-    bad_config.write_text((tmp_path / "other" / "config.json").read_text().replace('"n_embd": 8', '"n_embd": 16'))
-    (tmp_path / "good" / "model.safetensors").write_bytes((tmp_path / "other" / "model.safetensors").read_bytes())
-    mismatch = r"model.safetensors: weights do not match the config: .*shape \(24,\), expected \(48,\)"
+    bad_config.write_text((tmp_path / "other" / "gpt1_config.json").read_text().replace('"n_embd": 8', '"n_embd": 16'))
+    (tmp_path / "good" / "gpt1.safetensors").write_bytes((tmp_path / "other" / "gpt1.safetensors").read_bytes())
+    mismatch = r"gpt1.safetensors: weights do not match the config: .*shape \(24,\), expected \(48,\)"
     with pytest.raises(InputError, match=mismatch):
         GPT1.from_pretrained(tmp_path / "good")
 

@@ -21,8 +21,8 @@ The rules, the same for the CLI, `gpt1.pipeline` and the flows:
 - Nothing is replaced by accident. A folder that is not this stage's output (someone's model, a stage of another
   kind, unknown files) is refused unless `force`. This stage's own output of *other* inputs or settings (a stale
   key) is refused the same way on the CLI; the pipeline names its folders by key, so it never meets one.
-- Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.build-<pid>` and
-  rename it into place when complete (the old folder, if any, moved aside first and deleted after), so a reader
+- Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.tmp-<pid>` and
+  rename it into place when complete (gpt1.io.atomic_dir) (the old folder, if any, moved aside first and deleted after), so a reader
   only ever sees the old result or the new one; builds left by killed processes are deleted by the next holder
   of the lock. "resume" stages (shards, pre-training) build in place: they record their identity in
   `.stage.json` first and continue a partial build of the same key. "restart" stages (fine-tuning, whose outputs
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpt1.io import OutputError, read_json, write_json
+from gpt1.io import OutputError, atomic_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -237,16 +237,10 @@ class Output:
             info = write(self.path) or {}
             return mark_done(self.path, self.stage, self.key, {"seconds": round(time.time() - started, 3),
                                                                   **self.info, **info})
-        tmp = self.path.parent / f".{self.path.name}.build-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
+        with atomic_dir(self.path) as tmp:  # swapped in whole only once the marker is written
             info = write(tmp) or {}
             marker = mark_done(tmp, self.stage, self.key, {"seconds": round(time.time() - started, 3),
                                                              **self.info, **info})
-            _swap_into_place(tmp, self.path)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return marker
 
     def begin(self) -> None:
@@ -282,17 +276,6 @@ class Output:
         write_json(self.path / ERROR, record)
 
 
-def _swap_into_place(build: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists() or out.is_symlink():
-        os.replace(out, old)
-    os.replace(build, out)
-    if old.is_dir() and not old.is_symlink():
-        shutil.rmtree(old)
-    elif old.exists() or old.is_symlink():
-        old.unlink()
-
-
 def _remove_leftovers(out: Path) -> None:
     """What processes that died holding this lock left (we hold it now: none of them is live): unfinished builds
     are removed; an earlier output moved aside for a swap that never completed is put back."""
@@ -302,7 +285,7 @@ def _remove_leftovers(out: Path) -> None:
             os.replace(path, out)
         else:
             shutil.rmtree(path, ignore_errors=True)
-    for path in out.parent.glob(f".{glob.escape(out.name)}.build-*"):
+    for path in out.parent.glob(f".{glob.escape(out.name)}.tmp-*"):
         log.info("removing %s, left by an interrupted run", path)
         shutil.rmtree(path, ignore_errors=True)
 
