@@ -99,8 +99,8 @@ def test_a_planted_file_in_a_checkpoint_is_refused_not_executed(data, trained, t
     code = (f"import os, torch\nclass Evil:\n    def __reduce__(self):\n        return (os.system, "
             f"('touch {marker}',))\ntorch.save({{'module': Evil()}}, {str(planted)!r})\n")
     subprocess.run([sys.executable, "-c", code], check=True)
-    done = subprocess.run(pretrain_args(data, run, "--resume", "auto", steps=6), env=env(), capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    done = subprocess.run([*pretrain_args(data, run, "--resume", "auto", steps=4), "--save-every", "2"], env=env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode != 0 and not marker.exists(), "the planted file's code ran"
     assert "refused to load it" in done.stdout + done.stderr and planted.name in done.stdout + done.stderr
 
@@ -174,22 +174,24 @@ def test_a_truncated_weights_file_is_one_line_not_a_traceback(trained, tmp_path,
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "weights" in err.lower()
 
 
-def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_not_survive(data, trained, tmp_path):  # noqa: F811
+def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_not_survive(data, trained, tmp_path,  # noqa: F811
+                                                                                            capsys):
     out = tmp_path / "ft"
     base = [sys.executable, "-m", "gpt1.cli", "finetune", "--task", "sst2", "--data",
             str(data / "sample" / "tasks" / "SST-2"), "--checkpoint", str(trained / "final"), "--out", str(out),
-            "--no-tracking", "--preset", "smoke", "--set", "finetune.max_train_examples=64",
+            "--no-tracking", "--preset", "smoke", "--set", "finetune.max_train_examples=400",
             "--set", "finetune.max_eval_examples=32", "--set", "finetune.epochs=1"]
-    first = subprocess.Popen(base, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(base, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + TIMEOUT
     while not (out / ".stage.json").exists() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    second = subprocess.run(base, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert first.poll() is None, "the first fine-tune ended before a second could try the same folder"
+    assert cli(base[3:]) == 2  # the same command, while the first one runs
+    assert "is being written by another process" in capsys.readouterr().err
     assert first.wait(TIMEOUT) == 0
-    assert second.returncode == 2 and "is being written by another process" in second.stderr
     finished = (out / "metrics.json").read_bytes()
     # A re-run with other settings (--force) killed mid-way: the old results must not pass for the new run's.
-    rerun = subprocess.Popen([*base[:-2], "finetune.epochs=3", "--set", "finetune.lr=1e-4", "--force"], env=env(),
+    rerun = subprocess.Popen([*base[:-1], "finetune.epochs=3", "--set", "finetune.lr=1e-4", "--force"], env=env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + TIMEOUT
     while (out / "metrics.json").exists() and rerun.poll() is None and time.monotonic() < deadline:

@@ -176,6 +176,13 @@ def lock(out: Path, *, wait: bool, log_line: Callable[[str], None] | None = None
 
 
 # -- claiming an output -------------------------------------------------------------------------------------------
+def _identity(out: Path) -> dict:
+    try:
+        return read_json(out / IDENTITY)
+    except (OSError, ValueError):
+        return {}
+
+
 def describe(out: Path, stage: str, key: str) -> str:
     """What `out` holds relative to (stage, key): empty, done, partial, failed, stale, foreign."""
     if not out.exists():
@@ -187,10 +194,7 @@ def describe(out: Path, stage: str, key: str) -> str:
         return "empty"
     marker = read_marker(out)
     if marker is None and IDENTITY in names:
-        try:
-            marker = read_json(out / IDENTITY)
-        except (OSError, ValueError):
-            marker = None
+        marker = _identity(out) or None
         if marker is not None and marker.get("stage") == stage and marker.get("key") == key:
             return "partial"
     elif marker is not None and marker.get("stage") == stage and marker.get("key") == key:
@@ -323,7 +327,7 @@ def claim(out: str | os.PathLike, stage: str, key: str, *, wait: bool, force: bo
 
 def _refusal(out: Path, stage: str, key: str, state: str) -> str:
     if state == "stale":
-        other = (read_marker(out) or {}).get("key")
+        other = (read_marker(out) or _identity(out)).get("key")
         return (f"{out} holds a `{stage}` output of other inputs or settings (key {other}, this run {key}); use "
                 "another output folder, or --force to replace it")
     what = "a file" if out.exists() and not out.is_dir() else "files that are not a `" + stage + "` output"

@@ -104,7 +104,8 @@ class Job(StageJob):
         lock = outputs.held(out)
         env.update({**lock.inherit_env(), **processes.parent_env()})
         self.log_line(f"pretrain: starting {self.nproc} worker(s): {shlex.join(command)}")
-        code = processes.stream(command, self.log_line, env, pass_fds=(lock.fd,))
+        # A session of their own: their watcher (exit_with_parent) then stops only them, never our caller.
+        code = processes.stream(command, self.log_line, env, new_session=True, pass_fds=(lock.fd,))
         if code != 0:
             what = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise RuntimeError(f"pre-training workers {what} (outputs so far in {out}; re-run with --resume auto "
