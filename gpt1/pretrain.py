@@ -191,7 +191,8 @@ class Pretraining:
         if self.tokenizer is not None:
             from gpt1.probes import load_probe_data
 
-            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples)
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
+                                              cfg.finetune.task_data)
         else:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
