@@ -43,6 +43,7 @@ from gpt1.tasks import hub as task_hub
 
 COMMAND, SUMMARY = "preflight", "check a run's data, services, pools and disk before it starts; every problem at once"
 HUB = "https://huggingface.co"
+PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.json ship with
 GIB = 1024**3
 
 
@@ -352,13 +353,17 @@ def check_deployment(ctx: Context, api: httpx.Client, name: str, what: str) -> N
         ctx.problem(f"{what}: deployment {name} uses work pool {pool!r}, which does not exist")
         return
     pool_info.raise_for_status()
+    template = pool_info.json().get("base_job_template", {}).get("variables", {}).get("properties", {})
+    image = (found.get("job_variables") or {}).get("image", template.get("image", {}).get("default"))
+    if isinstance(image, str) and PLACEHOLDER_IMAGE in image:
+        ctx.problem(f"{what}: work pool {pool} runs the placeholder image {image!r}: set `image` in its base job "
+                    "template (infra/k8s/work-pools/) or as a job variable of the deployment")
     workers = api.post(f"work_pools/{urllib.parse.quote(pool)}/workers/filter", json={}).json()
     if not any(w.get("status") == "ONLINE" for w in workers):
         ctx.problem(f"{what}: work pool {pool} has no worker online: its runs would wait as Late (start one: "
                     f"prefect worker start --pool {pool})")
     if what == "pre-training":
-        variables = pool_info.json().get("base_job_template", {}).get("variables", {}).get("properties", {})
-        gpus = (found.get("job_variables") or {}).get("gpus", variables.get("gpus", {}).get("default"))
+        gpus = (found.get("job_variables") or {}).get("gpus", template.get("gpus", {}).get("default"))
         nproc = ctx.cfg.orchestration.pretrain_nproc
         if isinstance(gpus, int) and nproc > gpus:
             ctx.problem(f"orchestration.pretrain_nproc={nproc} processes per node but {name} gives a job {gpus} GPUs")
