@@ -251,7 +251,7 @@ def _fan_out_deployments(plan: P.Plan, variants: list[str], parent_run_id: str |
                 time.sleep(o.retry_delay_seconds * 2**attempt)
         return message
 
-    jobs = [(v, n) for v in variants for n in plan.cfg.finetune.tasks]
+    jobs = [(v, n) for v in variants for n in plan.tasks]
     with ThreadPoolExecutor(len(jobs), thread_name_prefix="fan-out") as pool:  # each in this flow run's context
         futures = {f"{v}/{n}": pool.submit(contextvars.copy_context().run, one, v, n) for v, n in jobs}
     return {label: message for label, future in futures.items() if (message := future.result()) is not None}
@@ -270,9 +270,11 @@ def _start_fan_out(plan: P.Plan, variants: list[str], parent_run_id: str | None)
         pending = runner.submit(contextvars.copy_context().run, _fan_out_deployments, plan, variants, parent_run_id)
         runner.shutdown(wait=False)
         return pending.result
+    for name, why in plan.missing_data().items():
+        get_run_logger().warning("%s: not run (%s)", name, why)
     ft = _retrying(finetune_task, plan.cfg, "finetune")
     futures = {f"{variant}/{name}": ft.submit(plan, name, variant, parent_run_id)
-               for variant in variants for name in plan.cfg.finetune.tasks}
+               for variant in variants for name in plan.tasks}
 
     def failures() -> dict[str, str]:
         failed = {}
@@ -347,7 +349,7 @@ def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = N
             early = [v for v in plan.variants if plan.from_random_init(v)]  # need no pre-training
             late = [v for v in plan.variants if v not in early]
             beside = cfg.orchestration.fanout == "local" and any(
-                not is_done(plan.task_dir(t, v)) for v in early for t in cfg.finetune.tasks)
+                not is_done(plan.task_dir(t, v)) for v in early for t in plan.tasks)
             early_failures: Callable[[], dict[str, str]] = lambda: {}  # noqa: E731
             try:
                 with _pretrain_slot(plan, compute, beside) as threads:

@@ -126,6 +126,9 @@ class FinetuneConfig(_Section):
 
     tasks: list[str] = Field(default_factory=lambda: list(TASKS))
     data: str = Field("hf", description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs")
+    missing_data: Literal["error", "skip"] = Field(
+        "error", description="a task whose files are not found: an error (preflight, fine-tune), or skipped and "
+                             "listed in the report as not run")
     task_data: dict[str, str] = Field(
         default_factory=dict, description="per task, where its files are instead (a folder, a file or hf:<id>), "
                                           "e.g. storycloze: the manual download while the rest come from the hub")

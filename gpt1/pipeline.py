@@ -144,6 +144,24 @@ class Plan:
         return finetune.Job(task, data, data_key, self.start(variant), self.tokenizer,
                             self.variant_config(variant), run_name=f"{variant}/{task}", parent_run_id=parent_run_id)
 
+    def missing_data(self) -> dict[str, str]:
+        """Tasks left out because their files are not there (`finetune.missing_data=skip`), and why."""
+        if self.cfg.finetune.missing_data != "skip":
+            return {}
+        missing = {}
+        for task in self.cfg.finetune.tasks:
+            where = self.task_source(task)
+            if not where.startswith("hf:") and not (self.cfg.finetune.data == "sample"
+                                                    and task not in self.cfg.finetune.task_data):
+                if not Path(where).exists():
+                    missing[task] = f"no files at {where}"
+        return missing
+
+    @property
+    def tasks(self) -> list[str]:
+        """The tasks this plan fine-tunes: finetune.tasks but the missing ones it may skip."""
+        return [t for t in self.cfg.finetune.tasks if t not in self.missing_data()]
+
     def probe_data(self) -> str | None:
         """Where pre-training's zero-shot probes read task folders (None: the hub, per finetune.data)."""
         source = self.cfg.finetune.data
@@ -200,7 +218,8 @@ def run_report(plan: Plan, parent_run_id: str | None = None) -> Result:
     """The results of every variant beside the paper's; logged on the parent run (redone when a result changed)."""
     variants = [v for v in plan.variants if plan.variant_dir(v).is_dir()]
     job = report.Job(tuple(report.results_ref(plan.variant_dir(v)) for v in variants), tuple(variants),
-                     parent_run_id=parent_run_id, tracking_uri=plan.cfg.tracking.tracking_uri)
+                     tuple(sorted(plan.missing_data().items())), parent_run_id=parent_run_id,
+                     tracking_uri=plan.cfg.tracking.tracking_uri)
     return job.run(plan.report_dir(), wait=True, force=True)
 
 

@@ -24,8 +24,9 @@ The rules, the same for the CLI, `gpt1.pipeline` and the flows:
 - Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.tmp-<pid>` and
   rename it into place when complete (gpt1.io.atomic_dir: the old folder, if any, moved aside first and deleted
   after), so a reader only ever sees the old result or the new one; builds left by killed processes are deleted
-  by the next holder of the lock, and an old folder a killed swap had moved aside is put back. "resume" stages (shards, pre-training) build in place: they record their identity in
-  `.stage.json` first and continue a partial build of the same key. "restart" stages (fine-tuning, whose outputs
+  by the next holder of the lock, and an old folder a killed swap had moved aside is put back. "resume" stages
+  (shards, pre-training) build in place: they record their identity in `.stage.json` first and continue a
+  partial build of the same key. "restart" stages (fine-tuning, whose outputs
   MLflow references by path) build in place from an emptied folder: what an interrupted run left is cleared
   first, so it never survives into the next run's results.
 - A failed build of a stage whose failures are reported (fine-tuning: `record_failure`) leaves `error.json` (the
