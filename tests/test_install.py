@@ -37,21 +37,23 @@ def test_no_cuda_wheel_is_in_the_environment():
 
 @pytest.fixture
 def fake_venv(tmp_path):
-    """A venv whose pip only records its arguments: the Makefile's recipe runs, nothing is installed."""
+    """A venv whose pip and uv only record their arguments: the Makefile's recipe runs, nothing is installed."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "python").symlink_to(sys.executable)
-    (bin_dir / "pip").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'pip-calls.txt'}\n")
-    (bin_dir / "pip").chmod(0o755)
+    for tool in ("pip", "uv"):
+        (bin_dir / tool).write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / f'{tool}-calls.txt'}\n")
+        (bin_dir / tool).chmod(0o755)
     return tmp_path
 
 
 def make_venv(root, index: str) -> tuple[str, str]:
-    """`make venv` with the fake venv; (stdout, the first pip command line)."""
-    done = subprocess.run(["make", "-s", "-C", str(REPO), "venv", f"VENV={root / 'venv'}", f"TORCH_CPU_INDEX={index}"],
-                          capture_output=True, text=True, timeout=60)
+    """`make venv` with the fake venv; (stdout, the command line that installs the lock)."""
+    done = subprocess.run(["make", "-s", "-C", str(REPO), "venv", f"VENV={root / 'venv'}", f"TORCH_CPU_INDEX={index}",
+                           "COMPOSE="], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return done.stdout, (root / "pip-calls.txt").read_text().splitlines()[0]
+    assert "install -q --disable-pip-version-check uv==" in (root / "pip-calls.txt").read_text()
+    return done.stdout, (root / "uv-calls.txt").read_text().splitlines()[0]
 
 
 def test_make_venv_names_the_cpu_index_by_default():
