@@ -37,7 +37,7 @@ import torch
 
 from gpt1.config import load_config
 from gpt1.model import GPT1
-from gpt1.pretrain import lm_loss, lr_factor, param_groups
+from gpt1.pretrain import lr_factor, param_groups
 
 
 def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int | None, vocab: int | None) -> dict:
@@ -68,7 +68,7 @@ def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int
 
     def plain_step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = lm_loss(plain(inputs).logits, targets)
+            loss = plain(inputs, targets=targets).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plain.parameters(), p.grad_clip)
         optimizer.step()
@@ -76,7 +76,7 @@ def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int
         optimizer.zero_grad(set_to_none=True)
 
     def engine_step() -> None:
-        loss = lm_loss(engine(inputs).logits, targets)
+        loss = engine(inputs, targets=targets).loss
         engine.backward(loss)
         engine.step()
 

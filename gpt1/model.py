@@ -40,6 +40,7 @@ from torch.utils.checkpoint import checkpoint
 
 from gpt1.config import ModelConfig
 from gpt1.io import InputError, atomic_path, read_json, write_json
+from gpt1.losses import Average, lm_loss
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -51,13 +52,15 @@ TaskHead = Literal["classification", "similarity", "multiple_choice"]
 
 
 class GPT1Output(NamedTuple):
-    logits: torch.Tensor  # (B, T, V) next-token logits
+    logits: torch.Tensor | None  # (B, T, V) next-token logits; None when a loss was asked for instead
     hidden: torch.Tensor  # (B, T, D) output of the last block
+    loss: torch.Tensor | None = None  # LM loss of `targets` (gpt1.losses.lm_loss), when given
 
 
 class TaskOutput(NamedTuple):
     logits: torch.Tensor  # (B, n_outputs), or (B, K) for multiple choice
-    lm_logits: torch.Tensor | None  # input_ids.shape + (V,), for the auxiliary LM objective
+    lm_logits: torch.Tensor | None  # input_ids.shape + (V,), when asked for
+    lm_loss: torch.Tensor | None = None  # the auxiliary LM loss L1 of the sequences, when lm_mask is given
 
 
 class CausalSelfAttention(nn.Module):
@@ -153,9 +156,15 @@ class GPT1(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: torch.Tensor) -> GPT1Output:
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                loss_mask: torch.Tensor | None = None, loss_average: Average = "tokens") -> GPT1Output:
+        """LM logits of (B, T) input_ids; with `targets` (B, T) the LM loss instead (`gpt1.losses.lm_loss`, with
+        `loss_mask` and `loss_average`), and no logits: the full (B, T, V) logits are never built."""
         hidden = self.hidden_states(input_ids)
-        return GPT1Output(logits=self.lm_logits(hidden), hidden=hidden)
+        if targets is None:
+            return GPT1Output(logits=self.lm_logits(hidden), hidden=hidden)
+        loss = lm_loss(hidden, self.tokens_embed.weight, targets, loss_mask, loss_average)
+        return GPT1Output(logits=None, hidden=hidden, loss=loss)
 
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, n_embd) output of the last block (no LM projection)."""
@@ -315,9 +324,14 @@ class GPT1ForTask(nn.Module):
         nn.init.normal_(self.clf.weight, mean=0.0, std=base.config.init_std)
         nn.init.zeros_(self.clf.bias)
 
-    def forward(self, input_ids: torch.Tensor, classify_pos: torch.Tensor, with_lm_logits: bool = True) -> TaskOutput:
-        """with_lm_logits=False skips the (large) LM projection when no auxiliary LM loss is needed."""
+    def forward(self, input_ids: torch.Tensor, classify_pos: torch.Tensor, with_lm_logits: bool = False,
+                lm_mask: torch.Tensor | None = None) -> TaskOutput:
+        """with_lm_logits=True also returns the (large) LM logits; lm_mask (input_ids' shape, 1 = real token)
+        returns the auxiliary LM loss of the sequences instead: next-token cross-entropy over real targets, per
+        sequence then averaged (`gpt1.losses.lm_loss`, average="sequences"), without building the logits."""
         self._check_shapes(input_ids, classify_pos)
+        if lm_mask is not None and lm_mask.shape != input_ids.shape:
+            raise ValueError(f"lm_mask {tuple(lm_mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}")
         T = input_ids.size(-1)
         hidden = self.transformer.hidden_states(input_ids.reshape(-1, T))  # every sequence independently
         rows = torch.arange(hidden.size(0), device=hidden.device)
@@ -327,10 +341,14 @@ class GPT1ForTask(nn.Module):
         logits = self.clf(self.clf_dropout(states))
         if self.head == "multiple_choice":
             logits = logits.squeeze(-1)  # (B, K)
-        lm_logits = None
+        lm_logits = lm_loss_value = None
         if with_lm_logits:
             lm_logits = self.transformer.lm_logits(hidden).view(*input_ids.shape, -1)
-        return TaskOutput(logits=logits, lm_logits=lm_logits)
+        if lm_mask is not None:
+            ids, real = input_ids.reshape(-1, T), lm_mask.reshape(-1, T)
+            lm_loss_value = lm_loss(hidden[:, :-1], self.transformer.tokens_embed.weight, ids[:, 1:], real[:, 1:],
+                                    average="sequences")
+        return TaskOutput(logits=logits, lm_logits=lm_logits, lm_loss=lm_loss_value)
 
     def _check_shapes(self, input_ids: torch.Tensor, classify_pos: torch.Tensor) -> None:
         want = {"classification": 2, "similarity": 3, "multiple_choice": 3}[self.head]
