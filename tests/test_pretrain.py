@@ -51,14 +51,39 @@ def test_deepspeed_config_is_derived_from_the_pretrain_config():
     assert adamw["type"] == "AdamW"
     assert adamw["params"]["lr"] == 1e-4 and adamw["params"]["weight_decay"] == 0.02
     assert adamw["params"]["eps"] == 1e-6 and adamw["params"]["betas"] == [0.9, 0.999]
-    assert adamw["params"]["torch_adam"] is False  # offload needs DeepSpeedCPUAdam
+    assert "torch_adam" not in adamw["params"] and "fused" not in adamw["params"]  # offload: DeepSpeedCPUAdam
 
 
-def test_deepspeed_config_cpu_uses_torch_adamw_and_default_micro_batch():
-    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_deepspeed_config_uses_torch_fused_adamw_and_default_micro_batch(device):
+    """torch_adam: DeepSpeed builds torch.optim.AdamW(**params), fused=True included: no JIT-built op."""
+    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2,
+                          device=device)
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (8, 1)
-    assert ds["optimizer"]["params"]["torch_adam"] is True
+    assert ds["optimizer"]["params"]["torch_adam"] is True and ds["optimizer"]["params"]["fused"] is True
     assert not ds["bf16"]["enabled"] and ds["zero_optimization"] == {"stage": 0}
+
+
+def test_starting_the_process_group_on_cpu_builds_no_deepspeed_op(monkeypatch):
+    """DeepSpeed's torch backend JIT-builds its shared-memory all-reduce op whenever it starts on the CPU
+    accelerator; after skip_shm_comm_op (what init_world does) it asks for no build."""
+    import deepspeed.ops
+    from deepspeed.comm.torch import build_shm_op
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    from gpt1.distributed import skip_shm_comm_op
+
+    def no_build(builder, *args, **kwargs):
+        raise AssertionError(f"JIT build of {builder.name}")
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setattr(OpBuilder, "load", no_build)
+    compatible = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(compatible, "deepspeed_shm_comm", True)  # restored after the test
+    with pytest.raises(AssertionError, match="JIT build of deepspeed_shm_comm"):
+        build_shm_op()  # what DeepSpeed would do
+    skip_shm_comm_op()
+    assert build_shm_op() is None
 
 
 @pytest.mark.parametrize("changes, world, message", [
