@@ -512,6 +512,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     total = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
     optimizer = make_optimizer(model, cfg)
+    model.transformer.compile_for(device.type)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(total, warmup))
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)

@@ -46,7 +46,7 @@ WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
 
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
-_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing"}
+_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing", "compile"}
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
 
@@ -145,6 +145,7 @@ class GPT1(nn.Module):
         self.positions_embed = nn.Embedding(cfg.n_ctx, cfg.n_embd)
         self.drop = nn.Dropout(cfg.embd_pdrop)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.compiled = False  # see compile_for
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -185,6 +186,19 @@ class GPT1(nn.Module):
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits from hidden states through the tied head (the token embedding, transposed)."""
         return F.linear(hidden, self.tokens_embed.weight)
+
+    def compile_for(self, device_type: str) -> bool:
+        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled.
+
+        Regional compilation: every transformer block is compiled in place, and the blocks share one compiled
+        graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
+        if not (self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")):
+            return False
+        if not self.compiled:
+            for block in self.blocks:
+                block.compile()
+            self.compiled = True
+        return True
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -194,6 +194,8 @@ class Pretraining:
 
         torch.manual_seed(p.seed)  # identical initial weights on every rank
         model = GPT1(cfg.model)
+        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
+            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
         torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
         scheduler = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
             optimizer, lambda s: lr_factor(s, warmup_steps=p.warmup_steps, total_steps=self.total,
