@@ -50,6 +50,9 @@ class ModelConfig(_Section):
     # Systems choices, not hyperparameters: they change speed/memory, never the function computed.
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA only "
+                            "(gpt1/model.py)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":

@@ -59,13 +59,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from gpt1 import optim, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.io import InputError, sha256_file, stable_hash, write_json, write_text
+from gpt1.losses import task_loss
 from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
                           raw_inputs, save_task_model, to_tensors)
@@ -182,20 +182,6 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
 
 
 # -- objective and schedule -----------------------------------------------------------------------------------
-def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """L2: cross-entropy over classes or candidates; mean squared error for a regression (STS-B)."""
-    if spec.regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float())
-    return F.cross_entropy(logits.float(), labels)
-
-
-def lm_loss(lm_logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """L1 on the task's own sequences: next-token cross-entropy over real tokens, per sequence, then averaged."""
-    V, T = lm_logits.size(-1), input_ids.size(-1)
-    nll = F.cross_entropy(lm_logits[..., :-1, :].reshape(-1, V).float(), input_ids[..., 1:].reshape(-1),
-                          reduction="none").view(-1, T - 1)
-    real = mask[..., 1:].reshape(-1, T - 1).float()
-    return ((nll * real).sum(1) / real.sum(1).clamp(min=1)).mean()
 
 
 # -- evaluation and prediction --------------------------------------------------------------------------------
@@ -224,7 +210,7 @@ def evaluate_split(model: GPT1ForTask, spec: TaskSpec, split: Split, train: Spli
         result.majority = tasks.metrics.majority_baseline(spec.name, train.all_labels, split.labels,
                                                           extra={"groups": split.groups})
         target = torch.tensor(split.labels, dtype=torch.float if spec.regression else torch.long)
-        result.loss = float(task_loss(spec, torch.from_numpy(logits), target))
+        result.loss = float(task_loss(torch.from_numpy(logits), target, regression=spec.regression))
     return result
 
 
@@ -291,10 +277,10 @@ def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.
     for chunk in index.split(cfg.micro_batch_size or len(index)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
-            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=use_lm)
-        parts = {"train/clf_loss": task_loss(spec, out.logits, labels[chunk].to(device))}
+            out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
+        parts = {"train/clf_loss": task_loss(out.logits, labels[chunk].to(device), regression=spec.regression)}
         if use_lm:
-            parts["train/lm_loss"] = lm_loss(out.lm_logits, batch["input_ids"], batch["mask"])
+            parts["train/lm_loss"] = out.lm_loss
         parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get("train/lm_loss", 0.0)
         share = len(chunk) / len(index)
         (parts["train/loss"] * share).backward()
@@ -313,6 +299,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     warmup = math.ceil(cfg.warmup_fraction * total)
     optimizer = optim.adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.adam_betas, eps=cfg.adam_eps)
     schedule = optim.scheduler(optimizer, warmup_steps=warmup, total_steps=total, schedule="linear")
+    model.transformer.compile_for(device.type)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)
     curves = CurveLogger(run, total)

@@ -50,7 +50,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from gpt1 import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
@@ -69,10 +68,6 @@ def total_steps(pretrain, train_blocks: int) -> int:
     if pretrain.max_steps is not None:
         return pretrain.max_steps
     return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
-
-
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction=reduction)
 
 
 # --------------------------------------------------------------------------- validation before launch
@@ -173,6 +168,8 @@ class Pretraining:
 
         torch.manual_seed(p.seed)  # identical initial weights on every rank
         model = GPT1(cfg.model)
+        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
+            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
         torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
         scheduler = lambda opt: optim.scheduler(opt, warmup_steps=p.warmup_steps,  # noqa: E731
                                                 total_steps=self.total, schedule=p.schedule)
@@ -251,7 +248,7 @@ class Pretraining:
         grad_norm = None
         for i, blocks in enumerate(micro_batches):
             blocks = blocks.to(self.device)
-            loss = lm_loss(engine(blocks[:, :-1]).logits, blocks[:, 1:])
+            loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
             engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
             if i == len(micro_batches) - 1 and self.norm_from_grads:
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -334,7 +331,7 @@ class Pretraining:
         for _ in range(n_batches):
             for blocks in next(steps):
                 blocks = blocks.to(self.device)
-                total[0] += lm_loss(self.engine(blocks[:, :-1]).logits, blocks[:, 1:], reduction="sum").double()
+                total[0] += self.engine(blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum").loss.double()
                 total[1] += blocks[:, 1:].numel()
         self.engine.train()
         torch.distributed.all_reduce(total)

@@ -21,7 +21,7 @@ from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, lm_loss, load_task_data
+from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
 from gpt1.model import GPT1
 from gpt1.optim import lr_factor
 from gpt1.predict import TaskPredictor, read_inputs
@@ -181,26 +181,6 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
 
 
 # -- objective, schedule, model construction ------------------------------------------------------------------------
-def test_lm_loss_ignores_padding_and_matches_a_direct_computation():
-    torch.manual_seed(0)
-    logits = torch.randn(2, 5, 7)
-    ids = torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 1, 2]])
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
-    expected = []
-    for b, n in ((0, 3), (1, 5)):
-        logp = torch.log_softmax(logits[b, : n - 1], -1)
-        expected.append(-logp[torch.arange(n - 1), ids[b, 1:n]].mean())
-    assert lm_loss(logits, ids, mask).item() == pytest.approx(torch.stack(expected).mean().item(), rel=1e-6)
-    padded = ids.clone()
-    padded[0, 3:] = 6  # other pad ids, other logits after the end: same loss
-    noisy = logits.clone()
-    noisy[0, 3:] = 100.0
-    assert lm_loss(noisy, padded, mask).item() == pytest.approx(lm_loss(logits, ids, mask).item(), rel=1e-6)
-    # (B, K, T) multiple-choice layout: every candidate sequence counts once
-    assert lm_loss(logits.view(1, 2, 5, 7), ids.view(1, 2, 5), mask.view(1, 2, 5)).item() == pytest.approx(
-        lm_loss(logits, ids, mask).item(), rel=1e-6)
-
-
 def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_tasks):
     """finetune.micro_batch_size changes memory, not the update: same losses and gradients as one forward."""
     spec, tok = tasks.get("rte"), tokenization.load(checkpoint)
