@@ -64,11 +64,14 @@ from tqdm import tqdm
 from gpt1 import optim, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.errors import Diverged
 from gpt1.io import InputError, sha256_file, stable_hash, write_json, write_text
 from gpt1.losses import task_loss
 from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
                           raw_inputs, save_task_model, to_tensors)
+from gpt1.progress import Every, duration
+from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.serving import ARTIFACT_PATH, log_model
 from gpt1.tasks import Encoded, TaskSpec
 from gpt1.tokenizer import TOKENIZER_FILE
@@ -80,6 +83,7 @@ METRICS_FILE = "metrics.json"
 PREDICTIONS_DIR = "predictions"
 SUBMISSION_DIR = "submission"
 MAX_CURVE_POINTS = 1000
+PROGRESS_SECONDS = 30.0  # a progress line at least this often while training (the logs' only sign of life)
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -309,6 +313,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     step, seen, tokens, train_seconds, last = 0, 0, 0, 0.0, {}
     evaluations: dict[str, Evaluation] = {}
     bar = tqdm(total=total, desc=f"finetune {spec.name}", unit="step", disable=None)
+    progress = Every(PROGRESS_SECONDS)
     for epoch in range(cfg.epochs):
         model.train()
         started = time.perf_counter()
@@ -318,6 +323,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
             last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
+            if not (math.isfinite(last["train/loss"]) and math.isfinite(last["train/grad_norm"])):
+                raise Diverged(f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
+                               f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
+                               "model or metrics written. Lower finetune.lr")
             optimizer.step()
             schedule.step()
 
@@ -329,6 +338,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
                                     "train/examples_per_s": seen / elapsed})
             bar.update()
             bar.set_postfix(loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}")
+            if progress.due():
+                rate = seen / elapsed
+                log.info("%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s", spec.name, step, total,
+                         epoch + 1, cfg.epochs, last["train/loss"], rate, duration((n * cfg.epochs - seen) / rate))
         train_seconds += time.perf_counter() - started
 
         final = epoch == cfg.epochs - 1
@@ -389,6 +402,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
+    reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
     check_inputs(checkpoint_dir, cfg)
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = tokenization.load(tokenizer_path)
@@ -425,6 +439,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
             run.log_reference("checkpoint", weights, sha256_file(weights))
 
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
+        train_stats["peak_rss_mb"] = peak_rss_mb()
 
         info = {"task": spec.name, "kind": spec.kind, "head": spec.head, "n_outputs": n_outputs(spec),
                 "tokenizer_sha256": tokenizer.sha256,
@@ -441,6 +456,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                 final.update({f"task/{spec.name}/{name}/{k}": v for k, v in result.metrics.items()})
         final[f"task/{spec.name}/train_examples_per_s"] = train_stats["examples_per_s"]
         final[f"task/{spec.name}/eval_examples_per_s"] = train_stats["eval_examples_per_s"]
+        final[f"task/{spec.name}/peak_rss_mb"] = train_stats["peak_rss_mb"]
         run.log_metrics(final, step=train_stats["steps"])
 
         result = {

@@ -36,6 +36,7 @@ from tqdm import tqdm
 
 from gpt1 import tasks
 from gpt1 import tokenizer as tokenization
+from gpt1.errors import Diverged
 from gpt1.io import InputError, atomic_dir, read_json, write_json, write_text
 from gpt1.model import GPT1, GPT1ForTask
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
@@ -123,7 +124,12 @@ def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: i
             out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
         for i, row in zip(index, out.logits.float().cpu().numpy()):
             logits[i] = row
-    return np.stack(logits)
+    result = np.stack(logits)
+    bad = ~np.isfinite(result).all(axis=1)
+    if bad.any():  # softmax/argmax of NaN would still "predict" class 0: no metric or prediction from these
+        raise Diverged(f"{desc}: the model's outputs are not finite (NaN or inf) for {int(bad.sum())} of "
+                       f"{len(result)} examples; its weights are damaged (a diverged fine-tune?)")
+    return result
 
 
 def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]:

@@ -53,14 +53,17 @@ import torch
 
 from gpt1 import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
+from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
-from gpt1.runtime.processes import exit_with_parent
+from gpt1.progress import duration
+from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
 log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
 SAMPLE_TOKENS = 32
 FINAL = "final"
+WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
 CHECKPOINTS = "checkpoints"
 
 
@@ -280,6 +283,9 @@ class Pretraining:
             started = time.perf_counter()
             loss, grad_norm = self.train_step(next(batches))
             seconds = time.perf_counter() - started
+            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+                raise Diverged(f"pre-training diverged at update {self.step + 1}: loss {loss}, gradient norm "
+                               f"{grad_norm} (lr {lr:.3g}); {self.kept()}")
             self.step += 1
             self.tokens_seen += self.tokens_per_step
             window["loss"] += loss
@@ -312,8 +318,10 @@ class Pretraining:
                    "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
         self.run.log_metrics(metrics, step=self.step)
         mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
-        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s", self.step, self.total,
-                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text)
+        eta = (self.total - self.step) * window["seconds"] / window["steps"]
+        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
+                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text,
+                 duration(eta))
 
     # -- evaluation ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -383,7 +391,22 @@ class Pretraining:
                      time.perf_counter() - started)
 
     # -- checkpoints and the end -------------------------------------------------------------------------------
+    def kept(self) -> str:
+        """What a run stopped by divergence leaves: the checkpoint to resume from, and no final model."""
+        latest = self.checkpoints.latest_complete()
+        where = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
+        return (f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
+                "(--resume auto) or start over")
+
+    def check_weights(self) -> None:
+        """Refuse to checkpoint non-finite weights (an update can make them so with a finite loss before it)."""
+        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        if bad:
+            raise Diverged(f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
+                           f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}")
+
     def save(self) -> Path:
+        self.check_weights()
         started = time.perf_counter()
         if self.world.is_main:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
@@ -424,7 +447,7 @@ class Pretraining:
         summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / WEIGHTS_NAME)}
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
         write_json(final / "training.json", summary)
         log.info("final weights: %s", final)
 
@@ -502,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
                         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
     cfg = config_from_dict(read_json(args.config))
+    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+
+
+def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
     training = Pretraining(cfg, args, world)
     try:
         training.run_loop()

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpt1.cli import main as cli
 from gpt1.config import ConfigError, load_config
@@ -201,3 +202,56 @@ def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_no
     assert rerun.returncode == -signal.SIGKILL, "the re-run finished before it could be killed"
     assert not (out / "metrics.json").exists() and not (out / DONE).exists()  # nothing of the old run left
     assert finished  # (what was there before the re-run started)
+
+
+@pytest.mark.slow
+def test_pre_training_that_diverges_stops_at_that_update_and_keeps_the_last_finite_checkpoint(data, tmp_path):  # noqa: F811
+    """lr 1e30: the first update blows the weights up, a later loss is NaN. The run stops with one line naming the
+    update and the checkpoint kept, every checkpoint on disk holds finite weights, and no final model is written."""
+    from gpt1.checkpoint import COMPLETE, WeightsOnlyLoads
+
+    out = tmp_path / "run"
+    argv = [*pretrain_args(data, out, steps=8, sets=["pretrain.lr=1e30", "pretrain.warmup_steps=1"]),
+            "--save-every", "1"]
+    done = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gpt1 pretrain: error: pre-training diverged at update ") and "no final model" in last
+    assert "Traceback" not in done.stderr
+    assert not (out / "final").exists()
+    kept = sorted(p.parent for p in (out / "checkpoints").glob(f"*/{COMPLETE}"))
+    if kept:
+        assert str(kept[-1]) in last
+    for checkpoint in kept:
+        for states in checkpoint.glob("mp_rank_*_model_states.pt"):
+            module = WeightsOnlyLoads(None).load(str(states))["module"]
+            assert all(bool(t.isfinite().all()) for t in module.values()), f"{checkpoint} holds NaN/inf weights"
+
+
+@pytest.mark.slow
+def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_scores(data, trained, tmp_path,  # noqa: F811
+                                                                                      capsys):
+    from safetensors.torch import load_file, save_file
+
+    from gpt1.predict import HEAD_NAME
+
+    tasks_dir = data / "sample" / "tasks" / "SST-2"
+    base = ["finetune", "--task", "sst2", "--data", str(tasks_dir), "--checkpoint", str(trained / "final"),
+            "--no-tracking", "--preset", "smoke", "--set", "finetune.max_train_examples=64",
+            "--set", "finetune.max_eval_examples=16", "--set", "finetune.epochs=1"]
+    diverged = tmp_path / "diverged"
+    assert cli([*base, "--out", str(diverged), "--set", "finetune.lr=1e30", "--set", "finetune.grad_clip=0"]) == 2
+    err = capsys.readouterr().err
+    assert "sst2: fine-tuning diverged at update " in err and "Traceback" not in err
+    assert not (diverged / "metrics.json").exists() and not (diverged / "model").exists()
+
+    good = tmp_path / "good"
+    assert cli([*base, "--out", str(good)]) == 0
+    capsys.readouterr()
+    head = load_file(str(good / "model" / HEAD_NAME))
+    save_file({k: torch.full_like(v, float("nan")) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
+    code = cli(["predict", "--model", str(good / "model"), "--input", str(tasks_dir), "--split", "dev",
+                "--out", str(tmp_path / "predictions.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "outputs are not finite" in err, err
+    assert not (tmp_path / "predictions.jsonl").exists()
