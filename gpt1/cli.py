@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("gpt1.stages.pretrain", "pre-train with DeepSpeed (launches workers)"),
     "finetune": ("gpt1.stages.finetune", "fine-tune and evaluate one task from a checkpoint"),
     "report": ("gpt1.stages.report", "results table beside the paper's numbers (markdown + PNG)"),
+    "preflight": ("gpt1.preflight", "check a run's data, services, pools and disk before it starts"),
     "generate": ("gpt1.generate", "continue a prompt with a checkpoint"),
     "predict": ("gpt1.predict", "score raw task inputs with a fine-tuned model"),
     "convert": ("gpt1.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),

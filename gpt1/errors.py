@@ -22,6 +22,11 @@ USAGE = 2  # bad input: the message says what to fix
 BUG = 1  # anything else: the traceback is for us
 
 
+class Diverged(ValueError):
+    """Training produced a non-finite loss, gradient norm or weight, or a model non-finite outputs. A user error
+    (the learning rate or the data is the usual cause): the message names the step and what was kept."""
+
+
 def _offline_errors() -> tuple[type[BaseException], ...]:
     """Errors of the hub clients when data is neither cached nor reachable (only if those libraries are loaded)."""
     found: list[type[BaseException]] = [ConnectionError, TimeoutError]

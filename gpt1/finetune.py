@@ -61,16 +61,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from gpt1 import optim, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.errors import Diverged
 from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
-from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
+from gpt1.losses import task_loss
+from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
                           raw_inputs, save_task_model, to_tensors)
+from gpt1.progress import Every, duration
+from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
 from gpt1.tokenizer import TOKENIZER_FILE
@@ -82,6 +85,7 @@ METRICS_FILE = "metrics.json"
 PREDICTIONS_DIR = "predictions"
 SUBMISSION_DIR = "submission"
 MAX_CURVE_POINTS = 1000
+PROGRESS_SECONDS = 30.0  # a progress line at least this often while training (the logs' only sign of life)
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -174,7 +178,7 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
 
     Seed the global RNG first: the head, any new embedding rows and a from-scratch model are drawn from it."""
     checkpoint_dir = Path(checkpoint_dir)
-    model_cfg = load_model_config(checkpoint_dir / CONFIG_NAME)
+    model_cfg = load_model_config(model_files(checkpoint_dir)[0])
     vocab = max(model_cfg.vocab_size, vocab_size)
     if cfg.from_scratch:
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
@@ -184,20 +188,6 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
 
 
 # -- objective and schedule -----------------------------------------------------------------------------------
-def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """L2: cross-entropy over classes or candidates; mean squared error for a regression (STS-B)."""
-    if spec.regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float())
-    return F.cross_entropy(logits.float(), labels)
-
-
-def lm_loss(lm_logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """L1 on the task's own sequences: next-token cross-entropy over real tokens, per sequence, then averaged."""
-    V, T = lm_logits.size(-1), input_ids.size(-1)
-    nll = F.cross_entropy(lm_logits[..., :-1, :].reshape(-1, V).float(), input_ids[..., 1:].reshape(-1),
-                          reduction="none").view(-1, T - 1)
-    real = mask[..., 1:].reshape(-1, T - 1).float()
-    return ((nll * real).sum(1) / real.sum(1).clamp(min=1)).mean()
 
 
 # -- evaluation and prediction --------------------------------------------------------------------------------
@@ -226,7 +216,7 @@ def evaluate_split(model: GPT1ForTask, spec: TaskSpec, split: Split, train: Spli
         result.majority = tasks.metrics.majority_baseline(spec.name, train.all_labels, split.labels,
                                                           extra={"groups": split.groups})
         target = torch.tensor(split.labels, dtype=torch.float if spec.regression else torch.long)
-        result.loss = float(task_loss(spec, torch.from_numpy(logits), target))
+        result.loss = float(task_loss(torch.from_numpy(logits), target, regression=spec.regression))
     return result
 
 
@@ -243,10 +233,10 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if cfg.from_scratch and cfg.transfer_layers is not None:
         raise ValueError("finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
                          "from scratch)")
-    needed = [CONFIG_NAME] if cfg.from_scratch else [CONFIG_NAME, WEIGHTS_NAME]
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
-    missing = [n for n in needed if not (checkpoint_dir / n).is_file()]
+    config, weights = model_files(checkpoint_dir)
+    missing = [path.name for path in ([config] if cfg.from_scratch else [config, weights]) if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
                                 f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
@@ -293,10 +283,10 @@ def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.
     for chunk in index.split(cfg.micro_batch_size or len(index)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
-            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=use_lm)
-        parts = {"train/clf_loss": task_loss(spec, out.logits, labels[chunk].to(device))}
+            out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
+        parts = {"train/clf_loss": task_loss(out.logits, labels[chunk].to(device), regression=spec.regression)}
         if use_lm:
-            parts["train/lm_loss"] = lm_loss(out.lm_logits, batch["input_ids"], batch["mask"])
+            parts["train/lm_loss"] = out.lm_loss
         parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get("train/lm_loss", 0.0)
         share = len(chunk) / len(index)
         (parts["train/loss"] * share).backward()
@@ -315,6 +305,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     warmup = math.ceil(cfg.warmup_fraction * total)
     optimizer = optim.adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.adam_betas, eps=cfg.adam_eps)
     schedule = optim.scheduler(optimizer, warmup_steps=warmup, total_steps=total, schedule="linear")
+    model.transformer.compile_for(device.type)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)
     curves = CurveLogger(run, total)
@@ -324,6 +315,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     step, seen, tokens, train_seconds, last = 0, 0, 0, 0.0, {}
     evaluations: dict[str, Evaluation] = {}
     bar = tqdm(total=total, desc=f"finetune {spec.name}", unit="step", disable=None)
+    progress = Every(PROGRESS_SECONDS)
     for epoch in range(cfg.epochs):
         model.train()
         started = time.perf_counter()
@@ -333,6 +325,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
             last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
+            if not (math.isfinite(last["train/loss"]) and math.isfinite(last["train/grad_norm"])):
+                raise Diverged(f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
+                               f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
+                               "model or metrics written. Lower finetune.lr")
             optimizer.step()
             schedule.step()
 
@@ -344,6 +340,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
                                     "train/examples_per_s": seen / elapsed})
             bar.update()
             bar.set_postfix(loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}")
+            if progress.due():
+                rate = seen / elapsed
+                log.info("%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s", spec.name, step, total,
+                         epoch + 1, cfg.epochs, last["train/loss"], rate, duration((n * cfg.epochs - seen) / rate))
         train_seconds += time.perf_counter() - started
 
         final = epoch == cfg.epochs - 1
@@ -406,9 +406,12 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
+    reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
     check_inputs(checkpoint_dir, cfg)
-    tokenizer = tokenization.load(find_tokenizer(checkpoint_dir, tokenizer_dir))
-    max_len = load_model_config(checkpoint_dir / CONFIG_NAME).n_ctx
+    tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
+    tokenizer = tokenization.load(tokenizer_path)
+    tokenization.check_matches(tokenizer, checkpoint_dir, f"tokenizer {tokenizer_path}")
+    max_len = load_model_config(model_files(checkpoint_dir)[0]).n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
 
@@ -430,11 +433,14 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                         **{f"model.{k}": v for k, v in model_cfg.model_dump().items()}})
         log_task_data(run, spec, data_path, data_splits)
         if run.enabled and not cfg.from_scratch:
-            run.log_reference("checkpoint", checkpoint_dir / WEIGHTS_NAME, sha256_file(checkpoint_dir / WEIGHTS_NAME))
+            weights = model_files(checkpoint_dir)[1]
+            run.log_reference("checkpoint", weights, sha256_file(weights))
 
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
+        train_stats["peak_rss_mb"] = peak_rss_mb()
 
         info = {"task": spec.name, "kind": spec.kind, "head": spec.head, "n_outputs": n_outputs(spec),
+                "tokenizer_sha256": tokenizer.sha256,
                 "labels": list(spec.labels) if spec.labels else None, "clf_pdrop": cfg.clf_pdrop,
                 "input_columns": list(input_columns(spec)), "checkpoint": str(checkpoint_dir.resolve())}
         model_dir = save_task_model(model.cpu(), tokenizer, info, out_dir / MODEL_DIR)
@@ -481,7 +487,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
 def final_metrics(result: dict) -> dict[str, float]:
     """A task run's final metrics, from what metrics.json holds: `task/<name>/<metric>` on the headline split
     (`primary` among them), `task/<name>/majority/<metric>` for the baseline, `task/<name>/<split>/<metric>` for the
-    other scored splits, and the throughput."""
+    other scored splits, the throughput and the peak RSS."""
     name = result["task"]
     final = {f"task/{name}/{k}": v for k, v in result["metrics"].items()}
     final.update({f"task/{name}/majority/{k}": v for k, v in result["majority"].items()})
@@ -490,6 +496,8 @@ def final_metrics(result: dict) -> dict[str, float]:
             final.update({f"task/{name}/{split}/{k}": v for k, v in entry["metrics"].items()})
     final[f"task/{name}/train_examples_per_s"] = result["train"]["examples_per_s"]
     final[f"task/{name}/eval_examples_per_s"] = result["train"]["eval_examples_per_s"]
+    if "peak_rss_mb" in result["train"]:  # absent from metrics.json written before it was measured
+        final[f"task/{name}/peak_rss_mb"] = result["train"]["peak_rss_mb"]
     return final
 
 

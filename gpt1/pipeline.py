@@ -12,8 +12,8 @@ ablation of `orchestration.ablations`) share `WORK/finetune/<variant key>/<task>
 call these functions as Prefect tasks; nothing here imports Prefect.
 
 Variants that fine-tune from a random init (the no-pre-training ablation) do not depend on pre-training: they
-start from `random-init/` in their variant folder, the model config with the tokenizer's vocabulary, keyed by the
-model settings and the tokenizer. With a given checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
+start from `WORK/random-init/<key>`, the model config with the tokenizer's vocabulary, keyed by the model settings
+and the tokenizer. With a given checkpoint (`Plan.make(..., checkpoint=)`) the architecture is
 that checkpoint's, so every variant starts from it.
 """
 
@@ -32,11 +32,18 @@ from gpt1.io import read_json, stable_hash
 from gpt1.runtime.workers import JobFailed, WorkerDied, WorkerPool
 from gpt1.stages import finetune, ingest, pretrain, report, sample, shards
 from gpt1.stages import tokenizer as train_tokenizer
-from gpt1.stages.base import Ref, Result, input_key
+from gpt1.stages.base import Ref, Result
 from gpt1.stages.outputs import ERROR
 from gpt1.tracking import RunLogger
 
-VARIANT_CHANGES = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0}}
+VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
+
+
+def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
+    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it."""
+    changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
+               "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[variant]
+    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
 
 
 @dataclass
@@ -81,14 +88,10 @@ class Plan:
         return ["full", *self.cfg.orchestration.ablations]
 
     def finetune_config(self, variant: str) -> FinetuneConfig:
-        """The fine-tune settings of a Table 5 variant: the configured run, or one ablation of it."""
-        if variant == "transfer_layers":
-            layers = self.cfg.orchestration.ablation_transfer_layers
-            return self.cfg.finetune.model_copy(update={"transfer_layers": layers})
-        return self.cfg.finetune.model_copy(update=VARIANT_CHANGES[variant])
+        return variant_config(self.cfg, variant).finetune
 
     def variant_config(self, variant: str) -> PipelineConfig:
-        return self.cfg.model_copy(update={"finetune": self.finetune_config(variant)})
+        return variant_config(self.cfg, variant)
 
     def from_random_init(self, variant: str) -> bool:
         """Fine-tunes a randomly initialised model of this plan's architecture: needs the tokenizer only."""
@@ -119,21 +122,45 @@ class Plan:
     def task_dir(self, task: str, variant: str = "full") -> Path:
         return self.variant_dir(variant) / task
 
-    def task_data(self, task: str) -> tuple[str, str]:
-        """(where a task's files are, their content key): sample data, a folder of official layouts, or hf ids."""
+    def task_source(self, task: str) -> str:
+        """Where a task's files are: its own `finetune.task_data` entry, else the generated sample data, a folder of
+        official layouts, or its hub id (`finetune.data`)."""
         spec, source = tasks.get(task), self.cfg.finetune.data
+        if task in self.cfg.finetune.task_data:
+            return self.cfg.finetune.task_data[task]
         if source == "sample":
-            data = self.ref("sample").inside(f"tasks/{spec.folder}")
-            return str(data.path), data.key
-        if source == "hf":
-            return spec.hf_id, spec.hf_id
-        path = Path(source) / spec.folder
-        return str(path), input_key(path)
+            return str(self.dir("sample") / "tasks" / spec.folder)
+        return spec.hf_id if source == "hf" else str(Path(source) / spec.folder)
+
+    def task_data(self, task: str) -> tuple[str, str]:
+        """(where a task's files are, their content key)."""
+        where = self.task_source(task)
+        if self.cfg.finetune.data == "sample" and task not in self.cfg.finetune.task_data:
+            return where, self.ref("sample").inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
+        return where, finetune.data_key(where)
 
     def finetune_job(self, variant: str, task: str, parent_run_id: str | None = None) -> finetune.Job:
         data, data_key = self.task_data(task)
         return finetune.Job(task, data, data_key, self.start(variant), self.tokenizer,
                             self.variant_config(variant), run_name=f"{variant}/{task}", parent_run_id=parent_run_id)
+
+    def missing_data(self) -> dict[str, str]:
+        """Tasks left out because their files are not there (`finetune.missing_data=skip`), and why."""
+        if self.cfg.finetune.missing_data != "skip":
+            return {}
+        missing = {}
+        for task in self.cfg.finetune.tasks:
+            where = self.task_source(task)
+            if not where.startswith("hf:") and not (self.cfg.finetune.data == "sample"
+                                                    and task not in self.cfg.finetune.task_data):
+                if not Path(where).exists():
+                    missing[task] = f"no files at {where}"
+        return missing
+
+    @property
+    def tasks(self) -> list[str]:
+        """The tasks this plan fine-tunes: finetune.tasks but the missing ones it may skip."""
+        return [t for t in self.cfg.finetune.tasks if t not in self.missing_data()]
 
     def probe_data(self) -> str | None:
         """Where pre-training's zero-shot probes read task folders (None: the hub, per finetune.data)."""
@@ -152,9 +179,12 @@ def run_stage(plan: Plan, stage: str) -> Result:
 
 def run_pretrain(plan: Plan, parent_run_id: str | None = None, *, threads: str | None = None,
                  log_line: Callable[[str], None] = print) -> Result:
-    """Pre-training: local workers (`threads`: their OMP_NUM_THREADS beside fine-tunes) or the Slurm job."""
+    """Pre-training: local workers (`threads`: their OMP_NUM_THREADS beside fine-tunes) or the Slurm job; found
+    finished, its recorded metrics as a cached child run of the parent."""
     job = replace(plan.jobs["pretrain"], parent_run_id=parent_run_id, threads=threads, log_line=log_line)
-    return job.run(plan.dir("pretrain"), wait=True)
+    result = job.run(plan.dir("pretrain"), wait=True)
+    log_cached_pretrain(plan, result, parent_run_id)
+    return result
 
 
 def prepare_start(plan: Plan, variant: str) -> Ref:
@@ -170,7 +200,8 @@ def prepare_start(plan: Plan, variant: str) -> Ref:
 def run_finetune(plan: Plan, variant: str, task: str, parent_run_id: str | None = None, *,
                  workers: WorkerPool | None = None, log_line: Callable[[str], None] = print) -> dict:
     """One task's fine-tune + evaluation; returns its metrics.json. In a worker of `workers` when given (the local
-    fan-out), else in this process (the cluster's one-task flow). A failure names its cause (error.json)."""
+    fan-out), else in this process (the cluster's one-task flow). A failure names its cause (error.json). Found
+    finished by an earlier run, its recorded metrics become a cached child run of the parent."""
     job, out = plan.finetune_job(variant, task, parent_run_id), plan.task_dir(task, variant)
     label = f"{variant}/{task}"
     started = time.time()
@@ -184,6 +215,7 @@ def run_finetune(plan: Plan, variant: str, task: str, parent_run_id: str | None 
         if error.is_file() and error.stat().st_mtime >= started:
             raise RuntimeError(f"{label}: {read_json(error)['error']} ({err})") from None
         raise RuntimeError(f"{label}: {err}") from None
+    log_cached_finetune(plan, variant, task, parent_run_id)
     return finetune.metrics_of(out)
 
 
@@ -191,7 +223,8 @@ def run_report(plan: Plan, parent_run_id: str | None = None) -> Result:
     """The results of every variant beside the paper's; logged on the parent run (redone when a result changed)."""
     variants = [v for v in plan.variants if plan.variant_dir(v).is_dir()]
     job = report.Job(tuple(report.results_ref(plan.variant_dir(v)) for v in variants), tuple(variants),
-                     parent_run_id=parent_run_id, tracking_uri=plan.cfg.tracking.tracking_uri)
+                     tuple(sorted(plan.missing_data().items())), parent_run_id=parent_run_id,
+                     tracking_uri=plan.cfg.tracking.tracking_uri)
     return job.run(plan.report_dir(), wait=True, force=True)
 
 

@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,8 @@ from tqdm import tqdm
 
 from gpt1 import tasks
 from gpt1 import tokenizer as tokenization
-from gpt1.io import InputError, read_json, write_json, write_text
+from gpt1.errors import Diverged
+from gpt1.io import InputError, atomic_dir, read_json, write_json, write_text
 from gpt1.model import GPT1, GPT1ForTask
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
@@ -58,23 +58,14 @@ def n_outputs(spec: TaskSpec) -> int:
 
 
 def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike) -> Path:
-    """Write the fine-tuned model folder into a temporary folder, then swap it in whole."""
-    directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.transformer.save_pretrained(tmp)
-    head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
-    save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
-    tokenizer.save(tmp)
-    write_json(tmp / TASK_FILE, info)
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, directory)
-    return directory
+    """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
+    with atomic_dir(directory) as tmp:
+        model.transformer.save_pretrained(tmp)
+        head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
+        save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
+        tokenizer.save(tmp)
+        write_json(tmp / TASK_FILE, info)
+    return Path(directory)
 
 
 def resolve_model_dir(path: str | os.PathLike) -> Path:
@@ -103,7 +94,11 @@ def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "
         model.clf.load_state_dict(head)
     except RuntimeError as err:
         raise InputError(f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME) from None
-    return model.to(device).eval(), tokenization.load(model_dir), info
+    tokenizer = tokenization.load(model_dir)
+    if info.get("tokenizer_sha256") not in (None, tokenizer.sha256):  # folders written before the hash was kept
+        raise InputError(f"tokenizer.json (sha256 {tokenizer.sha256[:12]}) is not the one the model was fine-tuned "
+                         f"with (task.json: {info['tokenizer_sha256'][:12]})", file=model_dir)
+    return model.to(device).eval(), tokenizer, info
 
 
 # -- batched prediction ---------------------------------------------------------------------------------------
@@ -129,7 +124,12 @@ def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: i
             out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
         for i, row in zip(index, out.logits.float().cpu().numpy()):
             logits[i] = row
-    return np.stack(logits)
+    result = np.stack(logits)
+    bad = ~np.isfinite(result).all(axis=1)
+    if bad.any():  # softmax/argmax of NaN would still "predict" class 0: no metric or prediction from these
+        raise Diverged(f"{desc}: the model's outputs are not finite (NaN or inf) for {int(bad.sum())} of "
+                       f"{len(result)} examples; its weights are damaged (a diverged fine-tune?)")
+    return result
 
 
 def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]:

@@ -18,7 +18,7 @@ Outputs:
     OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
     OUT/samples/step-N.txt       text samples at each evaluation
     OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
-    OUT/final/                   model.safetensors, config.json, tokenizer.json, hf/, training.json
+    OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
     OUT/loss_curve.png
 
 Choices where the spec is silent:
@@ -50,18 +50,20 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from gpt1 import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
+from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
-from gpt1.runtime.processes import exit_with_parent
+from gpt1.progress import duration
+from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
 log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
 SAMPLE_TOKENS = 32
 FINAL = "final"
+WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
 CHECKPOINTS = "checkpoints"
 
 
@@ -69,10 +71,6 @@ def total_steps(pretrain, train_blocks: int) -> int:
     if pretrain.max_steps is not None:
         return pretrain.max_steps
     return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
-
-
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction=reduction)
 
 
 # --------------------------------------------------------------------------- validation before launch
@@ -173,6 +171,8 @@ class Pretraining:
 
         torch.manual_seed(p.seed)  # identical initial weights on every rank
         model = GPT1(cfg.model)
+        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
+            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
         torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
         scheduler = lambda opt: optim.scheduler(opt, warmup_steps=p.warmup_steps,  # noqa: E731
                                                 total_steps=self.total, schedule=p.schedule)
@@ -191,7 +191,8 @@ class Pretraining:
         if self.tokenizer is not None:
             from gpt1.probes import load_probe_data
 
-            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples)
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
+                                              cfg.finetune.task_data)
         else:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
@@ -252,7 +253,7 @@ class Pretraining:
         grad_norm = None
         for i, blocks in enumerate(micro_batches):
             blocks = blocks.to(self.device)
-            loss = lm_loss(engine(blocks[:, :-1]).logits, blocks[:, 1:])
+            loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
             engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
             if i == len(micro_batches) - 1 and self.norm_from_grads:
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -284,6 +285,9 @@ class Pretraining:
             started = time.perf_counter()
             loss, grad_norm = self.train_step(next(batches))
             seconds = time.perf_counter() - started
+            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+                raise Diverged(f"pre-training diverged at update {self.step + 1}: loss {loss}, gradient norm "
+                               f"{grad_norm} (lr {lr:.3g}); {self.kept()}")
             self.step += 1
             self.tokens_seen += self.tokens_per_step
             window["loss"] += loss
@@ -316,8 +320,10 @@ class Pretraining:
                    "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
         self.run.log_metrics(metrics, step=self.step)
         mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
-        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s", self.step, self.total,
-                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text)
+        eta = (self.total - self.step) * window["seconds"] / window["steps"]
+        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
+                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text,
+                 duration(eta))
 
     # -- evaluation ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -335,7 +341,7 @@ class Pretraining:
         for _ in range(n_batches):
             for blocks in next(steps):
                 blocks = blocks.to(self.device)
-                total[0] += lm_loss(self.engine(blocks[:, :-1]).logits, blocks[:, 1:], reduction="sum").double()
+                total[0] += self.engine(blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum").loss.double()
                 total[1] += blocks[:, 1:].numel()
         self.engine.train()
         torch.distributed.all_reduce(total)
@@ -387,7 +393,22 @@ class Pretraining:
                      time.perf_counter() - started)
 
     # -- checkpoints and the end -------------------------------------------------------------------------------
+    def kept(self) -> str:
+        """What a run stopped by divergence leaves: the checkpoint to resume from, and no final model."""
+        latest = self.checkpoints.latest_complete()
+        where = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
+        return (f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
+                "(--resume auto) or start over")
+
+    def check_weights(self) -> None:
+        """Refuse to checkpoint non-finite weights (an update can make them so with a finite loss before it)."""
+        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        if bad:
+            raise Diverged(f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
+                           f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}")
+
     def save(self) -> Path:
+        self.check_weights()
         started = time.perf_counter()
         if self.world.is_main:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
@@ -405,8 +426,8 @@ class Pretraining:
         if not self.world.is_main:
             return
         from gpt1.checkpoint import consolidated_state_dict, tag_for
-        from gpt1.convert import save_hf_folder
-        from gpt1.model import GPT1
+        from gpt1.convert import pretrained_by, save_hf_folder
+        from gpt1.model import WEIGHTS_NAME, GPT1
 
         final = self.out / FINAL
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
@@ -417,14 +438,18 @@ class Pretraining:
         model.save_pretrained(final)
         if self.tokenizer is not None:
             self.tokenizer.save(final)
-        try:
-            save_hf_folder(model, final / "hf")
-        except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
-            log.warning("no transformers export in %s: %s", final / "hf", err)
+        if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
+            log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
+                        "TOK --out DIR)", final / "hf", final)
+        else:
+            try:
+                save_hf_folder(model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen))
+            except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+                log.warning("no transformers export in %s: %s", final / "hf", err)
         summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / "model.safetensors")}
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
         write_json(final / "training.json", summary)
         log.info("final weights: %s", final)
 
@@ -436,7 +461,7 @@ class Pretraining:
         else:
             self.run.log_reference("final", final, sha256_tree(final))
             self.run.log_artifact(final / "training.json", "final")
-        log_pretrained_model(self.run, final, self.cfg, self.step)
+        log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
         self.run.end("FINISHED")
 
 
@@ -463,7 +488,7 @@ def last_metrics(path: Path) -> dict[str, float]:
     return latest
 
 
-def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int) -> None:
+def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, weights_sha256: str) -> None:
     """The transformers export `final/hf` as the logged model `pretrained` of the run, with the model config as
     params and the metrics of the last update (`step`) linked to it: uploaded when `tracking.upload_checkpoints` or
     smaller than `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
@@ -476,8 +501,7 @@ def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int) -> No
     run.log_files_model("pretrained", hf, upload=cfg.tracking.upload_checkpoints or size <= MODEL_UPLOAD_LIMIT,
                         model_type="gpt1-pretrained", step=step,
                         params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
-                        tags={"gpt1.preset": cfg.preset,
-                              "gpt1.weights_sha256": sha256_file(final / "model.safetensors")})
+                        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256})
 
 
 def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,
@@ -565,6 +589,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
                         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
     cfg = config_from_dict(read_json(args.config))
+    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+
+
+def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
     training = Pretraining(cfg, args, world)
     try:
         training.run_loop()

@@ -214,19 +214,27 @@ def spread(examples: Sequence, limit: int) -> list:
     return [examples[math.floor(i * len(examples) / limit)] for i in range(limit)]
 
 
-def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_EXAMPLES) -> dict[str, list]:
-    """{task: [examples per probe split]} for every probed task whose data is found; the others are logged and
-    skipped."""
+def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_EXAMPLES,
+                    task_data: dict[str, str] | None = None) -> dict[str, list]:
+    """{task: [examples per probe split]} for every probed task whose data is found (`task_data`: a task's own
+    location, as finetune.task_data); the others are logged and skipped: a probe is a diagnostic, never a reason
+    for pre-training to stop."""
     data: dict[str, list] = {}
-    if source is None:
+    task_data = task_data or {}
+    if source is None and not task_data:
         log.info("zero-shot probes: no task data given; only the built-in Winograd probe runs")
         return data
     for spec in probed_tasks():
-        path = task_path(source, spec.name)
+        if spec.name not in task_data and source is None:
+            continue
+        path = task_data.get(spec.name) or task_path(source, spec.name)
+        if str(path).startswith("hf:") and spec.hf_manual:
+            log.warning("zero-shot probe %s skipped: no downloadable hub copy (%s)", spec.name, spec.hf_manual)
+            continue
         try:
             data[spec.name] = [spread(tasks.load(spec.name, path, split), max_examples) for split in spec.probe.splits]
-        except (FileNotFoundError, ValueError, OSError) as err:
-            log.warning("zero-shot probe %s skipped: %s", spec.name, err)
+        except Exception as err:  # noqa: BLE001 - any failure to read (hub, files) skips this probe only
+            log.warning("zero-shot probe %s skipped: %s: %s", spec.name, type(err).__name__, err)
             continue
         if any(ex.label is None for split in data[spec.name] for ex in split):
             log.warning("zero-shot probe %s skipped: %s has unlabelled examples", spec.name, path)

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt1.io import read_json, write_json, write_text
+from gpt1.stages.outputs import read_marker
 from gpt1.tasks import REGISTRY, metrics
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,7 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
         if task in run.results:
             log.warning("%s: a second result for %s in %s, ignored", done, task, root)
             continue
+        result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
         run.results[task] = result
     return run
 
@@ -216,7 +218,15 @@ def notes(runs: list[Run]) -> list[str]:
     return out
 
 
-def render_markdown(runs: list[Run]) -> str:
+def wall_time_table(runs: list[Run]) -> str:
+    """Seconds each fine-tune took (the stage's own measure: loading, training, evaluation, outputs)."""
+    tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
+    rows = [[f"ours: {r.label}", *(f"{r.results[t]['wall_seconds']:.0f}" if r.results.get(t, {}).get("wall_seconds")
+                                  else MISSING for t in tasks_run)] for r in runs]
+    return "### Fine-tune wall time (s)\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
+
+
+def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> str:
     text = ["# GPT-1 fine-tuning results", "",
             "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
             "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
@@ -225,6 +235,10 @@ def render_markdown(runs: list[Run]) -> str:
             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
+    if any(r.results for r in runs):
+        text += ["", wall_time_table(runs)]
+    if not_run:
+        text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
     extra = notes(runs)
     if extra:
         text += ["", "### Notes", ""] + [f"- {n}" for n in extra]
@@ -295,24 +309,28 @@ def results_figure(runs: list[Run]):
     return fig
 
 
-def summary(runs: list[Run]) -> dict:
+def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
     return {
         "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
                            "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
-                                         "eval_split": res.get("eval_split")} for t, res in sorted(r.results.items())},
+                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds")}
+                                     for t, res in sorted(r.results.items())},
                            "errors": r.errors} for r in runs},
         "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
+        "not_run": not_run or {},
     }
 
 
 def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
-                 tracking_uri: str | None = None, run_id: str | None = None) -> dict[str, Path]:
-    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths."""
+                 tracking_uri: str | None = None, run_id: str | None = None,
+                 not_run: dict[str, str] | None = None) -> dict[str, Path]:
+    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths.
+    `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures."""
     runs = read_runs(list(results), labels)
     out_dir = Path(out_dir)
-    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs)),
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run)),
              "plot": plot(runs, out_dir / REPORT_PNG),
-             "json": write_json(out_dir / REPORT_JSON, summary(runs))}
+             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run))}
     if run_id:
         from gpt1.tracking import RunLogger
 

@@ -294,11 +294,11 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
     assert state.is_completed(), state.message
     assert done_markers(work) == done, "a re-run with the same parameters recomputed a stage"
     assert {t: (plan.task_dir(t) / "metrics.json").read_bytes() for t in TASKS} == metrics
-    # served from cache, yet the run still shows its stages in MLflow, marked as cached
+    # served from cache, yet the run still shows every stage and task in MLflow, marked as cached
     runs = mlflow_runs(base.uri)
     stages = child_runs(runs, parent_run(runs, state.state_details.flow_run_id))
-    in_process = UPSTREAM[:-1]  # pre-training logs its own run when it trains
-    assert {s: stages[s].data.tags.get("gpt1.cached") for s in in_process} == dict.fromkeys(in_process, "true")
+    cached = [*UPSTREAM, *(f"{v}/{t}" for v in plan.variants for t in TASKS)]
+    assert {s: stages[s].data.tags.get("gpt1.cached") for s in cached} == dict.fromkeys(cached, "true")
 
     changed = [*BASE, "finetune.lr=1e-3"]
     new_plan = plan_for(work, changed)
@@ -338,17 +338,21 @@ def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base
 
 def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(tmp_path):
     """The ablation fine-tunes a random init: pre-training settings must not re-run it, its own inputs must."""
-    def keys(*change: str) -> tuple[Path, Path]:
+    def keys(*change: str) -> tuple[str, str]:
         plan = plan_for(tmp_path, [*BASE, *change])
-        return plan.variant_dir("no_pretrain"), plan.variant_dir("full")
+        return plan.finetune_job("no_pretrain", "sst2").key(), plan.finetune_job("full", "sst2").key()
 
+    (tmp_path / "tasks" / "SST-2").mkdir(parents=True)
+    (tmp_path / "tasks" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
     scratch, full = keys()
     for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "data.shard_rows=128"):
         assert keys(change)[0] == scratch, f"{change} re-runs the no-pre-training fine-tunes"
         assert keys(change)[1] != full, f"{change} does not re-run the fine-tunes from the pre-trained model"
     for change in ("model.n_layer=2", "model.n_ctx=64", "tokenizer.merges=300", "finetune.lr=1e-3",
-                   "finetune.epochs=2", f"finetune.data={tmp_path}"):
+                   "finetune.epochs=2", f"finetune.data={tmp_path / 'tasks'}"):
         assert keys(change)[0] != scratch, f"{change} does not re-run the no-pre-training fine-tunes"
+    # Only what a task reads keys it: its own data (here another task's folder changes nothing) and settings.
+    assert keys("finetune.tasks=[sst2]") == (scratch, full)
     # The "gpt1/ablation-no-pretrain" deployment: its full run is from scratch, hence as independent.
     assert plan_for(tmp_path, ["finetune.from_scratch=true"]).from_random_init("full")
     # From a given checkpoint (gpt1-finetune-all), the architecture is that checkpoint's: every variant hashes it.
@@ -356,7 +360,8 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text(name)
     given = P.Plan.make(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
-    assert not given.from_random_init("no_pretrain") and given.variant_dir("no_pretrain") != scratch
+    assert not given.from_random_init("no_pretrain")
+    assert given.variant_dir("no_pretrain") != plan_for(tmp_path, BASE).variant_dir("no_pretrain")
     assert given.variant_dir("no_pretrain") != P.Plan.make(
         load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
@@ -528,11 +533,11 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
 
     final = out / "final"
     GPT1.from_pretrained(final)  # loadable
-    with safe_open(final / "model.safetensors", "pt") as now, \
-            safe_open(base.plan.dir("pretrain") / "final" / "model.safetensors", "pt") as reference:
+    with safe_open(final / "gpt1.safetensors", "pt") as now, \
+            safe_open(base.plan.dir("pretrain") / "final" / "gpt1.safetensors", "pt") as reference:
         assert set(now.keys()) == set(reference.keys())
     training = read_json(final / "training.json")
-    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "model.safetensors")
+    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "gpt1.safetensors")
     BlockReader(plan.dir("shards"), "train", verify_checksums=True)  # every shard still matches its manifest
 
     runs = mlflow_runs(uri)

@@ -107,7 +107,6 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
     (final / "hf").mkdir(parents=True)
     (final / "hf" / "config.json").write_text('{"model_type": "openai-gpt"}')
     (final / "hf" / "model.safetensors").write_bytes(b"\0" * 4096)
-    (final / "model.safetensors").write_bytes(b"\1" * 4096)
     cfg = load_config("smoke", ["model.n_layer=2"])
     metrics = {"loss": 3.1, "val_loss": 3.4, "probe/sst2": 55.0}  # at the last update
 
@@ -115,7 +114,7 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
         run = tracking.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
         run.log_metrics({"loss": 4.0}, step=20)
         run.log_metrics(metrics, step=30)
-        log_pretrained_model(run, final, cfg, 30)
+        log_pretrained_model(run, final, cfg, 30, "ab" * 32)
         run.end()
         return run
 
@@ -129,6 +128,7 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
     for model in (uploaded, external):
         assert model.name == "pretrained" and model.model_type == "gpt1-pretrained"
         assert model.params["model.n_layer"] == "2" and model.tags["gpt1.location"] == str(final / "hf")
+        assert model.tags["gpt1.weights_sha256"] == "ab" * 32  # the final weights' hash from training.json
         assert {m.key: m.value for m in model.metrics} == metrics
     assert "mlflow.model.isExternal" not in uploaded.tags and external.tags["mlflow.model.isExternal"] == "true"
     uploaded_files = {f.path for f in client.list_logged_model_artifacts(uploaded.model_id)}

@@ -24,7 +24,7 @@ from gpt1.generate import generate
 from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model import GPT1, flops_per_token
 from gpt1.optim import lr_factor, param_groups
-from gpt1.pretrain import lm_loss, read_metrics, resume_point, total_steps
+from gpt1.pretrain import read_metrics, resume_point, total_steps
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 
@@ -52,14 +52,39 @@ def test_deepspeed_config_is_derived_from_the_pretrain_config():
     assert adamw["type"] == "AdamW"
     assert adamw["params"]["lr"] == 1e-4 and adamw["params"]["weight_decay"] == 0.02
     assert adamw["params"]["eps"] == 1e-6 and adamw["params"]["betas"] == [0.9, 0.999]
-    assert adamw["params"]["torch_adam"] is False  # offload needs DeepSpeedCPUAdam
+    assert "torch_adam" not in adamw["params"] and "fused" not in adamw["params"]  # offload: DeepSpeedCPUAdam
 
 
-def test_deepspeed_config_cpu_uses_torch_adamw_and_default_micro_batch():
-    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_deepspeed_config_uses_torch_fused_adamw_and_default_micro_batch(device):
+    """torch_adam: DeepSpeed builds torch.optim.AdamW(**params), fused=True included: no JIT-built op."""
+    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2,
+                          device=device)
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (8, 1)
-    assert ds["optimizer"]["params"]["torch_adam"] is True
+    assert ds["optimizer"]["params"]["torch_adam"] is True and ds["optimizer"]["params"]["fused"] is True
     assert not ds["bf16"]["enabled"] and ds["zero_optimization"] == {"stage": 0}
+
+
+def test_starting_the_process_group_on_cpu_builds_no_deepspeed_op(monkeypatch):
+    """DeepSpeed's torch backend JIT-builds its shared-memory all-reduce op whenever it starts on the CPU
+    accelerator; after skip_shm_comm_op (what init_world does) it asks for no build."""
+    import deepspeed.ops
+    from deepspeed.comm.torch import build_shm_op
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    from gpt1.distributed import skip_shm_comm_op
+
+    def no_build(builder, *args, **kwargs):
+        raise AssertionError(f"JIT build of {builder.name}")
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setattr(OpBuilder, "load", no_build)
+    compatible = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(compatible, "deepspeed_shm_comm", True)  # restored after the test
+    with pytest.raises(AssertionError, match="JIT build of deepspeed_shm_comm"):
+        build_shm_op()  # what DeepSpeed would do
+    skip_shm_comm_op()
+    assert build_shm_op() is None
 
 
 @pytest.mark.parametrize("changes, world, message", [
@@ -150,14 +175,6 @@ def test_total_steps_from_max_steps_or_epochs():
     assert total_steps(pretrain_cfg(max_steps=7), 1000) == 7
     p = load_config("paper", ["pretrain.epochs=3", "pretrain.global_batch_size=64"]).pretrain
     assert total_steps(p, 1000) == 3 * (1000 // 64)
-
-
-def test_lm_loss_is_mean_token_cross_entropy():
-    logits = torch.randn(2, 3, 5)
-    targets = torch.randint(0, 5, (2, 3))
-    manual = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).mean()
-    assert lm_loss(logits, targets).item() == pytest.approx(manual.item(), rel=1e-6)
-    assert lm_loss(logits, targets, "sum").item() == pytest.approx(6 * manual.item(), rel=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

@@ -102,7 +102,7 @@ def test_a_second_writer_is_refused_or_waits_and_then_reuses(tmp_path, source):
     first = subprocess.Popen([sys.executable, "-c", code])
     try:
         deadline = time.monotonic() + 60
-        while not list(tmp_path.glob(".out.build-*")) and time.monotonic() < deadline:
+        while not list(tmp_path.glob(".out.tmp-*")) and time.monotonic() < deadline:
             time.sleep(0.05)
         with pytest.raises(OutputBusy, match=f"pid {first.pid}"):
             Copy(Ref.to(source)).run(out, wait=False)
@@ -121,13 +121,13 @@ def test_a_killed_build_leaves_nothing_in_place_and_its_leftovers_are_removed(tm
             f"Copy(Ref.to({str(source)!r}), upper=True, seconds=60).run(Path({str(out)!r}), wait=False, force=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".out.build-*")) and time.monotonic() < deadline:
+    while not list(tmp_path.glob(".out.tmp-*")) and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert (out / "copy.txt").read_text() == before and list(tmp_path.glob(".out.build-*"))
+    assert (out / "copy.txt").read_text() == before and list(tmp_path.glob(".out.tmp-*"))
     Copy(Ref.to(source), upper=True).run(out, wait=False, force=True)
-    assert (out / "copy.txt").read_text() == before.upper() and not list(tmp_path.glob(".out.build-*"))
+    assert (out / "copy.txt").read_text() == before.upper() and not list(tmp_path.glob(".out.tmp-*"))
 
 
 def test_a_child_started_with_the_lock_keeps_it_after_its_launcher_dies(tmp_path):

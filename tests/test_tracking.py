@@ -551,6 +551,19 @@ def test_replay_spool_delivers_a_never_created_run_in_order_once(store, tmp_path
     assert len(client.get_metric_history(run.info.run_id, "loss")) == 3
 
 
+def test_replay_spool_is_a_gpt1_command_with_help(capsys):
+    from gpt1 import cli
+
+    assert cli.main(["--help"]) == 0
+    assert "replay-spool" in capsys.readouterr().out
+    assert cli.main(["replay-spool", "--help"]) == 0
+    usage = capsys.readouterr().out
+    assert "gpt1 replay-spool" in usage and "DIR" in usage
+    assert all(option in usage for option in ("--tracking-uri", "--timeout", "--skip-missing"))
+    assert cli.main(["replay-spool"]) == 2  # no directory: argparse's one-line error
+    assert "DIR" in capsys.readouterr().err
+
+
 def test_replay_spool_refuses_what_it_cannot_replay(store, tmp_path, capsys):
     from gpt1 import cli
 

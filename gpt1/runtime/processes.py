@@ -92,3 +92,30 @@ def run_stage_command(cmd: list[str], log_line: Callable[[str], None] = print,
     code = stream(cmd, log_line, {**(env or {}), **parent_env()}, new_session=True)
     if code != 0:
         raise RuntimeError(f"command failed with exit code {code}: {' '.join(cmd)}")
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak-memory measurement for this process (a reused worker measures each job on its own).
+    Linux resets the high-water mark (VmHWM) on writing 5 to /proc/self/clear_refs; elsewhere nothing happens."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process since it started or since `reset_peak_rss`, in MB."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, kB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale

@@ -21,11 +21,12 @@ The rules, the same for the CLI, `gpt1.pipeline` and the flows:
 - Nothing is replaced by accident. A folder that is not this stage's output (someone's model, a stage of another
   kind, unknown files) is refused unless `force`. This stage's own output of *other* inputs or settings (a stale
   key) is refused the same way on the CLI; the pipeline names its folders by key, so it never meets one.
-- Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.build-<pid>` and
-  rename it into place when complete (the old folder, if any, moved aside first and deleted after), so a reader
-  only ever sees the old result or the new one; builds left by killed processes are deleted by the next holder
-  of the lock. "resume" stages (shards, pre-training) build in place: they record their identity in
-  `.stage.json` first and continue a partial build of the same key. "restart" stages (fine-tuning, whose outputs
+- Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.tmp-<pid>` and
+  rename it into place when complete (gpt1.io.atomic_dir: the old folder, if any, moved aside first and deleted
+  after), so a reader only ever sees the old result or the new one; builds left by killed processes are deleted
+  by the next holder of the lock, and an old folder a killed swap had moved aside is put back. "resume" stages
+  (shards, pre-training) build in place: they record their identity in `.stage.json` first and continue a
+  partial build of the same key. "restart" stages (fine-tuning, whose outputs
   MLflow references by path) build in place from an emptied folder: what an interrupted run left is cleared
   first, so it never survives into the next run's results.
 - A failed build of a stage whose failures are reported (fine-tuning: `record_failure`) leaves `error.json` (the
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import json
 import logging
 import os
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gpt1.io import read_json, write_json
+from gpt1.io import OutputError, atomic_dir, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +58,6 @@ DONE = ".done"
 IDENTITY = ".stage.json"
 ERROR = "error.json"
 LOCK_FDS_ENV = "GPT1_OUTPUT_LOCK_FDS"  # "fd,fd": output locks a launching process passed on to this one
-
-
-class OutputError(ValueError):
-    """The output folder cannot be used as asked (busy, someone else's, of other settings)."""
 
 
 class OutputBusy(OutputError):
@@ -179,6 +177,13 @@ def lock(out: Path, *, wait: bool, log_line: Callable[[str], None] | None = None
 
 
 # -- claiming an output -------------------------------------------------------------------------------------------
+def _identity(out: Path) -> dict:
+    try:
+        return read_json(out / IDENTITY)
+    except (OSError, ValueError):
+        return {}
+
+
 def describe(out: Path, stage: str, key: str) -> str:
     """What `out` holds relative to (stage, key): empty, done, partial, failed, stale, foreign."""
     if not out.exists():
@@ -190,10 +195,7 @@ def describe(out: Path, stage: str, key: str) -> str:
         return "empty"
     marker = read_marker(out)
     if marker is None and IDENTITY in names:
-        try:
-            marker = read_json(out / IDENTITY)
-        except (OSError, ValueError):
-            marker = None
+        marker = _identity(out) or None
         if marker is not None and marker.get("stage") == stage and marker.get("key") == key:
             return "partial"
     elif marker is not None and marker.get("stage") == stage and marker.get("key") == key:
@@ -240,16 +242,10 @@ class Output:
             info = write(self.path) or {}
             return mark_done(self.path, self.stage, self.key, {"seconds": round(time.time() - started, 3),
                                                                   **self.info, **info})
-        tmp = self.path.parent / f".{self.path.name}.build-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        try:
+        with atomic_dir(self.path) as tmp:  # swapped in whole only once the marker is written
             info = write(tmp) or {}
             marker = mark_done(tmp, self.stage, self.key, {"seconds": round(time.time() - started, 3),
                                                              **self.info, **info})
-            _swap_into_place(tmp, self.path)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return marker
 
     def begin(self) -> None:
@@ -265,6 +261,9 @@ class Output:
     def fail(self, err: BaseException) -> None:
         """After a failed build: our own unfinished build is removed unless it can resume, and with
         `record_failure` error.json (for the report) takes the place of the result that could not be made."""
+        if self.mode == "resume" and self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {IDENTITY}:
+            shutil.rmtree(self.path)  # nothing was made that a re-run could continue from
+            return
         if not self.record_failure:
             if self.mode == "restart" and describe(self.path, self.stage, self.key) == "partial":
                 shutil.rmtree(self.path)
@@ -282,23 +281,18 @@ class Output:
         write_json(self.path / ERROR, record)
 
 
-def _swap_into_place(build: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists() or out.is_symlink():
-        os.replace(out, old)
-    os.replace(build, out)
-    if old.is_dir() and not old.is_symlink():
-        shutil.rmtree(old)
-    elif old.exists() or old.is_symlink():
-        old.unlink()
-
-
 def _remove_leftovers(out: Path) -> None:
-    """Builds and set-aside folders of processes that died holding this lock (we hold it now: none is live)."""
-    for pattern in (f".{out.name}.build-*", f".{out.name}.old-*"):
-        for path in out.parent.glob(pattern):
-            log.info("removing %s, left by an interrupted run", path)
+    """What processes that died holding this lock left (we hold it now: none of them is live): unfinished builds
+    are removed; an earlier output moved aside for a swap that never completed is put back."""
+    for path in sorted(out.parent.glob(f".{glob.escape(out.name)}.old-*")):
+        if not out.exists() and not out.is_symlink():
+            log.warning("%s: putting back the output an interrupted run had moved aside (%s)", out, path.name)
+            os.replace(path, out)
+        else:
             shutil.rmtree(path, ignore_errors=True)
+    for path in out.parent.glob(f".{glob.escape(out.name)}.tmp-*"):
+        log.info("removing %s, left by an interrupted run", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -334,7 +328,7 @@ def claim(out: str | os.PathLike, stage: str, key: str, *, wait: bool, force: bo
 
 def _refusal(out: Path, stage: str, key: str, state: str) -> str:
     if state == "stale":
-        other = (read_marker(out) or {}).get("key")
+        other = (read_marker(out) or _identity(out)).get("key")
         return (f"{out} holds a `{stage}` output of other inputs or settings (key {other}, this run {key}); use "
                 "another output folder, or --force to replace it")
     what = "a file" if out.exists() and not out.is_dir() else "files that are not a `" + stage + "` output"

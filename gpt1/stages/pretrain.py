@@ -26,10 +26,10 @@ from typing import Callable, ClassVar
 import yaml
 
 from gpt1.config import PipelineConfig, load_config
-from gpt1.data.shards import BlockReader, load_manifest
+from gpt1.data.shards import BlockReader, load_manifest, verify_shards
 from gpt1.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
-from gpt1.pretrain import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
+from gpt1.pretrain import FINAL, WORKER, load_tokenizer, resolve_config, resume_point, task_data_source
 from gpt1.runtime import processes, slurm
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
@@ -69,6 +69,9 @@ class Job(StageJob):
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
+        checked = verify_shards(self.shards.path)  # every shard's bytes against the manifest, once per run
+        log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
+                 checked["checked_bytes"] / 1e6, checked["seconds"])
         cfg = resolve_config(self.cfg, manifest)
         deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device_type())  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
@@ -101,7 +104,17 @@ class Job(StageJob):
         lock = outputs.held(out)
         env.update({**lock.inherit_env(), **processes.parent_env()})
         self.log_line(f"pretrain: starting {self.nproc} worker(s): {shlex.join(command)}")
-        code = processes.stream(command, self.log_line, env, pass_fds=(lock.fd,))
+        worker_errors: list[str] = []
+
+        def forward(line: str) -> None:
+            if f"{WORKER} (rank" in line and ": error: " in line:  # a worker's user error: report it as ours
+                worker_errors.append(line.split(": error: ", 1)[1])
+            self.log_line(line)
+
+        # A session of their own: their watcher (exit_with_parent) then stops only them, never our caller.
+        code = processes.stream(command, forward, env, new_session=True, pass_fds=(lock.fd,))
+        if code != 0 and worker_errors:
+            raise ValueError(worker_errors[0])
         if code != 0:
             what = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
             raise RuntimeError(f"pre-training workers {what} (outputs so far in {out}; re-run with --resume auto "

@@ -42,18 +42,19 @@ class Job(StageJob):
     mode: ClassVar[str] = "restart"  # MLflow uploads (and retries) the files from their final place
     results: tuple[Ref, ...]
     labels: tuple[str, ...] | None = None
+    not_run: tuple[tuple[str, str], ...] = ()  # (task, why) left out on purpose
     parent_run_id: str | None = None
     tracking_uri: str | None = None
 
     def identity(self) -> dict:
-        return {"results": [r.key for r in self.results], "labels": self.labels}
+        return {"results": [r.key for r in self.results], "labels": self.labels, "not_run": self.not_run}
 
     def input_paths(self) -> dict[str, str]:
         return {f"results[{i}]": str(r.path) for i, r in enumerate(self.results)}
 
     def build(self, out: Path) -> dict:
         files = build_report([r.path for r in self.results], out, list(self.labels) if self.labels else None,
-                             tracking_uri=self.tracking_uri, run_id=self.parent_run_id)
+                             tracking_uri=self.tracking_uri, run_id=self.parent_run_id, not_run=dict(self.not_run))
         return {"files": {kind: path.name for kind, path in files.items()}}
 
 

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from gpt1.config import load_config
 from gpt1.data.shards import load_manifest, tokenize_corpus
-from gpt1.io import InputError, positive_int
+from gpt1.io import positive_int
 from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
 
 COMMAND, SUMMARY = "tokenize", "tokenize and pack a corpus into Arrow shards + manifest.json"
@@ -41,9 +41,6 @@ class Job(StageJob):
         manifest = tokenize_corpus(self.corpus.path, self.tokenizer.path, out, n_ctx=self.n_ctx,
                                    shard_rows=self.shard_rows, workers=self.workers,
                                    show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
-        if not manifest["splits"].get("train", {}).get("rows"):
-            raise InputError(f"no complete block of {self.n_ctx + 1} tokens in the train split: the corpus is too "
-                             "small for this context length", file=self.corpus.path)
         return {"tokens": {split: entry.get("tokens") for split, entry in manifest["splits"].items()},
                 "vocab_size": manifest["vocab_size"]}
 
@@ -69,7 +66,9 @@ def run_cli(args: argparse.Namespace) -> int:
               shard_rows=args.shard_rows or cfg.data.shard_rows, workers=args.workers or cfg.data.workers,
               progress=False if args.no_progress else None)
     result = run_from_args(job, args)
-    totals = load_manifest(result.path)["totals"]
-    print(f"{result.path / 'manifest.json'}: {totals['rows']:,} blocks of {job.n_ctx + 1} tokens in "
-          f"{totals['shards']} shards; dropped tail tokens {totals['dropped_tail_tokens']:,}")
+    manifest = load_manifest(result.path)
+    totals = manifest["totals"]
+    per_split = ", ".join(f"{split}: {entry['rows']:,}" for split, entry in manifest["splits"].items())
+    print(f"{result.path}: {totals['rows']:,} blocks of {manifest['block_tokens']} tokens in {totals['shards']} "
+          f"shards ({per_split}); dropped tail tokens {totals['dropped_tail_tokens']:,}")
     return 0

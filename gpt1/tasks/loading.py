@@ -57,6 +57,16 @@ def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFA
     return TaskData(task, split, examples, report)
 
 
+def peek(task: str, path: str | Path, split: str, rows: int = 20) -> int:
+    """Find the files of one split and read its first `rows` rows, raising what `load` would raise about them
+    (missing, ambiguous or another task's file): a quick check of full-size data before a run. Returns the rows
+    read."""
+    spec = get(task)
+    if split not in spec.splits:
+        raise ValueError(f"{task}: unknown split {split!r}; use one of {', '.join(spec.splits)}")
+    return sum(1 for _ in itertools.islice(_rows(spec, path, split), rows))
+
+
 def _rows(spec: TaskSpec, path: str | Path, split: str) -> Rows:
     if isinstance(path, str) and path.startswith("hf:"):
         return hub.read_hub(spec, path, split)

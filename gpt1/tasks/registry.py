@@ -193,6 +193,9 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         splits=("train", "test"), splits_note="Story Cloze: train = the validation csv, test = the test csv",
         eval_splits=("test",), submission="StoryCloze",
         hf="story_cloze", hf_label="answer_right_ending", hf_splits={"train": "validation"},
+        hf_manual=("its csv files are shared only through the request form of the ROCStories / Story Cloze site "
+                   "(https://cs.rochester.edu/nlp/rocstories/); download the 2016 val and test csv files into one "
+                   "folder and set finetune.task_data.storycloze=/that/folder"),
         hf_columns=("story_id", "input_sentence_1", "input_sentence_2", "input_sentence_3", "input_sentence_4",
                     "sentence_quiz1", "sentence_quiz2", "answer_right_ending"),
         metrics=("accuracy",),

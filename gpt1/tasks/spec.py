@@ -108,6 +108,7 @@ class TaskSpec:
     # -- the Hugging Face hub (gpt1.tasks.hub)
     hf: str  # hub reference without `hf:` (e.g. glue/sst2)
     hf_revision: str | None = None  # pinned dataset revision (commit or tag); None: the hub's default branch
+    hf_manual: str = ""  # the hub copy needs files fetched by hand (how to get them); empty: it downloads itself
     hf_text: tuple[str, ...] = ()  # text columns in example order (also the raw input fields of `gpt1 predict`)
     hf_columns: tuple[str, ...] = ()  # every column of the hub dataset; another column means another dataset
     hf_label: str = "label"
