@@ -54,7 +54,7 @@ def main() -> None:
     from gpt1.config import load_config
     from gpt1.distributed import deepspeed_config, init_world
     from gpt1.model import GPT1
-    from gpt1.pretrain import lm_loss, param_groups
+    from gpt1.optim import param_groups
 
     init_world()
     cfg = load_config("paper", [f"pretrain.zero_stage={args.zero_stage}", f"pretrain.precision={args.precision}",
@@ -64,7 +64,7 @@ def main() -> None:
     engine, *_ = deepspeed.initialize(model=model, model_parameters=param_groups(model, 0.01),
                                       config=deepspeed_config(cfg.pretrain, 1, "cpu"))
     tokens = torch.randint(0, cfg.model.vocab_size, (1, 33))
-    engine.backward(lm_loss(engine(tokens[:, :-1]).logits, tokens[:, 1:]))
+    engine.backward(engine(tokens[:, :-1], targets=tokens[:, 1:]).loss)
     engine.step()
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="bench-ckpt-"))

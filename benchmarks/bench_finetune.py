@@ -27,7 +27,8 @@ import torch
 from gpt1 import tasks
 from gpt1.config import FinetuneConfig, load_config
 from gpt1.convert import hf_config_dict, to_hf_state_dict
-from gpt1.finetune import Split, make_optimizer, train
+from gpt1 import optim
+from gpt1.finetune import Split, train
 from gpt1.mfu import measure_matmul_flops
 from gpt1.model import GPT1, GPT1ForTask, flops_per_token
 from gpt1.tasks import Encoded, TextExample
@@ -71,7 +72,9 @@ class Peer:
         """A fresh fine-tune of `steps` updates, as each call of ours is (optimizer state starts empty)."""
         self.model.train()
         started = time.perf_counter()
-        self.optimizer = make_optimizer(self.model, self.cfg)
+        c = self.cfg
+        self.optimizer = optim.adamw(self.model, lr=c.lr, weight_decay=c.weight_decay, betas=c.adam_betas,
+                                     eps=c.adam_eps)
         for _ in range(steps):
             out = self.model(self.input_ids, mc_token_ids=self.mc_token_ids, labels=self.input_ids,
                              mc_labels=torch.zeros(len(self.input_ids), dtype=torch.long))

@@ -1,6 +1,6 @@
 """What pre-training on the sample books taught: do held-out words land next to the words that share their meaning?
 
-The sample tasks (gpt1.data.sample) train on one half of the lexicon and evaluate on the other, so fine-tuning can
+The sample tasks (gpt1.sample) train on one half of the lexicon and evaluate on the other, so fine-tuning can
 only generalise if pre-training already placed the held-out words by meaning. This measures that directly, for a
 checkpoint and, in the same run, for a randomly initialised model of the same shape (the no-pre-training peer):
 
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt1 import tokenizer as tokenization
-from gpt1.data import sample_lexicon as lex
+from gpt1.sample import lexicon as lex
 from gpt1.model import GPT1
 
 

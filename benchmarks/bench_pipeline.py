@@ -6,7 +6,7 @@ three):
 
   plain        the `gpt1.pipeline` stage functions called in order, fine-tunes one at a time in one reused
                worker process, as the flow runs them (no Prefect)
-  plain-sub    the same with every fine-tune a `gpt1 finetune` subprocess of its own (what a worker saves)
+  plain-sub    the same with every fine-tune in a fresh Python process of its own (what a worker saves)
   flow-1       the `gpt1` Prefect flow, orchestration.finetune_concurrency=1 (same work as `plain`)
   flow-n       the same flow with finetune_concurrency=N, its upstream stages copied from `flow-1` (so cached:
                only the fan-out and the report run)
@@ -32,36 +32,45 @@ import argparse
 import contextlib
 import json
 import os
+import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from flows.pipeline import FINETUNE_PRELOAD
 from gpt1 import pipeline as P
 from gpt1.config import load_config
 from gpt1.io import read_json
+from gpt1.runtime.workers import WorkerPool
+from gpt1.stages.finetune import InWorker
 
 UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
 
 
 def run_plain(preset: str, overrides: list[str], work: Path, uri: str, subprocesses: bool = False) -> float:
     """Every stage in order without Prefect; fine-tunes sequential, in one reused worker process (as the flow
-    runs them) or, with `subprocesses`, each in a `gpt1 finetune` process of its own."""
-    plan = P.Plan.make(load_config(preset, overrides), work)
+    runs them) or, with `subprocesses`, each in a fresh process of its own."""
+    plan = P.Plan.make(load_config(preset, [*overrides, f"tracking.tracking_uri={uri}"]), work)
     started = time.perf_counter()
     quiet = lambda line: None  # noqa: E731 - subprocess output is not what is measured
-    if plan.cfg.data.source == "sample" or plan.cfg.finetune.data == "sample":
-        P.run_sample_data(plan)
-    corpus = P.run_ingest(plan)
-    tok = P.run_train_tokenizer(plan, corpus)
-    shards = P.run_tokenize(plan, corpus, tok)
-    checkpoint = P.run_pretrain(plan, shards, tok, tracking_uri=uri, log_line=quiet)
-    with contextlib.nullcontext() if subprocesses else P.FinetuneWorkers(1) as workers:
+    for stage in ("sample", "ingest", "tokenizer", "shards"):
+        P.run_stage(plan, stage)
+    P.run_pretrain(plan, log_line=quiet)
+    with contextlib.nullcontext() if subprocesses else WorkerPool(1, preload=FINETUNE_PRELOAD) as workers:
         for variant in plan.variants:
-            start = P.write_random_init(plan, variant, tok) if plan.from_random_init(variant) else checkpoint
+            P.prepare_start(plan, variant)
             for task in plan.cfg.finetune.tasks:
-                P.run_finetune(plan, task, start, tok, variant, tracking_uri=uri, log_line=quiet, workers=workers)
-    P.run_report(plan, tracking_uri=uri, log_line=quiet)
+                if subprocesses:
+                    job = InWorker(plan.finetune_job(variant, task), plan.task_dir(task, variant))
+                    once = "import pickle, sys; sys.exit(pickle.load(sys.stdin.buffer)())"
+                    subprocess.run([sys.executable, "-c", once],
+                                   input=pickle.dumps(job), capture_output=True, check=True)
+                else:
+                    P.run_finetune(plan, variant, task, workers=workers, log_line=quiet)
+    P.run_report(plan)
     return time.perf_counter() - started
 
 
@@ -142,7 +151,7 @@ def main() -> None:
             if "flow-n" in runs:
                 upstream = P.Plan.make(load_config(args.preset, parallel), root / "flow-n")
                 for stage in UPSTREAM:
-                    source = root / "flow-1" / stage / upstream.keys[stage]
+                    source = root / "flow-1" / stage / upstream.jobs[stage].key()
                     if source.exists():
                         shutil.copytree(source, upstream.dir(stage))
                 totals["flow-n"] = run_flow(args.preset, parallel, root / "flow-n")

@@ -1,7 +1,7 @@
 """Pre-training throughput: the DeepSpeed engine against the plain PyTorch step, and world size 1 against 2.
 
 --part engine   In one process, the same GPT1 (same initial weights, same batch) is trained by
-                (a) a plain loop: torch AdamW over `gpt1.pretrain.param_groups`, the LambdaLR schedule,
+                (a) a plain loop: torch fused AdamW over `gpt1.pretrain.param_groups`, the LambdaLR schedule,
                     `clip_grad_norm_`, i.e. what the engine does, written by hand;
                 (b) the DeepSpeed engine built from the same PretrainConfig (`gpt1.distributed.deepspeed_config`).
                 Steps alternate (a, b, a, b, ...) so load from other processes hits both alike; median step time.
@@ -37,7 +37,7 @@ import torch
 
 from gpt1.config import load_config
 from gpt1.model import GPT1
-from gpt1.pretrain import lm_loss, lr_factor, param_groups
+from gpt1.optim import lr_factor, param_groups
 
 
 def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int | None, vocab: int | None) -> dict:
@@ -59,7 +59,8 @@ def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int
     plain = GPT1(cfg.model).train()
     engine_model = GPT1(cfg.model)
     engine_model.load_state_dict(plain.state_dict())
-    optimizer = torch.optim.AdamW(param_groups(plain, p.weight_decay), lr=p.lr, betas=p.adam_betas, eps=p.adam_eps)
+    optimizer = torch.optim.AdamW(param_groups(plain, p.weight_decay), lr=p.lr, betas=p.adam_betas, eps=p.adam_eps,
+                                  fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     engine, *_ = deepspeed.initialize(
         model=engine_model, model_parameters=param_groups(engine_model, p.weight_decay),
@@ -68,7 +69,7 @@ def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int
 
     def plain_step() -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            loss = lm_loss(plain(inputs).logits, targets)
+            loss = plain(inputs, targets=targets).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plain.parameters(), p.grad_clip)
         optimizer.step()
@@ -76,7 +77,7 @@ def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int
         optimizer.zero_grad(set_to_none=True)
 
     def engine_step() -> None:
-        loss = lm_loss(engine(inputs).logits, targets)
+        loss = engine(inputs, targets=targets).loss
         engine.backward(loss)
         engine.step()
 

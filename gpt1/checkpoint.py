@@ -13,7 +13,9 @@ later removed. The newest `keep_last` complete checkpoints are kept.
 
 Choices where the spec is silent:
 - Our extras are JSON (RNG states as lists/base64), never pickles: reading them cannot execute code. DeepSpeed's
-  own files are read by DeepSpeed (it unpickles its optimizer state; the directory is our own output).
+  own files (module, optimizer and scheduler state) are read through DeepSpeed with `torch.load(weights_only=True)`
+  and an explicit allow-list of the three DeepSpeed types its ZeRO optimizer state holds (`WeightsOnlyLoads`):
+  a file planted on a shared checkpoint volume cannot run code on resume, it is refused with its name.
 - The data-reader state is global (epoch, position in the world-size-independent sample order; see
   gpt1.data.shards), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
   RNG streams and ZeRO partitions are per rank.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import pickle
 import random
 import re
 import shutil
@@ -34,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpt1.io import read_json, write_json, write_text
+from gpt1.io import InputError, read_json, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +141,9 @@ class CheckpointManager:
         if meta["world_size"] != self.world_size:
             raise ValueError(f"{path} was written by {meta['world_size']} processes; resume with the same number "
                              f"(this job has {self.world_size})")
-        loaded, _ = engine.load_checkpoint(str(self.root), tag=path.name, load_optimizer_states=True,
+        if not isinstance(engine.checkpoint_engine, WeightsOnlyLoads):
+            engine.checkpoint_engine = WeightsOnlyLoads(engine.checkpoint_engine)
+        loaded, _ = engine.load_checkpoint(str(path.parent), tag=path.name, load_optimizer_states=True,
                                            load_lr_scheduler_states=True)
         if loaded is None:
             raise ValueError(f"DeepSpeed could not load the checkpoint in {path}")
@@ -153,6 +158,31 @@ class CheckpointManager:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
             log.info("removed checkpoint %s", path.name)
+
+
+class WeightsOnlyLoads:
+    """DeepSpeed's checkpoint engine, except that `load` unpickles with `torch.load(weights_only=True)`: tensors,
+    containers and plain values, plus the DeepSpeed types its ZeRO optimizer state is made of, never arbitrary
+    objects (whose unpickling can run code)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def load(self, path: str, map_location=None):
+        from deepspeed.runtime.fp16.loss_scaler import LossScaler
+        from deepspeed.runtime.zero.config import ZeroStageEnum
+        from deepspeed.utils.tensor_fragment import fragment_address
+
+        try:
+            with torch.serialization.safe_globals([ZeroStageEnum, LossScaler, fragment_address]):
+                return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError as err:
+            why = next((line.strip().rstrip(".") for line in str(err).splitlines() if "GLOBAL" in line), "")
+            raise InputError(f"refused to load it: it holds objects a weights-only load does not allow ({why}); "
+                             "was it written by gpt1 pretrain?", file=path) from None
 
 
 def consolidated_state_dict(engine, checkpoint: Path, zero_stage: int) -> dict[str, torch.Tensor]:

@@ -17,9 +17,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gpt1.tasks.registry import TASKS  # the registry is the one list of tasks (gpt1.tasks never imports config)
+
 PRESET_DIR = Path(__file__).parent / "presets"
 
-TASKS = ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "snli", "scitail", "race", "storycloze")
 SPECIAL_TOKENS = ("_start_", "_delimiter_", "_classify_")
 
 
@@ -28,7 +29,8 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf and nan are refused everywhere: `pretrain.lr=inf` would otherwise train a model of NaNs to the end
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Section):
@@ -48,6 +50,9 @@ class ModelConfig(_Section):
     # Systems choices, not hyperparameters: they change speed/memory, never the function computed.
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
+    compile: bool | Literal["auto"] = Field(
+        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA only "
+                            "(gpt1/model.py)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":
@@ -80,6 +85,13 @@ class DataConfig(_Section):
     min_doc_chars: int = Field(1, ge=0)
     unwrap_lines: bool = Field(
         True, description="join the lines of hard-wrapped prose paragraphs; verse, lists and headings keep theirs"
+    )
+    max_documents: int | None = Field(
+        None, gt=0, description="subset: the first N documents (after cleaning and dedup) in source order; the "
+        "source is read no further"
+    )
+    max_chars: int | None = Field(
+        None, gt=0, description="subset: whole documents in source order up to this many characters in all"
     )
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
     workers: int = Field(2, gt=0)
@@ -117,6 +129,12 @@ class FinetuneConfig(_Section):
 
     tasks: list[str] = Field(default_factory=lambda: list(TASKS))
     data: str = Field("hf", description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs")
+    missing_data: Literal["error", "skip"] = Field(
+        "error", description="a task whose files are not found: an error (preflight, fine-tune), or skipped and "
+                             "listed in the report as not run")
+    task_data: dict[str, str] = Field(
+        default_factory=dict, description="per task, where its files are instead (a folder, a file or hf:<id>), "
+                                          "e.g. storycloze: the manual download while the rest come from the hub")
     lr: float = Field(6.25e-5, gt=0)
     batch_size: int = Field(32, gt=0)
     micro_batch_size: int | None = Field(
@@ -124,6 +142,8 @@ class FinetuneConfig(_Section):
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # the release's Adam settings, as pre-training's
+    adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0)
     clf_pdrop: float = Field(0.1, ge=0, lt=1)
     aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")
@@ -152,6 +172,11 @@ class OrchestrationConfig(_Section):
         "local", description="local: subprocesses on this worker; deployment: one flow run per task on a work pool"
     )
     finetune_deployment: str = Field("gpt1-finetune/gpu", description="used when fanout=deployment")
+    finetune_job_variables: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="fanout=deployment: work-pool job variables per task (e.g. more memory)")
+    pretrain_deployment: str | None = Field(
+        None, description="run pre-training as this deployment (its own work pool, e.g. gpt1-pretrain/gpu-node) "
+                          "instead of in the flow's process")
     pretrain_nproc: int = Field(1, gt=0, description="processes per node for the DeepSpeed launcher")
     pretrain_launcher: Literal["local", "slurm"] = Field(
         "local", description="local: `gpt1 pretrain` on this worker; slurm: sbatch the job in infra/multinode/slurm/"
@@ -166,6 +191,7 @@ class OrchestrationConfig(_Section):
                                  "finetune": 1, "report": 1}
     )
     retry_delay_seconds: float = Field(10.0, ge=0, description="first retry delay; doubles each retry")
+    preflight: bool = Field(True, description="check data, services, pools and disk before any stage runs")
 
 
 class PipelineConfig(_Section):
@@ -180,9 +206,11 @@ class PipelineConfig(_Section):
 
     @model_validator(mode="after")
     def _known_tasks(self) -> "PipelineConfig":
-        unknown = sorted(set(self.finetune.tasks) - set(TASKS))
-        if unknown:
-            raise ValueError(f"finetune.tasks: unknown task(s) {unknown}; known: {list(TASKS)}")
+        for field, names in (("finetune.tasks", self.finetune.tasks), ("finetune.task_data", self.finetune.task_data),
+                             ("orchestration.finetune_job_variables", self.orchestration.finetune_job_variables)):
+            unknown = sorted(set(names) - set(TASKS))
+            if unknown:
+                raise ValueError(f"{field}: unknown task(s) {unknown}; known: {list(TASKS)}")
         return self
 
 
@@ -242,8 +270,9 @@ def _format_errors(err: ValidationError, origin: str) -> str:
     return f"invalid config from {origin}:\n" + "\n".join(lines)
 
 
-def load_preset_dict(name_or_path: str) -> dict:
-    """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path."""
+def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
+    """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path. A preset may start
+    from another (`extends: NAME`): its own values win, recursively, and `preset` is its own name."""
     path = Path(name_or_path)
     if not path.suffix:
         path = PRESET_DIR / f"{name_or_path}.yaml"
@@ -252,10 +281,19 @@ def load_preset_dict(name_or_path: str) -> dict:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
+        try:
+            data = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML ({err})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     data.setdefault("preset", path.stem)
+    base = data.pop("extends", None)
+    if base is not None:
+        if base in _seen or base == name_or_path:
+            raise ConfigError(f"{path}: `extends: {base}` makes a cycle ({' -> '.join((*_seen, name_or_path, base))})")
+        data = merge({k: v for k, v in load_preset_dict(base, (*_seen, name_or_path)).items() if k != "preset"},
+                     data)
     return data
 
 

@@ -1,21 +1,32 @@
 """Weight interop, in one place: HF `transformers` openai-gpt and the original OpenAI release <-> `gpt1.model.GPT1`.
 
-    gpt1 convert --from hf SRC --out DIR       # SRC: a folder written by transformers' save_pretrained
-    gpt1 convert --from openai SRC --out DIR   # SRC: params_0.npy .. params_9.npy + params_shapes.json
-    gpt1 convert --to hf SRC --out DIR         # SRC: a folder written by GPT1.save_pretrained
+    gpt1 convert --from hf SRC --out DIR            # SRC: a transformers folder, or a hub id OWNER/NAME[@REVISION]
+    gpt1 convert --from openai SRC --out DIR        # SRC: params_0.npy .. params_9.npy + params_shapes.json
+    gpt1 convert --to hf SRC --out DIR              # SRC: a folder written by GPT1.save_pretrained
+    gpt1 convert --from openai SRC --to hf --out DIR
+
+A tokenizer travels with the weights: SRC's tokenizer.json (ours), the release's encoder_bpe_40000.json +
+vocab_40000.bpe, or in a transformers folder our exported tokenizer or the release's files under HF's names
+(vocab.json + merges.txt); `--tokenizer` overrides. A transformers folder (`save_hf_folder`, also pre-training's
+`final/hf`) is complete: config.json, model.safetensors, generation_config.json, the tokenizer with the 3 specials
+(`gpt1.tokenizer.save_transformers`) and a model card, so `AutoTokenizer`, `AutoModelForCausalLM` and
+`pipeline("text-generation")` work on it as they are. A hub id is fetched into the local hub cache, or read from it
+alone when HF_HUB_OFFLINE=1.
 
 All three layouts hold the same tensors under different names. Two differences matter:
 - HF `Conv1D` and the TF release store projection weights as (in, out) (the release with a leading 1: [1, in, out]);
   `nn.Linear` stores (out, in), so every attention/MLP weight is transposed on the way in and out.
 - Vocabulary: the released model and HF's openai-gpt have 40,478 BPE rows and no special tokens. The OpenAI
   loader appends 3 rows ~N(0, 0.02) for `_start_ _delimiter_ _classify_` (ids 40478..40480), as the original
-  fine-tuning code did. The HF import keeps the source vocabulary as is (pass `vocab_size=` to
-  `GPT1.from_pretrained` to add the specials later). The HF export keeps every row and writes
-  `vocab_size` = our vocabulary, so nothing is lost; the extra rows are ids past HF's tokenizer.
+  fine-tuning code did. The HF import keeps the source vocabulary as is (`gpt1 finetune` grows it to the
+  tokenizer's). The HF export keeps every row and writes `vocab_size` = our vocabulary, so nothing is lost.
 
 Choices where the spec is silent: shapes do not determine the number of heads, so it comes from the HF config
 (`n_head`) and, for the OpenAI release (which has no config), is the released model's 12. HF's openai-gpt has no
-FFN-width setting (it is always 4 x n_embd), so exporting a model with another `d_ff` is refused.
+FFN-width setting (it is always 4 x n_embd), so exporting a model with another `d_ff` is refused. In the exported
+folder `_start_` is the bos token (`tokenizer(text)` starts with it, as every pre-training document does) and the
+eos token of generation_config.json (generation stops when the model starts a new document, as `gpt1.generate`
+does).
 """
 
 from __future__ import annotations
@@ -30,9 +41,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from gpt1 import tokenizer as tokenization
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
-from gpt1.io import InputError, atomic_path, read_json, write_text
+from gpt1.io import InputError, atomic_dir, read_json, write_text
 from gpt1.model import GPT1
+from gpt1.tokenizer import GPT1Tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +59,13 @@ _TRANSPOSED = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "m
 _HF_BUFFERS = re.compile(r"(^|\.)(h\.\d+\.attn\.bias|h\.\d+\.attn\.masked_bias|position_ids)$")
 _HF_BLOCK_KEY = re.compile(r"^h\.(\d+)\.(.+)$")
 RELEASE_N_HEAD = 12  # not recoverable from shapes; the released model's value
+RELEASE_VOCAB = ("encoder_bpe_40000.json", "vocab_40000.bpe")  # the release's tokenizer files
+HF_RELEASE_VOCAB = ("vocab.json", "merges.txt")  # the same two files in HF's openai-gpt
+HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
+# What an import reads from a hub repository (pytorch_model.bin only when there are no safetensors).
+_HF_IMPORT_FILES = [HF_CONFIG, HF_WEIGHTS, "model.safetensors.index.json", "model-*.safetensors",
+                    tokenization.TOKENIZER_FILE, *HF_RELEASE_VOCAB]
+_HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 # ---------------------------------------------------------------------------------------------------- HF transformers
@@ -127,9 +147,9 @@ def hf_config_dict(cfg: ModelConfig) -> dict:
 def load_hf_folder(directory: str | os.PathLike) -> GPT1:
     """A folder written by transformers' `save_pretrained` (safetensors, sharded or not; or pytorch_model.bin)."""
     directory = Path(directory)
-    config_path = directory / "config.json"
+    config_path = directory / HF_CONFIG
     if not config_path.exists():
-        raise FileNotFoundError(f"no config.json in {directory} (expected a transformers save_pretrained folder)")
+        raise FileNotFoundError(f"no {HF_CONFIG} in {directory} (expected a transformers save_pretrained folder)")
     hf_config = read_json(config_path)
     if hf_config.get("model_type") != "openai-gpt":
         raise InputError(f"model_type is {hf_config.get('model_type')!r}, expected 'openai-gpt'",
@@ -139,8 +159,8 @@ def load_hf_folder(directory: str | os.PathLike) -> GPT1:
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
-    if (directory / "model.safetensors").exists():
-        return load_file(str(directory / "model.safetensors"))
+    if (directory / HF_WEIGHTS).exists():
+        return load_file(str(directory / HF_WEIGHTS))
     index = directory / "model.safetensors.index.json"
     if index.exists():
         sd: dict[str, torch.Tensor] = {}
@@ -152,20 +172,107 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
         return sd
     if (directory / "pytorch_model.bin").exists():
         return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"no model.safetensors, model.safetensors.index.json or pytorch_model.bin in {directory}")
+    raise FileNotFoundError(f"no {HF_WEIGHTS}, model.safetensors.index.json or pytorch_model.bin in {directory}")
 
 
-def save_hf_folder(model: GPT1, directory: str | os.PathLike) -> Path:
-    """Write a folder `transformers.OpenAIGPTLMHeadModel.from_pretrained` loads (config.json + model.safetensors)."""
-    from transformers import OpenAIGPTConfig  # heavy import, needed only here
+def hf_folder_tokenizer(directory: Path) -> GPT1Tokenizer | None:
+    """A transformers folder's tokenizer: one `save_hf_folder` wrote, or the release's vocabulary under HF's names
+    (vocab.json + merges.txt) with the 3 specials appended; None when it holds neither."""
+    if (directory / tokenization.TOKENIZER_FILE).is_file():
+        try:
+            return tokenization.from_transformers(directory)
+        except InputError as err:
+            log.debug("%s", err)  # another tokenizer.json, e.g. HF's BERT-style openai-gpt pipeline
+    return release_tokenizer(directory, HF_RELEASE_VOCAB)
+
+
+def resolve_hf_source(source: str) -> tuple[Path, str]:
+    """A local transformers folder, or a hub id `OWNER/NAME[@REVISION]` fetched into (or, with HF_HUB_OFFLINE=1,
+    read from) the local hub cache. Returns the folder and what it is, e.g. `openai-community/openai-gpt@<commit>`."""
+    path = Path(source)
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(f"source is not a folder: {path}")
+        return path, str(path)
+    repo_id, _, revision = source.partition("@")
+    if not _HUB_ID.fullmatch(repo_id):
+        raise FileNotFoundError(f"source folder not found: {source}")
+    from huggingface_hub import snapshot_download  # only for hub ids
+
+    try:
+        folder = Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=_HF_IMPORT_FILES))
+        if not any(folder.glob("*.safetensors")):  # older repositories: read by torch.load(weights_only=True)
+            folder = Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=["pytorch_model.bin"]))
+    except (OSError, ValueError) as err:  # not cached offline, no such repo or revision, invalid id, hub down
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise FileNotFoundError(f"{source}: not a local folder, and the hub could not provide it ({reason})") from None
+    return folder, f"{repo_id}@{folder.name}"  # snapshot folders are named by commit
+
+
+def save_hf_folder(model: GPT1, tokenizer: GPT1Tokenizer, directory: str | os.PathLike, made_by: str) -> Path:
+    """Write a complete transformers folder, swapped in whole: config.json, model.safetensors,
+    generation_config.json, the tokenizer with the 3 specials and a model card (`made_by`: how the weights came
+    about, one sentence). An existing folder is replaced only if it is a transformers folder."""
+    from transformers import GenerationConfig, OpenAIGPTConfig  # heavy imports, needed only here
 
     directory = Path(directory)
-    hf_config = OpenAIGPTConfig(**hf_config_dict(model.config), architectures=["OpenAIGPTLMHeadModel"])
+    if directory.is_dir() and any(directory.iterdir()) and not (directory / HF_CONFIG).is_file():
+        raise InputError("exists and is not a transformers folder: not replacing it", file=directory)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the model only {model.config.vocab_size} "
+                         f"embedding rows")
+    start = tokenizer.start_id
+    hf_config = OpenAIGPTConfig(**hf_config_dict(model.config), architectures=["OpenAIGPTLMHeadModel"],
+                                bos_token_id=start, eos_token_id=start)
     state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items() if k != "lm_head.weight"}
-    with atomic_path(directory / "model.safetensors") as tmp:  # the tied head is implied, as HF itself saves it
-        save_file(state, str(tmp), metadata={"format": "pt"})
-    write_text(directory / "config.json", hf_config.to_json_string())
+    with atomic_dir(directory) as tmp:
+        save_file(state, str(tmp / HF_WEIGHTS), metadata={"format": "pt"})  # the tied head is implied, as HF saves it
+        write_text(tmp / HF_CONFIG, hf_config.to_json_string())
+        GenerationConfig(bos_token_id=start, eos_token_id=start, pad_token_id=start).save_pretrained(tmp)
+        tokenization.save_transformers(tokenizer, tmp, model_max_length=model.config.n_ctx)
+        write_text(tmp / "README.md", model_card(model, tokenizer, made_by))
     return directory
+
+
+def model_card(model: GPT1, tokenizer: GPT1Tokenizer, made_by: str) -> str:
+    cfg = model.config
+    return f"""---
+library_name: transformers
+pipeline_tag: text-generation
+language: en
+tags: [gpt1, openai-gpt]
+---
+
+# GPT-1, {cfg.n_layer} layers, d={cfg.n_embd}, {model.num_parameters() / 1e6:.1f}M parameters
+
+A GPT-1 language model (Radford et al., 2018, "Improving Language Understanding by Generative Pre-Training") in
+transformers' `openai-gpt` format: a decoder-only transformer with post-LayerNorm blocks, {cfg.n_layer} layers x
+{cfg.n_head} heads, d={cfg.n_embd}, context {cfg.n_ctx}, LM head tied to the token embedding. Vocabulary
+{tokenizer.vocab_size:,}: {tokenizer.num_merges:,} word-level BPE merges (`</w>` ends a word) and the specials
+`_start_ _delimiter_ _classify_` (ids {tokenizer.start_id}..{tokenizer.classify_id}).
+
+## How it was made
+
+{made_by} Written by gpt1-pipeline (`gpt1 convert --to hf`, or pre-training's `final/hf`).
+
+## How to load it
+
+```python
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")
+model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")
+generate = pipeline("text-generation", model="THIS_FOLDER")
+print(generate("the old man said", max_new_tokens=20)[0]["generated_text"])
+```
+
+`tokenizer(text)` starts with `_start_`, as every pre-training document did; generation stops when the model
+starts a new document (`_start_` is the eos token). Fine-tuning inputs are written with the specials, e.g.
+`tokenizer("_start_ premise _delimiter_ hypothesis _classify_", add_special_tokens=False)`.
+The tokenizer lower-cases and applies ftfy's character-by-character fixes (quotes, ligatures, fullwidth forms, line
+breaks, control characters, NFC); what ftfy repairs from context (mojibake, HTML entities, C1 control characters)
+is not in tokenizer.json: pass such text through `ftfy.fix_text` first, as gpt1-pipeline itself does.
+"""
 
 
 # ------------------------------------------------------------------------------------------ original OpenAI release
@@ -243,6 +350,12 @@ def _read_release_arrays(directory: Path) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def release_tokenizer(directory: Path, names: tuple[str, str] = RELEASE_VOCAB) -> GPT1Tokenizer | None:
+    """The release's vocabulary (encoder json + merges) in `directory`, 3 specials appended; None if absent."""
+    encoder, merges = (directory / name for name in names)
+    return tokenization.from_openai(encoder, merges) if encoder.is_file() and merges.is_file() else None
+
+
 def _build(cfg: dict, state: dict[str, torch.Tensor], source: str | os.PathLike) -> GPT1:
     with torch.device("meta"):  # weights come from `state`: skip the random init
         model = GPT1(ModelConfig(**cfg))
@@ -251,28 +364,64 @@ def _build(cfg: dict, state: dict[str, torch.Tensor], source: str | os.PathLike)
 
 
 # ----------------------------------------------------------------------------------------------------------- CLI
-def add_convert_args(parser: argparse.ArgumentParser) -> None:
-    direction = parser.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--from", dest="source_format", choices=("hf", "openai"),
-                           help="import: hf = a transformers save_pretrained folder; openai = the original release")
-    direction.add_argument("--to", dest="target_format", choices=("hf",),
-                           help="export one of our folders (GPT1.save_pretrained) for transformers")
-    parser.add_argument("src", help="source folder")
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="source_format", choices=("gpt1", "hf", "openai"), default="gpt1",
+                        help="source: gpt1 = a GPT1.save_pretrained folder (default); hf = a transformers folder or "
+                             "hub id; openai = the original release")
+    parser.add_argument("--to", dest="target_format", choices=("gpt1", "hf"), default="gpt1",
+                        help="target: gpt1 (default) or hf = a complete transformers folder")
+    parser.add_argument("src", help="source folder; with --from hf also a hub id OWNER/NAME[@REVISION]")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--tokenizer", help="tokenizer.json or its folder, instead of the one found with the source")
     parser.add_argument("--seed", type=int, default=0, help="seed for the special-token rows (--from openai)")
 
 
-def run_convert(args: argparse.Namespace) -> int:
-    src = Path(args.src)
-    if not src.is_dir():
-        raise NotADirectoryError(f"source folder not found: {src}")
-    if args.target_format == "hf":
-        model = GPT1.from_pretrained(src)
-        save_hf_folder(model, args.out)
+def run_cli(args: argparse.Namespace) -> int:
+    source, target = args.source_format, args.target_format
+    if source == target:
+        raise ValueError(f"nothing to convert from {source} to {target}: give --from hf|openai or --to hf")
+    if source == "hf":
+        folder, origin = resolve_hf_source(args.src)
     else:
-        model = load_hf_folder(src) if args.source_format == "hf" else load_openai_release(src, seed=args.seed)
+        folder = origin = Path(args.src)
+        if not folder.is_dir():
+            raise NotADirectoryError(f"source folder not found: {folder}")
+    if source == "hf":
+        model, found, made_by = load_hf_folder(folder), hf_folder_tokenizer(folder), f"Converted from {origin}."
+    elif source == "openai":
+        model, found = load_openai_release(folder, seed=args.seed), release_tokenizer(folder)
+        made_by = (f"Converted from the original OpenAI GPT-1 release ({origin}); the 3 special-token rows are "
+                   f"drawn from N(0, 0.02) with seed {args.seed}, as the original fine-tuning code did.")
+    else:
+        model, found, made_by = GPT1.from_pretrained(folder), _gpt1_tokenizer(folder), _trained_by(folder)
+    tokenizer = tokenization.load(args.tokenizer) if args.tokenizer else found
+    if target == "hf":
+        if tokenizer is None:
+            raise FileNotFoundError(f"no tokenizer with {origin}: pass --tokenizer (tokenizer.json or its folder)")
+        save_hf_folder(model, tokenizer, args.out, made_by)
+    else:
         model.save_pretrained(args.out)
-    fmt = "transformers openai-gpt" if args.target_format else "gpt1"
-    log.info("wrote %s (%s format): %d parameters, vocab %d, %d layers", args.out, fmt, model.num_parameters(),
-             model.config.vocab_size, model.config.n_layer)
+        if tokenizer is not None:
+            tokenizer.save(args.out)
+        else:
+            log.warning("no tokenizer with %s: give one to `gpt1 finetune --tokenizer`", origin)
+    log.info("wrote %s (%s format) from %s: %d parameters, vocab %d, %d layers%s", args.out, target, origin,
+             model.num_parameters(), model.config.vocab_size, model.config.n_layer,
+             ", no tokenizer" if tokenizer is None else "")
     return 0
+
+
+def _gpt1_tokenizer(folder: Path) -> GPT1Tokenizer | None:
+    return tokenization.load(folder) if (folder / tokenization.TOKENIZER_FILE).is_file() else None
+
+
+def _trained_by(folder: Path) -> str:
+    """How one of our folders came about: pre-training's training.json when it is there."""
+    summary = read_json(folder / "training.json") if (folder / "training.json").is_file() else {}
+    if isinstance(summary.get("steps"), int) and isinstance(summary.get("tokens_seen"), int):
+        return pretrained_by(summary["steps"], summary["tokens_seen"])
+    return f"Converted from the gpt1-pipeline model folder {folder}."
+
+
+def pretrained_by(steps: int, tokens: int) -> str:
+    return f"Pre-trained by gpt1-pipeline for {steps:,} steps ({tokens:,} tokens)."

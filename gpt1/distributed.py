@@ -11,10 +11,18 @@ Three jobs, each derived from the pipeline config (the single source of truth) a
   generated on every start and logged, never kept by hand.
 
 Choices where the spec is silent:
-- The optimizer is DeepSpeed's AdamW (decoupled weight decay); on CPU it is `torch.optim.AdamW` (`torch_adam`:
-  no C++ build, bit-reproducible), on GPU DeepSpeed's FusedAdam, with CPU offload DeepSpeedCPUAdam (required by
-  ZeRO-Offload). Weight decay per parameter group comes from `gpt1.pretrain.param_groups`; the config's value
-  is only the default for groups that do not say.
+- The optimizer is AdamW (decoupled weight decay) as torch's fused kernel, `torch.optim.AdamW(fused=True)`, on
+  CPU and GPU alike: DeepSpeed's `torch_adam` option, which passes the config's other keys (`fused`) through to
+  torch. Nothing is compiled at run time; DeepSpeed's own FusedAdam would be JIT-built from CUDA sources at the
+  first step (it needs nvcc in the image). With CPU offload it is DeepSpeedCPUAdam, which ZeRO-Offload requires
+  and DeepSpeed JIT-builds on first use (cached in TORCH_EXTENSIONS_DIR). Weight decay per parameter group comes
+  from the parameter groups the engine is given; the config's value is only the default for groups that do not
+  say.
+- No DeepSpeed C++ op is built on the CPU path: DeepSpeed's torch backend builds its shared-memory all-reduce
+  op (`deepspeed_shm_comm`, a C++ build on every fresh machine) whenever the process group starts on the CPU
+  accelerator, to serve `inference_all_reduce` (tensor-parallel inference), which training never calls.
+  `init_world` marks that op unavailable before it starts the group, as DeepSpeed itself does on a platform
+  that cannot build it; gradients go through torch.distributed (gloo) as before.
 - bf16/fp16 need ZeRO stage >= 1: at stage 0 DeepSpeed keeps the fp32 master weights inside its mixed-precision
   optimizer wrappers, out of reach of the fp32 consolidation at the end (`zero_to_fp32` reads stages 1-3). On one
   device stage 1 costs nothing extra.
@@ -106,10 +114,20 @@ def init_world() -> World:
 
     world = world_from_env()
     backend = "nccl" if device_type() == "cuda" else "gloo"
+    if backend == "gloo":
+        skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
     if backend == "nccl":
         torch.cuda.set_device(world.local_rank)
     return world
+
+
+def skip_shm_comm_op() -> None:
+    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce op when the process group starts
+    (module docstring): its probe of which ops this machine can build is DeepSpeed's switch for that."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
 
 
 def batch_layout(pretrain: PretrainConfig, world_size: int) -> BatchLayout:
@@ -151,8 +169,9 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
         "betas": list(pretrain.adam_betas),
         "eps": pretrain.adam_eps,
         "weight_decay": pretrain.weight_decay,
-        "torch_adam": device == "cpu" and not pretrain.offload_optimizer,
     }
+    if not pretrain.offload_optimizer:  # ZeRO-Offload needs DeepSpeedCPUAdam (module docstring)
+        adamw.update(torch_adam=True, fused=True)
     config = {
         "train_batch_size": layout.global_batch,
         "train_micro_batch_size_per_gpu": layout.micro_batch,

@@ -1,8 +1,8 @@
-"""Stage 5: fine-tune GPT-1 on one task from a pre-trained checkpoint, evaluate it, and predict with it.
+"""Fine-tune GPT-1 on one task from a pre-trained checkpoint and evaluate it (the training side of stage 5).
 
     metrics = finetune("rte", "glue_data/RTE", "runs/pretrain/final", "runs/finetune/rte", cfg.finetune)
-    gpt1 finetune --task rte --data glue_data/RTE --checkpoint runs/pretrain/final --out runs/finetune/rte
-    gpt1 predict --model runs/finetune/rte/model --task rte --input pairs.jsonl --out predictions.jsonl
+
+`gpt1 finetune` (gpt1.stages.finetune) runs this as a stage; inference with the model it writes is gpt1.predict.
 
 The paper's recipe (section 3.2, 4.1) is the default `FinetuneConfig`: the task's examples go through its input
 transformation (`spec.encode`), a linear head reads the `_classify_` state (`GPT1ForTask`), and the objective is
@@ -17,9 +17,7 @@ Outputs in OUT (each file written atomically; metrics.json last, so its presence
     metrics.json              headline metrics, majority baseline, every evaluated split, throughput, settings
     predictions/<split>.jsonl one line per example: id, group, gold label, prediction, probabilities
     submission/<Task>.tsv     test-split predictions in the GLUE server format (`gpt1.tasks.write_submission`)
-    model/                    model.safetensors + config.json (the fine-tuned transformer, loadable by
-                              `GPT1.from_pretrained`), head.safetensors, tokenizer.json, task.json
-    error.json                only when the run failed: the error, for the report
+    model/                    the task model folder (gpt1.predict: transformer, head, tokenizer, task.json)
 
 and an MLflow child run: params, per-update curves (`train/*`), per-epoch evaluation (`eval/<split>/<metric>`),
 final metrics `task/<name>/<metric>` (`task/<name>/majority/<metric>` for the baseline, `task/<name>/<split>/...`
@@ -33,12 +31,11 @@ Choices where the spec is silent:
   split). Model selection is not done (the paper trains a fixed 3 epochs): the metrics are those after the last
   epoch; the per-epoch evaluations are curves only, of the headline split (every split is evaluated once, at the
   end: scoring dev and test after every epoch cost a fifth of a small task's fine-tuning time).
-- Schedule: update i (0-based) gets lr * (i+1)/W during the W = ceil(warmup_fraction * total) warmup updates,
-  then lr * (total - i)/(total - W): a continuous version of the release's `warmup_linear`, ending just above 0.
+- Schedule: linear warmup over W = ceil(warmup_fraction * total) updates, then linear decay (gpt1.optim).
 - The LM loss is averaged per sequence, then over sequences (as the release does); every real token after the
   first is a target, `_classify_` included. Multiple choice and similarity count all K (or 2) sequences.
 - Weight decay applies to every parameter with 2+ dimensions (matrices, embeddings) and not to biases and
-  LayerNorm gains, as the release's `vector_l2`. Adam betas/eps are the release's (0.9, 0.999, 1e-8).
+  LayerNorm gains, as the release's `vector_l2` (gpt1.optim); Adam betas/eps are finetune.adam_betas/adam_eps.
 - `max_train_examples` / `max_eval_examples` keep evenly spaced examples (the same ones whatever the seed, so
   ablations are scored on the same subset, and sorted files still yield every class). The majority baseline is
   the most frequent label of the whole train split, scored on the same evaluation examples as the model.
@@ -52,44 +49,41 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
-import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from gpt1 import tasks
-from gpt1.config import TASKS, FinetuneConfig, PipelineConfig, load_config
-from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
-from gpt1.model import CONFIG_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config
-from gpt1.tasks import ChoiceExample, Encoded, TaskSpec
-from gpt1.tasks.formats import text_or_pair
+from gpt1 import optim, tasks
+from gpt1 import tokenizer as tokenization
+from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.errors import Diverged
+from gpt1.io import InputError, sha256_file, stable_hash, write_json, write_text
+from gpt1.losses import task_loss
+from gpt1.model import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
+from gpt1.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits, prediction_records,
+                          raw_inputs, save_task_model, to_tensors)
+from gpt1.progress import Every, duration
+from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
+from gpt1.serving import ARTIFACT_PATH, log_model
+from gpt1.tasks import Encoded, TaskSpec
+from gpt1.tokenizer import TOKENIZER_FILE
 from gpt1.tracking import RunLogger, start_run
 
 log = logging.getLogger(__name__)
 
-MODEL_DIR = "model"
-HEAD_NAME = "head.safetensors"
-TASK_FILE = "task.json"
-TOKENIZER_FILE = "tokenizer.json"
 METRICS_FILE = "metrics.json"
-ERROR_FILE = "error.json"
 PREDICTIONS_DIR = "predictions"
 SUBMISSION_DIR = "submission"
 MAX_CURVE_POINTS = 1000
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # the release's Adam settings
+PROGRESS_SECONDS = 30.0  # a progress line at least this often while training (the logs' only sign of life)
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -132,7 +126,7 @@ def evenly_spaced(n: int, k: int | None) -> list[int]:
 
 def load_split(spec: TaskSpec, path: str | os.PathLike, split: str, tokenizer, max_len: int,
                limit: int | None, max_bad_fraction: float) -> Split:
-    data = spec.load(path, split, max_bad_fraction)
+    data = tasks.load(spec.name, path, split, max_bad_fraction)
     examples = [data[i] for i in evenly_spaced(len(data), limit)]
     if len(examples) < len(data):
         log.info("%s/%s: using %d of %d examples (evenly spaced)", spec.name, split, len(examples), len(data))
@@ -150,41 +144,39 @@ def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: 
     train = load_split(spec, path, "train", limit=cfg.max_train_examples, **common)
     if not train.labelled:
         raise InputError(f"{spec.name}: the train split has unlabelled examples", file=path)
-    held_out = {}
+    held_out, absent = {}, {}
     for name in held_out_splits(spec):
         try:
             held_out[name] = load_split(spec, path, name, limit=cfg.max_eval_examples, **common)
         except FileNotFoundError as err:
-            log.info("%s: no %s split (%s)", spec.name, name, err)
+            absent[name] = str(err)
+            (log.warning if name in spec.eval_splits else log.info)("%s: no %s split (%s)", spec.name, name, err)
     if not any(s.labelled for s in held_out.values()):
-        raise InputError(f"{spec.name}: no labelled evaluation split ({', '.join(held_out_splits(spec))}) found",
+        raise InputError(f"{spec.name}: no labelled evaluation split found: "
+                         + "; ".join(absent.get(name, f"{name}: unlabelled") for name in held_out_splits(spec)),
                          file=path)
     return train, held_out
 
 
 def headline_split(spec: TaskSpec, held_out: dict[str, Split]) -> str:
-    """The paper's evaluation split when present and labelled, else dev, else any labelled split."""
+    """The paper's evaluation split when present and labelled, else dev, else any labelled split (a WARNING: the
+    number is then not comparable to the paper's; metrics.json records it as `eval_split_fallback`)."""
     labelled = [name for name, s in held_out.items() if s.labelled]
-    return next((s for s in (*spec.eval_splits, "dev") if s in labelled), labelled[0])
-
-
-def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+    headline = next((s for s in (*spec.eval_splits, "dev") if s in labelled), labelled[0])
+    if headline not in spec.eval_splits:
+        log.warning("%s: the paper's evaluation split %s is absent or unlabelled; scoring %s instead, which is not "
+                    "comparable to the paper's number", spec.name, spec.eval_splits[0], headline)
+    return headline
 
 
 # -- model ----------------------------------------------------------------------------------------------------
-def n_outputs(spec: TaskSpec) -> int:
-    """Head width: classes, 1 for the STS-B score, or K candidates for multiple choice."""
-    return spec.n_choices if spec.kind == "multiple_choice" else spec.n_outputs
-
-
 def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: int, cfg: FinetuneConfig
                 ) -> GPT1ForTask:
     """The pre-trained transformer (or, ablating pre-training, a random one of the same shape) plus the task head.
 
     Seed the global RNG first: the head, any new embedding rows and a from-scratch model are drawn from it."""
     checkpoint_dir = Path(checkpoint_dir)
-    model_cfg = load_model_config(checkpoint_dir / CONFIG_NAME)
+    model_cfg = load_model_config(model_files(checkpoint_dir)[0])
     vocab = max(model_cfg.vocab_size, vocab_size)
     if cfg.from_scratch:
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
@@ -193,144 +185,10 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
     return GPT1ForTask(base, spec.head, n_outputs(spec), cfg.clf_pdrop)
 
 
-def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike) -> Path:
-    """Write the fine-tuned model folder into a temporary folder, then swap it in whole."""
-    directory = Path(directory)
-    tmp = directory.with_name(f".{directory.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.transformer.save_pretrained(tmp)
-    head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
-    save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
-    tokenizer.save(tmp)
-    write_json(tmp / TASK_FILE, info)
-    if directory.exists():
-        old = directory.with_name(f".{directory.name}.old-{os.getpid()}")
-        os.replace(directory, old)
-        os.replace(tmp, directory)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, directory)
-    return directory
-
-
-def resolve_model_dir(path: str | os.PathLike) -> Path:
-    """A fine-tuned model folder, or a task output folder holding one in `model/`."""
-    path = Path(path)
-    for candidate in (path, path / MODEL_DIR):
-        if (candidate / TASK_FILE).is_file():
-            return candidate
-    if not path.exists():
-        raise FileNotFoundError(f"model folder {path} does not exist")
-    raise FileNotFoundError(f"{path}: not a fine-tuned model folder (no {TASK_FILE}; expected the `model/` folder "
-                            f"written by `gpt1 finetune`)")
-
-
-def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
-                    ) -> tuple[GPT1ForTask, Any, dict]:
-    """(model in eval mode, tokenizer, task.json) from a folder written by `save_task_model`."""
-    from gpt1 import tokenizer as tokenization
-
-    model_dir = resolve_model_dir(model_dir)
-    info = read_json(model_dir / TASK_FILE)
-    for key in ("task", "head", "n_outputs"):
-        if key not in info:
-            raise InputError("missing field", file=model_dir / TASK_FILE, field=key)
-    model = GPT1ForTask(GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0))
-    head = load_file(str(model_dir / HEAD_NAME))
-    try:
-        model.clf.load_state_dict(head)
-    except RuntimeError as err:
-        raise InputError(f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME) from None
-    return model.to(device).eval(), tokenization.load(model_dir), info
-
-
 # -- objective and schedule -----------------------------------------------------------------------------------
-def task_loss(spec: TaskSpec, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """L2: cross-entropy over classes or candidates; mean squared error for a regression (STS-B)."""
-    if spec.regression:
-        return F.mse_loss(logits.float().squeeze(-1), labels.float())
-    return F.cross_entropy(logits.float(), labels)
-
-
-def lm_loss(lm_logits: torch.Tensor, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """L1 on the task's own sequences: next-token cross-entropy over real tokens, per sequence, then averaged."""
-    V, T = lm_logits.size(-1), input_ids.size(-1)
-    nll = F.cross_entropy(lm_logits[..., :-1, :].reshape(-1, V).float(), input_ids[..., 1:].reshape(-1),
-                          reduction="none").view(-1, T - 1)
-    real = mask[..., 1:].reshape(-1, T - 1).float()
-    return ((nll * real).sum(1) / real.sum(1).clamp(min=1)).mean()
-
-
-def warmup_linear(total: int, warmup: int):
-    """lr multiplier of update i: linear warmup over `warmup` updates, then linear decay towards 0 at `total`."""
-
-    def factor(i: int) -> float:
-        if i < warmup:
-            return (i + 1) / warmup
-        return max(total - i, 0) / max(total - warmup, 1)
-
-    return factor
-
-
-def make_optimizer(model: torch.nn.Module, cfg: FinetuneConfig) -> torch.optim.AdamW:
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-    fused = params[0].device.type in ("cpu", "cuda")  # one kernel per tensor: several times faster on CPU
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=ADAM_BETAS, eps=ADAM_EPS, fused=fused)
 
 
 # -- evaluation and prediction --------------------------------------------------------------------------------
-def autocast(device: torch.device, precision: str):
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-
-@torch.no_grad()
-def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: int, device: torch.device,
-                   precision: str = "fp32", desc: str = "predict") -> np.ndarray:
-    """Head outputs for every example, (N, n_outputs) or (N, K); batches of similar length to limit padding."""
-    model.eval()
-    order = sorted(range(len(encoded)), key=lambda i: -max(map(len, encoded[i].input_ids)))
-    logits: list[np.ndarray | None] = [None] * len(encoded)
-    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False):
-        index = order[start:start + batch_size]
-        batch = to_tensors(tasks.collate([encoded[i] for i in index]), device)
-        with autocast(device, precision):
-            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
-        for i, row in zip(index, out.logits.float().cpu().numpy()):
-            logits[i] = row
-    return np.stack(logits)
-
-
-def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]:
-    """(predicted class/candidate index, or score for a regression; softmax probabilities or None)."""
-    if spec.regression:
-        return logits[:, 0].astype(float).tolist(), None
-    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    probabilities = shifted / shifted.sum(axis=1, keepdims=True)
-    return probabilities.argmax(axis=1).tolist(), probabilities
-
-
-def label_name(spec: TaskSpec, value) -> str | float:
-    """How a label or prediction is written out: the task's label string, or the score."""
-    return float(value) if spec.regression else spec.labels[int(value)]
-
-
-def prediction_records(spec: TaskSpec, examples: Sequence, predictions: list, probabilities: np.ndarray | None
-                       ) -> list[dict]:
-    records = []
-    for i, (example, prediction) in enumerate(zip(examples, predictions)):
-        record: dict[str, Any] = {"id": example.id, "prediction": label_name(spec, prediction)}
-        if example.group is not None:
-            record["group"] = example.group
-        if example.label is not None:
-            record["label"] = label_name(spec, example.label)
-        if probabilities is not None:
-            record["probabilities"] = [round(float(p), 6) for p in probabilities[i]]
-        records.append(record)
-    return records
-
-
 @dataclass
 class Evaluation:
     """Predictions on one held-out split and, when it is labelled, its metrics and the majority baseline."""
@@ -356,92 +214,8 @@ def evaluate_split(model: GPT1ForTask, spec: TaskSpec, split: Split, train: Spli
         result.majority = tasks.metrics.majority_baseline(spec.name, train.all_labels, split.labels,
                                                           extra={"groups": split.groups})
         target = torch.tensor(split.labels, dtype=torch.float if spec.regression else torch.long)
-        result.loss = float(task_loss(spec, torch.from_numpy(logits), target))
+        result.loss = float(task_loss(torch.from_numpy(logits), target, regression=spec.regression))
     return result
-
-
-# -- predict on raw inputs ------------------------------------------------------------------------------------
-def input_columns(spec: TaskSpec) -> tuple[str, ...]:
-    """The raw input fields of a task: {"sentence"}, {"premise","hypothesis"}, {"sentence1","sentence2"}, ... (the
-    Hugging Face column names), and {"context","question","options"} for multiple choice."""
-    return ("context", "question", "options") if spec.kind == "multiple_choice" else spec.hf_text
-
-
-def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = "input"):
-    """A raw input record -> the task's example type; `id` (or `idx`) is kept when present, else the row index."""
-    if not isinstance(record, dict):
-        raise InputError(f"expected an object with {list(input_columns(spec))}", file=source, line=index + 1)
-    example_id = str(record.get("id", record.get("idx", index)))
-
-    def text(name: str, optional: bool = False) -> str:
-        value = record.get(name)
-        if value is None and optional:
-            return ""
-        if not isinstance(value, str):
-            raise InputError(f"expected a string, got {type(value).__name__}", file=source, line=index + 1,
-                             field=name)
-        return value.strip()
-
-    if spec.kind != "multiple_choice":
-        return text_or_pair(example_id, tuple(text(c) for c in spec.hf_text), None, None)
-    options = record.get("options")
-    if isinstance(options, np.ndarray):
-        options = options.tolist()
-    if not isinstance(options, (list, tuple)) or len(options) != spec.n_choices:
-        raise InputError(f"expected a list of {spec.n_choices} answer options", file=source, line=index + 1,
-                         field="options")
-    return ChoiceExample(example_id, text("context"), text("question", optional=True),
-                         tuple(str(o).strip() for o in options))
-
-
-class TaskPredictor:
-    """A fine-tuned model folder ready to score raw inputs: tokenizer + input transformation + model + head."""
-
-    def __init__(self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model, self.tokenizer, self.info = load_task_model(model_dir, self.device)
-        self.spec = tasks.get(self.info["task"])
-        self.batch_size = batch_size
-        self.max_len = self.model.transformer.config.n_ctx
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return input_columns(self.spec)
-
-    def predict(self, examples: Sequence) -> list[dict]:
-        """One record per example: id, prediction (label string or score), probabilities (per label/candidate)."""
-        if not examples:
-            return []
-        encoded = [self.spec.encode(ex, self.tokenizer, self.max_len) for ex in examples]
-        logits = predict_logits(self.model, encoded, self.batch_size, self.device)
-        predictions, probabilities = decode(self.spec, logits)
-        return prediction_records(self.spec, examples, predictions, probabilities)
-
-    def predict_records(self, records: Iterable[dict], source: str = "input") -> list[dict]:
-        return self.predict([example_from_record(self.spec, r, i, source) for i, r in enumerate(records)])
-
-
-def read_jsonl(path: Path) -> list:
-    records = []
-    with open(path, encoding="utf-8-sig") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise InputError(f"invalid JSON: {err.msg}", file=path, line=number) from None
-    return records
-
-
-def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") -> list:
-    """Examples from a jsonl of raw inputs (the task's `input_columns`) or from any task file/folder
-    `gpt1.tasks.load` reads (official layout, hub export)."""
-    path = Path(path)
-    if path.suffix in (".jsonl", ".json") and path.is_file():
-        records = read_jsonl(path) if path.suffix == ".jsonl" else None
-        if records and isinstance(records[0], dict) and set(input_columns(spec)) - {"question"} <= records[0].keys():
-            return [example_from_record(spec, r, i, str(path)) for i, r in enumerate(records)]
-    return list(tasks.load(spec.name, path, split))
 
 
 # -- the training run -----------------------------------------------------------------------------------------
@@ -457,10 +231,10 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if cfg.from_scratch and cfg.transfer_layers is not None:
         raise ValueError("finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
                          "from scratch)")
-    needed = [CONFIG_NAME] if cfg.from_scratch else [CONFIG_NAME, WEIGHTS_NAME]
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
-    missing = [n for n in needed if not (checkpoint_dir / n).is_file()]
+    config, weights = model_files(checkpoint_dir)
+    missing = [path.name for path in ([config] if cfg.from_scratch else [config, weights]) if not path.is_file()]
     if missing:
         raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
                                 f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
@@ -507,10 +281,10 @@ def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.
     for chunk in index.split(cfg.micro_batch_size or len(index)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
-            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=use_lm)
-        parts = {"train/clf_loss": task_loss(spec, out.logits, labels[chunk].to(device))}
+            out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
+        parts = {"train/clf_loss": task_loss(out.logits, labels[chunk].to(device), regression=spec.regression)}
         if use_lm:
-            parts["train/lm_loss"] = lm_loss(out.lm_logits, batch["input_ids"], batch["mask"])
+            parts["train/lm_loss"] = out.lm_loss
         parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get("train/lm_loss", 0.0)
         share = len(chunk) / len(index)
         (parts["train/loss"] * share).backward()
@@ -527,8 +301,9 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     steps_per_epoch = math.ceil(n / bs)
     total = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
-    optimizer = make_optimizer(model, cfg)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_linear(total, warmup))
+    optimizer = optim.adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    schedule = optim.scheduler(optimizer, warmup_steps=warmup, total_steps=total, schedule="linear")
+    model.transformer.compile_for(device.type)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)
     curves = CurveLogger(run, total)
@@ -538,6 +313,7 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
     step, seen, tokens, train_seconds, last = 0, 0, 0, 0.0, {}
     evaluations: dict[str, Evaluation] = {}
     bar = tqdm(total=total, desc=f"finetune {spec.name}", unit="step", disable=None)
+    progress = Every(PROGRESS_SECONDS)
     for epoch in range(cfg.epochs):
         model.train()
         started = time.perf_counter()
@@ -547,6 +323,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
             last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
+            if not (math.isfinite(last["train/loss"]) and math.isfinite(last["train/grad_norm"])):
+                raise Diverged(f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
+                               f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
+                               "model or metrics written. Lower finetune.lr")
             optimizer.step()
             schedule.step()
 
@@ -558,6 +338,10 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
                                     "train/examples_per_s": seen / elapsed})
             bar.update()
             bar.set_postfix(loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}")
+            if progress.due():
+                rate = seen / elapsed
+                log.info("%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s", spec.name, step, total,
+                         epoch + 1, cfg.epochs, last["train/loss"], rate, duration((n * cfg.epochs - seen) / rate))
         train_seconds += time.perf_counter() - started
 
         final = epoch == cfg.epochs - 1
@@ -606,29 +390,24 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
     """Fine-tune `task` from a checkpoint folder, evaluate, predict; returns what metrics.json holds.
 
     `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
-
-    On failure, OUT/error.json records the error (the results report lists it) and the exception propagates."""
+    Writing into a folder that may hold other files, failures and re-runs are the stage's business
+    (gpt1.stages.finetune); this function only writes its outputs."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ERROR_FILE).unlink(missing_ok=True)
-    try:
-        return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir,
-                         dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track),
-                         run_name or f"finetune/{task}", device, registered_model)
-    except BaseException as err:
-        write_json(out_dir / ERROR_FILE, {"task": task, "error": f"{type(err).__name__}: {err}",
-                                          "ablation": ablation_name(cfg), "time": time.time()})
-        raise
+    tracking = dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track)
+    return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir, tracking,
+                     run_name or f"finetune/{task}", device, registered_model)
 
 
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
-    from gpt1 import tokenizer as tokenization
-
+    reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
     check_inputs(checkpoint_dir, cfg)
-    tokenizer = tokenization.load(find_tokenizer(checkpoint_dir, tokenizer_dir))
-    max_len = load_model_config(checkpoint_dir / CONFIG_NAME).n_ctx
+    tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
+    tokenizer = tokenization.load(tokenizer_path)
+    tokenization.check_matches(tokenizer, checkpoint_dir, f"tokenizer {tokenizer_path}")
+    max_len = load_model_config(model_files(checkpoint_dir)[0]).n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
 
@@ -656,11 +435,14 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                            f"data/{split.name}/excluded": sum(split.report["excluded"].values())})
         run.log_metrics(counts)
         if run.enabled and not cfg.from_scratch:
-            run.log_reference("checkpoint", checkpoint_dir / WEIGHTS_NAME, sha256_file(checkpoint_dir / WEIGHTS_NAME))
+            weights = model_files(checkpoint_dir)[1]
+            run.log_reference("checkpoint", weights, sha256_file(weights))
 
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
+        train_stats["peak_rss_mb"] = peak_rss_mb()
 
         info = {"task": spec.name, "kind": spec.kind, "head": spec.head, "n_outputs": n_outputs(spec),
+                "tokenizer_sha256": tokenizer.sha256,
                 "labels": list(spec.labels) if spec.labels else None, "clf_pdrop": cfg.clf_pdrop,
                 "input_columns": list(input_columns(spec)), "checkpoint": str(checkpoint_dir.resolve())}
         model_dir = save_task_model(model.cpu(), tokenizer, info, out_dir / MODEL_DIR)
@@ -674,11 +456,14 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                 final.update({f"task/{spec.name}/{name}/{k}": v for k, v in result.metrics.items()})
         final[f"task/{spec.name}/train_examples_per_s"] = train_stats["examples_per_s"]
         final[f"task/{spec.name}/eval_examples_per_s"] = train_stats["eval_examples_per_s"]
+        final[f"task/{spec.name}/peak_rss_mb"] = train_stats["peak_rss_mb"]
         run.log_metrics(final, step=train_stats["steps"])
 
         result = {
             "task": spec.name, "title": spec.title, "kind": spec.kind, "primary_metric": spec.primary_metric,
             "ablation": ablation_name(cfg), "eval_split": headline,
+            "eval_split_fallback": None if headline in spec.eval_splits else {"paper": spec.eval_splits[0],
+                                                                              "used": headline},
             "metrics": best.metrics, "majority": best.majority,
             "splits": {name: {"examples": len(held_out[name].examples), "metrics": e.metrics,
                               "majority": e.majority, "loss": e.loss} for name, e in evaluations.items()},
@@ -693,8 +478,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         if (out_dir / SUBMISSION_DIR).exists():
             run.log_artifact(out_dir / SUBMISSION_DIR, SUBMISSION_DIR)
         if run.enabled:
-            from gpt1.serving import ARTIFACT_PATH, log_model
-
             run.log_reference("model", model_dir, sha256_file(model_dir / WEIGHTS_NAME))
             examples = held_out[headline].examples[:2]
             log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], out_dir)
@@ -708,15 +491,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     return result
 
 
-def raw_inputs(spec: TaskSpec, example) -> dict:
-    """An example back as the raw input record `gpt1 predict` and the MLflow model take (inverse of
-    `example_from_record`)."""
-    if isinstance(example, ChoiceExample):
-        return {"context": example.context, "question": example.question, "options": list(example.options)}
-    texts = (example.text,) if len(spec.hf_text) == 1 else (example.text_a, example.text_b)
-    return dict(zip(spec.hf_text, texts))
-
-
 def registered_model_name(cfg: PipelineConfig, task: str) -> str | None:
     """Model Registry name of a task model: `<experiment>-<task>`, plus `-<ablation>` for an ablation, so each
     registered model's versions are comparable runs of one recipe (None when tracking.register_models is off)."""
@@ -724,68 +498,3 @@ def registered_model_name(cfg: PipelineConfig, task: str) -> str | None:
         return None
     ablation = ablation_name(cfg.finetune)
     return f"{cfg.tracking.experiment}-{task}" + ("" if ablation == "full" else f"-{ablation}")
-
-
-# -- CLI ------------------------------------------------------------------------------------------------------
-def add_finetune_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--data", required=True, help="the task's folder as distributed, a file, or hf:<id>")
-    parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="pre-trained model folder (model.safetensors + config.json)")
-    parser.add_argument("--out", required=True, type=Path, help="output folder for this task")
-    parser.add_argument("--preset", default="paper", help="config preset name or YAML file (default: paper)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override, e.g. finetune.aux_lm_weight=0 (repeatable)")
-    parser.add_argument("--tokenizer", type=Path, help="tokenizer folder/file (default: the checkpoint's)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: config, $MLFLOW_TRACKING_URI, sqlite)")
-    parser.add_argument("--parent-run-id", help="MLflow run to nest this task's run under")
-    parser.add_argument("--run-name", help="MLflow run name (default: finetune/<task>)")
-    parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-
-
-def run_finetune(args: argparse.Namespace) -> int:
-    cfg = load_config(args.preset, args.overrides)
-    result = finetune(args.task, args.data, args.checkpoint, args.out, cfg.finetune, tokenizer_dir=args.tokenizer,
-                      parent_run_id=args.parent_run_id, tracking_uri=args.tracking_uri or cfg.tracking.tracking_uri,
-                      experiment=cfg.tracking.experiment, run_name=args.run_name, track=not args.no_tracking,
-                      device=args.device, registered_model=registered_model_name(cfg, args.task))
-    scores = ", ".join(f"{k} {v:.2f}" for k, v in result["metrics"].items())
-    print(f"{args.task} ({result['eval_split']}): {scores}; majority baseline {result['majority']['primary']:.2f}")
-    print(f"wrote {args.out}/{METRICS_FILE}, {PREDICTIONS_DIR}/, {MODEL_DIR}/")
-    return 0
-
-
-def add_predict_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="fine-tuned model folder (OUT/model of finetune)")
-    parser.add_argument("--task", choices=TASKS, help="the model's task (checked against the model)")
-    parser.add_argument("--input", required=True, type=Path,
-                        help="jsonl of raw inputs (e.g. {\"premise\", \"hypothesis\"}) or a task file/folder")
-    parser.add_argument("--split", default="test", help="split to read when --input is a task folder")
-    parser.add_argument("--out", type=Path, help="output jsonl (default: stdout)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-
-
-def run_predict(args: argparse.Namespace) -> int:
-    predictor = TaskPredictor(args.model, device=args.device, batch_size=args.batch_size)
-    if args.task and args.task != predictor.spec.name:
-        raise ValueError(f"--task {args.task}: the model in {args.model} was fine-tuned for {predictor.spec.name}")
-    examples = read_inputs(predictor.spec, args.input, args.split)
-    started = time.perf_counter()
-    records = predictor.predict(examples)
-    seconds = time.perf_counter() - started
-    text = "".join(json.dumps(r) + "\n" for r in records)
-    if args.out:
-        write_text(args.out, text)
-    else:
-        sys.stdout.write(text)
-    log.info("predicted %d examples in %.1fs (%.1f examples/s)", len(records), seconds, len(records) / max(seconds, 1e-9))
-    if examples and all(ex.label is not None for ex in examples):
-        scores = tasks.evaluate(predictor.spec.name, examples, [_label_index(predictor.spec, r) for r in records])
-        print(", ".join(f"{k} {v:.2f}" for k, v in scores.items()), file=sys.stderr)
-    return 0
-
-
-def _label_index(spec: TaskSpec, record: dict):
-    return record["prediction"] if spec.regression else spec.labels.index(record["prediction"])

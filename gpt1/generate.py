@@ -69,9 +69,9 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 40, *, te
 # ------------------------------------------------------------------------------------------------------- CLI
 
 
-def add_generate_args(parser: argparse.ArgumentParser) -> None:
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", required=True,
-                        help="model folder (model.safetensors + config.json), e.g. pretrain OUT/final")
+                        help="model folder (gpt1.safetensors + gpt1_config.json), e.g. pretrain OUT/final")
     parser.add_argument("--prompt", required=True, help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
@@ -80,7 +80,7 @@ def add_generate_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", help="folder or tokenizer.json (default: CHECKPOINT/tokenizer.json)")
 
 
-def run_generate(args: argparse.Namespace) -> int:
+def run_cli(args: argparse.Namespace) -> int:
     from gpt1 import tokenizer as tokenizer_lib
     from gpt1.model import GPT1
 
@@ -91,6 +91,7 @@ def run_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     tokenizer = tokenizer_lib.load(tokenizer_path)
+    tokenizer_lib.check_matches(tokenizer, checkpoint, f"tokenizer {tokenizer_path}")
     model = GPT1.from_pretrained(checkpoint)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ValueError(f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} ids, the model only "

@@ -1,4 +1,4 @@
-"""Small file helpers every stage shares: crash-safe writes and content hashes.
+"""Small helpers every stage shares: crash-safe writes, content hashes, input/output errors.
 
 Stages write through `atomic_path`/`write_json` so a crash never leaves a half-written file under its final
 name, and name their outputs by `stable_hash` of their inputs so a re-run can skip finished work.
@@ -6,10 +6,12 @@ name, and name their outputs by `stable_hash` of their inputs so a re-run can sk
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +33,27 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `final`; swap it in whole, replacing `final`, only if the block
+    succeeds: `final` is never a half-written folder (between the two renames it is briefly absent)."""
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if final.exists():
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -82,3 +105,34 @@ class InputError(ValueError):
         if field:
             where = f"{where} [{field}]" if where else f"[{field}]"
         super().__init__(f"{where}: {message}" if where else message)
+
+
+class OutputError(ValueError):
+    """An output cannot or must not be written (unwritable folder, disk full, busy, someone else's folder): names
+    the path; what was there is untouched."""
+
+
+def check_writable(folder: str | os.PathLike) -> Path:
+    """Create `folder` (and parents) if needed and prove a file can be created in it, before any work is done."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{folder}: is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise OutputError(f"{folder}: cannot write here ({err.strerror or err})") from None
+    return folder
+
+
+def positive_int(text: str) -> int:
+    """argparse type for counts and sizes: a whole number > 0 (0 must not quietly mean "the default")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number > 0, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value

@@ -40,24 +40,31 @@ from torch.utils.checkpoint import checkpoint
 
 from gpt1.config import ModelConfig
 from gpt1.io import InputError, atomic_path, read_json, write_json
+from gpt1.losses import Average, lm_loss
 
-WEIGHTS_NAME = "model.safetensors"
-CONFIG_NAME = "config.json"
+# Our own file names: transformers' names (model.safetensors, config.json) in our layout made
+# `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
+# under those names by earlier versions still load (`model_files`); `gpt1.convert` writes the transformers layout.
+WEIGHTS_NAME = "gpt1.safetensors"
+CONFIG_NAME = "gpt1_config.json"
+_EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
 
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
-_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing"}
+_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing", "compile"}
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
 
 
 class GPT1Output(NamedTuple):
-    logits: torch.Tensor  # (B, T, V) next-token logits
+    logits: torch.Tensor | None  # (B, T, V) next-token logits; None when a loss was asked for instead
     hidden: torch.Tensor  # (B, T, D) output of the last block
+    loss: torch.Tensor | None = None  # LM loss of `targets` (gpt1.losses.lm_loss), when given
 
 
 class TaskOutput(NamedTuple):
     logits: torch.Tensor  # (B, n_outputs), or (B, K) for multiple choice
-    lm_logits: torch.Tensor | None  # input_ids.shape + (V,), for the auxiliary LM objective
+    lm_logits: torch.Tensor | None  # input_ids.shape + (V,), when asked for
+    lm_loss: torch.Tensor | None = None  # the auxiliary LM loss L1 of the sequences, when lm_mask is given
 
 
 class CausalSelfAttention(nn.Module):
@@ -142,6 +149,7 @@ class GPT1(nn.Module):
         self.positions_embed = nn.Embedding(cfg.n_ctx, cfg.n_embd)
         self.drop = nn.Dropout(cfg.embd_pdrop)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.compiled = False  # see compile_for
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -153,9 +161,15 @@ class GPT1(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: torch.Tensor) -> GPT1Output:
+    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
+                loss_mask: torch.Tensor | None = None, loss_average: Average = "tokens") -> GPT1Output:
+        """LM logits of (B, T) input_ids; with `targets` (B, T) the LM loss instead (`gpt1.losses.lm_loss`, with
+        `loss_mask` and `loss_average`), and no logits: the full (B, T, V) logits are never built."""
         hidden = self.hidden_states(input_ids)
-        return GPT1Output(logits=self.lm_logits(hidden), hidden=hidden)
+        if targets is None:
+            return GPT1Output(logits=self.lm_logits(hidden), hidden=hidden)
+        loss = lm_loss(hidden, self.tokens_embed.weight, targets, loss_mask, loss_average)
+        return GPT1Output(logits=None, hidden=hidden, loss=loss)
 
     def hidden_states(self, input_ids: torch.Tensor) -> torch.Tensor:
         """(B, T) token ids -> (B, T, n_embd) output of the last block (no LM projection)."""
@@ -177,6 +191,19 @@ class GPT1(nn.Module):
         """Next-token logits from hidden states through the tied head (the token embedding, transposed)."""
         return F.linear(hidden, self.tokens_embed.weight)
 
+    def compile_for(self, device_type: str) -> bool:
+        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled.
+
+        Regional compilation: every transformer block is compiled in place, and the blocks share one compiled
+        graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
+        if not (self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")):
+            return False
+        if not self.compiled:
+            for block in self.blocks:
+                block.compile()
+            self.compiled = True
+        return True
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
@@ -194,7 +221,7 @@ class GPT1(nn.Module):
         self.config = self.config.model_copy(update={"vocab_size": n})
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
-        """Write `model.safetensors` + `config.json` (a ModelConfig dump), each atomically; returns the folder."""
+        """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         with atomic_path(directory / WEIGHTS_NAME) as tmp:
@@ -212,8 +239,9 @@ class GPT1(nn.Module):
         `activation_checkpointing`, never a shape.
         """
         directory = Path(directory)
-        cfg = load_model_config(directory / CONFIG_NAME, config_overrides)
-        state = load_weights(directory / WEIGHTS_NAME)
+        config_path, weights_path = model_files(directory)
+        cfg = load_model_config(config_path, config_overrides)
+        state = load_weights(weights_path)
         if transfer_layers is not None:
             if not 0 < transfer_layers <= cfg.n_layer:
                 raise ValueError(f"transfer_layers={transfer_layers} must be in 1..{cfg.n_layer} ({directory})")
@@ -223,7 +251,7 @@ class GPT1(nn.Module):
         # torch's reference ops, whose first use imports torch._dynamo (~3 s per process, more than a random init
         # of the 117M model costs).
         model = cls(cfg)
-        model.load_checked_state_dict(state, source=directory / WEIGHTS_NAME)
+        model.load_checked_state_dict(state, source=weights_path)
         if vocab_size is not None and vocab_size != cfg.vocab_size:
             model.resize_token_embeddings(vocab_size)
         return model
@@ -248,6 +276,25 @@ def _block_index(key: str) -> int:
     """`blocks.3.attn.c_attn.weight` -> 3; -1 for non-block parameters."""
     parts = key.split(".")
     return int(parts[1]) if parts[0] == "blocks" else -1
+
+
+def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
+    """(config, weights) paths of a folder written by `save_pretrained`, under this version's names or an earlier's.
+
+    A transformers folder (config.json with a `model_type`) is refused with the command that imports it.
+    """
+    directory = Path(directory)
+    config, earlier_config = directory / CONFIG_NAME, directory / _EARLIER_CONFIG_NAME
+    if config.exists() or not earlier_config.is_file():
+        return config, directory / WEIGHTS_NAME
+    try:
+        model_type = read_json(earlier_config).get("model_type")
+    except (ValueError, AttributeError):  # not a JSON object: load_model_config says what is wrong with it
+        model_type = None
+    if model_type is not None:
+        raise InputError(f"a transformers {model_type!r} folder, not one of ours: import it with "
+                         f"`gpt1 convert --from hf {directory} --out DIR`", file=earlier_config)
+    return earlier_config, directory / _EARLIER_WEIGHTS_NAME
 
 
 def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
@@ -315,9 +362,14 @@ class GPT1ForTask(nn.Module):
         nn.init.normal_(self.clf.weight, mean=0.0, std=base.config.init_std)
         nn.init.zeros_(self.clf.bias)
 
-    def forward(self, input_ids: torch.Tensor, classify_pos: torch.Tensor, with_lm_logits: bool = True) -> TaskOutput:
-        """with_lm_logits=False skips the (large) LM projection when no auxiliary LM loss is needed."""
+    def forward(self, input_ids: torch.Tensor, classify_pos: torch.Tensor, with_lm_logits: bool = False,
+                lm_mask: torch.Tensor | None = None) -> TaskOutput:
+        """with_lm_logits=True also returns the (large) LM logits; lm_mask (input_ids' shape, 1 = real token)
+        returns the auxiliary LM loss of the sequences instead: next-token cross-entropy over real targets, per
+        sequence then averaged (`gpt1.losses.lm_loss`, average="sequences"), without building the logits."""
         self._check_shapes(input_ids, classify_pos)
+        if lm_mask is not None and lm_mask.shape != input_ids.shape:
+            raise ValueError(f"lm_mask {tuple(lm_mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}")
         T = input_ids.size(-1)
         hidden = self.transformer.hidden_states(input_ids.reshape(-1, T))  # every sequence independently
         rows = torch.arange(hidden.size(0), device=hidden.device)
@@ -327,10 +379,14 @@ class GPT1ForTask(nn.Module):
         logits = self.clf(self.clf_dropout(states))
         if self.head == "multiple_choice":
             logits = logits.squeeze(-1)  # (B, K)
-        lm_logits = None
+        lm_logits = lm_loss_value = None
         if with_lm_logits:
             lm_logits = self.transformer.lm_logits(hidden).view(*input_ids.shape, -1)
-        return TaskOutput(logits=logits, lm_logits=lm_logits)
+        if lm_mask is not None:
+            ids, real = input_ids.reshape(-1, T), lm_mask.reshape(-1, T)
+            lm_loss_value = lm_loss(hidden[:, :-1], self.transformer.tokens_embed.weight, ids[:, 1:], real[:, 1:],
+                                    average="sequences")
+        return TaskOutput(logits=logits, lm_logits=lm_logits, lm_loss=lm_loss_value)
 
     def _check_shapes(self, input_ids: torch.Tensor, classify_pos: torch.Tensor) -> None:
         want = {"classification": 2, "similarity": 3, "multiple_choice": 3}[self.head]

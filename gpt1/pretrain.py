@@ -1,12 +1,9 @@
-"""Unsupervised pre-training of GPT-1 with DeepSpeed (paper sections 3.1 and 4.1): `gpt1 pretrain` and its workers.
+"""Unsupervised pre-training of GPT-1 with DeepSpeed (paper sections 3.1 and 4.1): the worker.
 
-Two entry points:
-
-    gpt1 pretrain --preset smoke --shards SHARDS --out OUT [--nproc N] [--resume auto] ...
-        resolves and validates the config (shards, batch layout, precision, resume state) before any compute,
-        writes OUT/config.json, then starts the workers as a subprocess: one process directly, N via torchrun.
     python -m gpt1.pretrain --config OUT/config.json --shards SHARDS --out OUT ...
-        one worker; what torchrun / the deepspeed launcher start on every node (infra/multinode/).
+
+One worker: what `gpt1 pretrain` (gpt1.stages.pretrain: validation before launch, then one process directly or N
+through torchrun) and the multi-node launchers (torchrun, the deepspeed launcher; infra/multinode/) start.
 
 A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks:
 AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
@@ -21,23 +18,22 @@ Outputs:
     OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
     OUT/samples/step-N.txt       text samples at each evaluation
     OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
-    OUT/final/                   model.safetensors, config.json, tokenizer.json, hf/, training.json
+    OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
     OUT/loss_curve.png
 
 Choices where the spec is silent:
 - The model's vocabulary is the tokenizer's: model.vocab_size is set from the shards' manifest.
 - Total updates: pretrain.max_steps, else epochs x (train blocks // global batch) (the reader drops each epoch's
   incomplete final global batch, so an epoch is a whole number of updates).
-- Schedule: update s (0-based) uses lr x f(s), f = (s+1)/warmup during warmup, then 0.5(1 + cos(pi p)) with
-  p = (s - warmup)/(total - warmup), reaching 0 at `total`; a torch LambdaLR that DeepSpeed steps and checkpoints.
-- Weight decay applies to every parameter with 2+ dimensions (matmul weights and embeddings, as in the original
-  code's `vector_l2=False`), not to biases and LayerNorm gains.
+- Schedule and weight-decay groups: gpt1.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
+  DeepSpeed steps and checkpoints).
 - Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
   updates, metrics.jsonl every update. Validation uses the first eval_batches x global-batch blocks of the val
   split in stored order, the same blocks at every evaluation and for every world size.
 - Dropout RNG is seeded per rank (seed + rank); model init uses `seed` on every rank. Evaluation, probes and
   samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
 - Without --resume, an OUT that already has checkpoints is refused (no silent restart from scratch).
+- A worker started by a launcher stops when that launcher dies (gpt1.runtime.processes.exit_with_parent).
 - Zero-shot probe data: --task-data DIR, else finetune.data when it is 'hf' or a folder ('sample' needs
   --task-data); the Winograd probe always runs (built-in items). Probes cap examples at pretrain.probe_max_examples.
 """
@@ -54,51 +50,27 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-from gpt1.config import PipelineConfig, config_from_dict, flatten, load_config
+from gpt1 import optim
+from gpt1.config import PipelineConfig, config_from_dict, flatten
+from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
+from gpt1.progress import duration
+from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
 log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
 SAMPLE_TOKENS = 32
 FINAL = "final"
+WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
 CHECKPOINTS = "checkpoints"
-
-
-# ------------------------------------------------------------------------------------------ the recipe
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW groups: decay on weights (2+ dims: matmuls, embeddings), none on biases and LayerNorm gains."""
-    decay, no_decay = [], []
-    for param in model.parameters():
-        if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str = "cosine") -> float:
-    """Multiplier of the peak lr for update `step` (0-based): linear warmup, then cosine/linear decay to 0."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    if schedule == "linear":
-        return 1.0 - progress
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 def total_steps(pretrain, train_blocks: int) -> int:
     if pretrain.max_steps is not None:
         return pretrain.max_steps
     return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
-
-
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), reduction=reduction)
 
 
 # --------------------------------------------------------------------------- validation before launch
@@ -199,12 +171,13 @@ class Pretraining:
 
         torch.manual_seed(p.seed)  # identical initial weights on every rank
         model = GPT1(cfg.model)
+        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
+            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
         torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
-        scheduler = lambda optimizer: torch.optim.lr_scheduler.LambdaLR(  # noqa: E731
-            optimizer, lambda s: lr_factor(s, warmup_steps=p.warmup_steps, total_steps=self.total,
-                                           schedule=p.schedule))
+        scheduler = lambda opt: optim.scheduler(opt, warmup_steps=p.warmup_steps,  # noqa: E731
+                                                total_steps=self.total, schedule=p.schedule)
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=param_groups(model, p.weight_decay), config=self.ds_config,
+            model=model, model_parameters=optim.param_groups(model, p.weight_decay), config=self.ds_config,
             lr_scheduler=scheduler)
         self.model = self.engine.module
         self.device = self.engine.device
@@ -218,7 +191,8 @@ class Pretraining:
         if self.tokenizer is not None:
             from gpt1.probes import load_probe_data
 
-            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples)
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
+                                              cfg.finetune.task_data)
         else:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
@@ -277,7 +251,7 @@ class Pretraining:
         grad_norm = None
         for i, blocks in enumerate(micro_batches):
             blocks = blocks.to(self.device)
-            loss = lm_loss(engine(blocks[:, :-1]).logits, blocks[:, 1:])
+            loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
             engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
             if i == len(micro_batches) - 1 and self.norm_from_grads:
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
@@ -309,6 +283,9 @@ class Pretraining:
             started = time.perf_counter()
             loss, grad_norm = self.train_step(next(batches))
             seconds = time.perf_counter() - started
+            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+                raise Diverged(f"pre-training diverged at update {self.step + 1}: loss {loss}, gradient norm "
+                               f"{grad_norm} (lr {lr:.3g}); {self.kept()}")
             self.step += 1
             self.tokens_seen += self.tokens_per_step
             window["loss"] += loss
@@ -341,8 +318,10 @@ class Pretraining:
                    "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
         self.run.log_metrics(metrics, step=self.step)
         mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
-        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s", self.step, self.total,
-                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text)
+        eta = (self.total - self.step) * window["seconds"] / window["steps"]
+        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
+                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text,
+                 duration(eta))
 
     # -- evaluation ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -360,7 +339,7 @@ class Pretraining:
         for _ in range(n_batches):
             for blocks in next(steps):
                 blocks = blocks.to(self.device)
-                total[0] += lm_loss(self.engine(blocks[:, :-1]).logits, blocks[:, 1:], reduction="sum").double()
+                total[0] += self.engine(blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum").loss.double()
                 total[1] += blocks[:, 1:].numel()
         self.engine.train()
         torch.distributed.all_reduce(total)
@@ -412,7 +391,22 @@ class Pretraining:
                      time.perf_counter() - started)
 
     # -- checkpoints and the end -------------------------------------------------------------------------------
+    def kept(self) -> str:
+        """What a run stopped by divergence leaves: the checkpoint to resume from, and no final model."""
+        latest = self.checkpoints.latest_complete()
+        where = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
+        return (f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
+                "(--resume auto) or start over")
+
+    def check_weights(self) -> None:
+        """Refuse to checkpoint non-finite weights (an update can make them so with a finite loss before it)."""
+        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        if bad:
+            raise Diverged(f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
+                           f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}")
+
     def save(self) -> Path:
+        self.check_weights()
         started = time.perf_counter()
         if self.world.is_main:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
@@ -430,8 +424,8 @@ class Pretraining:
         if not self.world.is_main:
             return
         from gpt1.checkpoint import consolidated_state_dict, tag_for
-        from gpt1.convert import save_hf_folder
-        from gpt1.model import GPT1
+        from gpt1.convert import pretrained_by, save_hf_folder
+        from gpt1.model import WEIGHTS_NAME, GPT1
 
         final = self.out / FINAL
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
@@ -442,14 +436,18 @@ class Pretraining:
         model.save_pretrained(final)
         if self.tokenizer is not None:
             self.tokenizer.save(final)
-        try:
-            save_hf_folder(model, final / "hf")
-        except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
-            log.warning("no transformers export in %s: %s", final / "hf", err)
+        if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
+            log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
+                        "TOK --out DIR)", final / "hf", final)
+        else:
+            try:
+                save_hf_folder(model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen))
+            except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+                log.warning("no transformers export in %s: %s", final / "hf", err)
         summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / "model.safetensors")}
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
         write_json(final / "training.json", summary)
         log.info("final weights: %s", final)
 
@@ -519,6 +517,7 @@ def worker_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_with_parent()  # the launcher (gpt1 pretrain, a pipeline) died: stop training, release the output
     args = worker_parser().parse_args(argv)
     from gpt1.distributed import init_world
 
@@ -526,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
                         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
     cfg = config_from_dict(read_json(args.config))
+    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+
+
+def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
     training = Pretraining(cfg, args, world)
     try:
         training.run_loop()
@@ -534,89 +537,6 @@ def main(argv: list[str] | None = None) -> int:
         if training.run is not None:
             training.run.end("FAILED")
         raise
-    return 0
-
-
-# ----------------------------------------------------------------------------------------------- CLI
-
-
-def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
-    parser.add_argument("--shards", required=True, help="gpt1 tokenize output (manifest.json + shards)")
-    parser.add_argument("--out", required=True, help="output folder: checkpoints, final/, metrics, samples")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
-    parser.add_argument("--resume", help="'auto': continue from the latest complete checkpoint (if any); or a path")
-    parser.add_argument("--max-steps", type=int, help="pretrain.max_steps")
-    parser.add_argument("--save-every", type=int, help="pretrain.save_every")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="pretrain.precision")
-    parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="pretrain.zero_stage")
-    parser.add_argument("--nproc", type=int, default=1, help="worker processes on this machine (default 1)")
-    parser.add_argument("--nnodes", type=int, default=1,
-                        help="machines in the job (validation only: with --dry-run, see infra/multinode/)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (tracking.tracking_uri)")
-    parser.add_argument("--parent-run-id", help="MLflow parent run id (pipeline nesting)")
-    parser.add_argument("--tokenizer", help="tokenizer folder (samples, probes, copied into OUT/final)")
-    parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
-    parser.add_argument("--probe-examples", type=int, help="pretrain.probe_max_examples")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="validate, write OUT/config.json and print the worker arguments (for multi-node "
-                             "launchers, infra/multinode/) without starting anything")
-
-
-def _cli_overrides(args: argparse.Namespace) -> list[str]:
-    flags = {"pretrain.max_steps": args.max_steps, "pretrain.save_every": args.save_every,
-             "pretrain.precision": args.precision, "pretrain.zero_stage": args.zero_stage,
-             "pretrain.probe_max_examples": args.probe_examples, "tracking.tracking_uri": args.tracking_uri}
-    return list(args.set) + [f"{key}={value}" for key, value in flags.items() if value is not None]
-
-
-def prepare_run(args: argparse.Namespace) -> tuple[PipelineConfig, list[str]]:
-    """Everything that can fail before compute: config, shards, layout, tokenizer, resume state. Writes config."""
-    from gpt1.data.shards import BlockReader, load_manifest
-    from gpt1.distributed import deepspeed_config, device_type
-
-    if args.nproc < 1 or args.nnodes < 1:
-        raise ValueError(f"--nproc and --nnodes must be >= 1, got {args.nproc} and {args.nnodes}")
-    if args.nnodes > 1 and not args.dry_run:
-        raise ValueError("a multi-node job is started on every node by torchrun or the deepspeed launcher "
-                         "(infra/multinode/README.md); use --nnodes with --dry-run to validate it and write the config")
-    manifest = load_manifest(args.shards)
-    cfg = resolve_config(load_config(args.preset, _cli_overrides(args)), manifest)
-    deepspeed_config(cfg.pretrain, args.nproc * args.nnodes, device_type())  # batch layout, precision, offload
-    train_blocks = len(BlockReader(args.shards, "train"))
-    if train_blocks < cfg.pretrain.global_batch_size:
-        raise ValueError(f"{args.shards}: {train_blocks} train blocks, fewer than one global batch of "
-                         f"{cfg.pretrain.global_batch_size}")
-    load_tokenizer(args.tokenizer, manifest)
-    task_data_source(cfg, args.task_data)
-    out = Path(args.out)
-    resume_point(out, args.resume, cfg.model.model_dump())
-    write_json(out / "config.json", cfg.model_dump(mode="json"))
-    worker_args = ["--config", str(out / "config.json"), "--shards", str(args.shards), "--out", str(out)]
-    for flag, value in (("--resume", args.resume), ("--tokenizer", args.tokenizer), ("--task-data", args.task_data),
-                        ("--parent-run-id", args.parent_run_id)):
-        if value is not None:
-            worker_args += [flag, str(value)]
-    return cfg, worker_args
-
-
-def run_pretrain(args: argparse.Namespace) -> int:
-    import shlex
-    import subprocess
-
-    from gpt1.distributed import worker_command
-
-    cfg, worker_args = prepare_run(args)
-    if args.dry_run:
-        print(" ".join(shlex.quote(a) for a in ["-m", "gpt1.pretrain", *worker_args]))
-        return 0
-    command, env = worker_command(args.nproc, worker_args)
-    log.info("starting %d worker(s): %s", args.nproc, " ".join(command))
-    code = subprocess.run(command, env=env).returncode
-    if code != 0:
-        log.error("pre-training workers %s", f"killed by signal {-code}" if code < 0 else f"exited with {code}")
-        return code if code > 0 else 128 - code
-    print(f"final weights: {Path(args.out) / FINAL}")
     return 0
 
 

@@ -1,13 +1,15 @@
 """Zero-shot probes of a language model during pre-training (paper section 5, Fig. 2 right).
 
-The paper's heuristics, each a pure function of (model, tokenizer, examples) returning a score in percent:
+The paper's heuristics, each a pure function of (model, tokenizer, examples) returning a score in percent; which
+task each one probes, on which splits, is the task's `TaskSpec.probe` (`HEURISTICS` names them):
 
-- SST-2 `sst2_probe`: append " very" to the sentence; predict positive when the LM gives the word "positive" a
-  higher probability than "negative" (accuracy).
-- CoLA `cola_probe`: a sentence's score is its average token log-probability; the acceptability threshold is
-  fitted on train examples (best MCC) and applied to dev (Matthews correlation).
-- RACE / Story Cloze `choice_probe`: pick the answer with the highest average token log-probability conditioned
-  on the document (+ question) (accuracy).
+- "sentiment" `sentiment_probe` (the paper's SST-2 probe): append " very" to the sentence; predict positive
+  (label 1) when the LM gives the word "positive" a higher probability than "negative" (accuracy).
+- "acceptability" `acceptability_probe` (CoLA): a sentence's score is its average token log-probability; the
+  acceptability threshold is fitted on the first split's examples (best MCC) and applied to the second's
+  (Matthews correlation).
+- "answer_likelihood" `choice_probe` (RACE, Story Cloze): pick the answer with the highest average token
+  log-probability conditioned on the document (+ question) (accuracy).
 - Winograd `winograd_probe`: substitute each candidate for the pronoun and pick the one under which the rest of
   the sentence gets the higher average token log-probability ("partial" scoring, Trinh & Le 2018). No Winograd
   data ships with the pipeline, so `WINOGRAD` is a small built-in set of twin sentences written for this probe
@@ -27,6 +29,9 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
+
+from gpt1 import tasks
+from gpt1.tasks import metrics
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +125,7 @@ def _mean_logprobs(model, pairs) -> list[float]:
 # ------------------------------------------------------------------------------------------------ probes
 
 
-def sst2_probe(model, tokenizer, examples: Sequence) -> float:
+def sentiment_probe(model, tokenizer, examples: Sequence) -> float:
     """Accuracy (%) of "positive" vs "negative" after the sentence + " very". Labels: 1 = positive."""
     positive, negative = tokenizer.encode("positive"), tokenizer.encode("negative")
     pairs = []
@@ -132,10 +137,8 @@ def sst2_probe(model, tokenizer, examples: Sequence) -> float:
     return _accuracy([ex.label for ex in examples], predictions)
 
 
-def cola_probe(model, tokenizer, train: Sequence, dev: Sequence) -> float:
+def acceptability_probe(model, tokenizer, train: Sequence, dev: Sequence) -> float:
     """MCC (%) on `dev` of thresholding the average token log-prob, threshold fitted on `train`. 1 = acceptable."""
-    from gpt1.tasks import metrics
-
     def scores(examples):
         return _mean_logprobs(model, [([tokenizer.start_id], tokenizer.encode(ex.text)) for ex in examples])
 
@@ -146,8 +149,6 @@ def cola_probe(model, tokenizer, train: Sequence, dev: Sequence) -> float:
 
 def fit_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
     """The cut between consecutive sorted scores with the best MCC of `score > cut` -> 1 (ties: the lowest cut)."""
-    from gpt1.tasks import metrics
-
     ordered = sorted(set(scores))
     cuts = [ordered[0] - 1.0] + [(a + b) / 2 for a, b in zip(ordered, ordered[1:])]
     best = max(cuts, key=lambda cut: (metrics.mcc(labels, [int(s > cut) for s in scores]), -cut))
@@ -188,15 +189,18 @@ def _accuracy(labels: Sequence, predictions: Sequence) -> float:
 
 # ------------------------------------------------------------------------------------------ data and runner
 
-# probe -> (task, splits): CoLA fits its threshold on train; Story Cloze's labelled validation file is `train`.
-PROBE_SPLITS = {"sst2": ("sst2", ("dev",)), "cola": ("cola", ("train", "dev")), "race": ("race", ("dev",)),
-                "storycloze": ("storycloze", ("train",))}
+# heuristic -> (probe function taking one examples list per split, the metric it reports)
+HEURISTICS = {"sentiment": (sentiment_probe, "accuracy"), "acceptability": (acceptability_probe, "mcc"),
+              "answer_likelihood": (choice_probe, "accuracy")}
+
+
+def probed_tasks() -> list:
+    """The specs of the tasks with a zero-shot probe, in registry order."""
+    return [spec for spec in tasks.REGISTRY.values() if spec.probe is not None]
 
 
 def task_path(source: str | Path, task: str) -> str | Path:
     """Where `task` lives for `finetune.data`-style sources: 'hf' -> its hub id, else FOLDER/<official folder>."""
-    from gpt1 import tasks
-
     spec = tasks.get(task)
     if str(source) == "hf":
         return spec.hf_id
@@ -210,36 +214,40 @@ def spread(examples: Sequence, limit: int) -> list:
     return [examples[math.floor(i * len(examples) / limit)] for i in range(limit)]
 
 
-def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_EXAMPLES) -> dict[str, list]:
-    """{probe: [examples per split]} for every probe whose task data is found; the others are logged and skipped."""
-    from gpt1 import tasks
-
+def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_EXAMPLES,
+                    task_data: dict[str, str] | None = None) -> dict[str, list]:
+    """{task: [examples per probe split]} for every probed task whose data is found (`task_data`: a task's own
+    location, as finetune.task_data); the others are logged and skipped: a probe is a diagnostic, never a reason
+    for pre-training to stop."""
     data: dict[str, list] = {}
-    if source is None:
+    task_data = task_data or {}
+    if source is None and not task_data:
         log.info("zero-shot probes: no task data given; only the built-in Winograd probe runs")
         return data
-    for probe, (task, splits) in PROBE_SPLITS.items():
-        path = task_path(source, task)
-        try:
-            data[probe] = [spread(tasks.load(task, path, split), max_examples) for split in splits]
-        except (FileNotFoundError, ValueError, OSError) as err:
-            log.warning("zero-shot probe %s skipped: %s", probe, err)
+    for spec in probed_tasks():
+        if spec.name not in task_data and source is None:
             continue
-        if any(ex.label is None for split in data[probe] for ex in split):
-            log.warning("zero-shot probe %s skipped: %s has unlabelled examples", probe, path)
-            del data[probe]
+        path = task_data.get(spec.name) or task_path(source, spec.name)
+        if str(path).startswith("hf:") and spec.hf_manual:
+            log.warning("zero-shot probe %s skipped: no downloadable hub copy (%s)", spec.name, spec.hf_manual)
+            continue
+        try:
+            data[spec.name] = [spread(tasks.load(spec.name, path, split), max_examples) for split in spec.probe.splits]
+        except Exception as err:  # noqa: BLE001 - any failure to read (hub, files) skips this probe only
+            log.warning("zero-shot probe %s skipped: %s: %s", spec.name, type(err).__name__, err)
+            continue
+        if any(ex.label is None for split in data[spec.name] for ex in split):
+            log.warning("zero-shot probe %s skipped: %s has unlabelled examples", spec.name, path)
+            del data[spec.name]
     return data
 
 
 def run_probes(model, tokenizer, data: dict[str, list]) -> dict[str, float]:
-    """Every probe with data, plus Winograd: {"probe/sst2_accuracy": ..., "probe/cola_mcc": ..., ...}."""
+    """Every probe with data, plus Winograd: {"probe/<task>_<metric>": ..., "probe/winograd_accuracy": ...}."""
     results = {}
-    if "sst2" in data:
-        results["probe/sst2_accuracy"] = sst2_probe(model, tokenizer, data["sst2"][0])
-    if "cola" in data:
-        results["probe/cola_mcc"] = cola_probe(model, tokenizer, *data["cola"])
-    for task in ("race", "storycloze"):
-        if task in data:
-            results[f"probe/{task}_accuracy"] = choice_probe(model, tokenizer, data[task][0])
+    for spec in probed_tasks():
+        if spec.name in data:
+            probe, metric = HEURISTICS[spec.probe.heuristic]
+            results[f"probe/{spec.name}_{metric}"] = probe(model, tokenizer, *data[spec.name])
     results["probe/winograd_accuracy"] = winograd_probe(model, tokenizer)
     return results

@@ -19,13 +19,13 @@ Choices where the spec is silent:
   cannot be recomputed. A run missing any of the 8 tasks has no GLUE average ("—").
 - A missing task is "—"; a failed one (its error.json newer than any metrics.json) is "failed" and its error is
   listed. The majority baseline row is taken from the first run that has the task.
-- The paper's Table 5 per-task ablation numbers are kept here (PAPER_ABLATIONS); their means reproduce
-  `metrics.PAPER_AVERAGES` (checked in the tests).
+- The tables' columns, the paper's numbers and the Table 5 ablation values come from the task specs
+  (`TaskSpec.table`, `table_columns`, `paper`, `ablation_column`, `paper_ablations`); the per-task ablation
+  values' means reproduce `metrics.PAPER_AVERAGES` (checked in the tests).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt1.io import read_json, write_json, write_text
-from gpt1.tasks import metrics
-from gpt1.tasks.registry import REGISTRY
+from gpt1.stages.outputs import read_marker
+from gpt1.tasks import REGISTRY, metrics
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +42,32 @@ METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
 MISSING, FAILED = "—", "failed"
 REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
 
-# The paper's tables: (column header, task, metric key of `metrics.compute`).
-TABLES = (
-    ("Table 2: natural language inference", (
-        ("MNLI-m", "mnli", "accuracy_matched"), ("MNLI-mm", "mnli", "accuracy_mismatched"),
-        ("SNLI", "snli", "accuracy"), ("SciTail", "scitail", "accuracy"), ("QNLI", "qnli", "accuracy"),
-        ("RTE", "rte", "accuracy"))),
-    ("Table 3: question answering and commonsense reasoning", (
-        ("Story Cloze", "storycloze", "accuracy"), ("RACE-m", "race", "accuracy_middle"),
-        ("RACE-h", "race", "accuracy_high"), ("RACE", "race", "accuracy"))),
-    ("Table 4: semantic similarity and classification", (
-        ("CoLA (mc)", "cola", "mcc"), ("SST-2 (acc)", "sst2", "accuracy"), ("MRPC (F1)", "mrpc", "f1"),
-        ("STS-B (pc)", "stsb", "pearson"), ("QQP (F1)", "qqp", "f1"), ("GLUE", "glue", "primary"))),
-)
-# Table 5 columns: the 8 GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
-ABLATION_COLUMNS = (("CoLA (mc)", "cola"), ("SST2 (acc)", "sst2"), ("MRPC (F1)", "mrpc"), ("STSB (pc)", "stsb"),
-                    ("QQP (F1)", "qqp"), ("MNLI (acc)", "mnli"), ("QNLI (acc)", "qnli"), ("RTE (acc)", "rte"))
-# Paper Table 5 rows of the two ablations the pipeline runs ("full" is PAPER_RESULTS' primary numbers).
-PAPER_ABLATIONS = {
-    "no_pretrain": {"cola": 18.9, "sst2": 84.0, "mrpc": 79.4, "stsb": 30.9, "qqp": 65.5, "mnli": 75.7,
-                    "qnli": 71.2, "rte": 53.8},
-    "no_aux_lm": {"cola": 47.9, "sst2": 92.0, "mrpc": 84.9, "stsb": 83.2, "qqp": 69.8, "mnli": 81.1,
-                  "qnli": 86.9, "rte": 54.4},
-}
+GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
+TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question answering and commonsense reasoning",
+                4: "Table 4: semantic similarity and classification"}
+GLUE_TABLE = 4
+
+
+def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
+    """The paper's tables: (title, ((column header, task, metric key of `metrics.compute`), ...)), from the specs;
+    tasks the paper does not report (`TaskSpec.table` None) get a table of their own."""
+    found = []
+    for number, title in (*TABLE_TITLES.items(), (None, "Other tasks (not in the paper)")):
+        specs = sorted((s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order)
+        columns = [(c.header, s.name, c.metric) for s in specs for c in s.report_columns]
+        if number == GLUE_TABLE:
+            columns.append(("GLUE", GLUE, "primary"))
+        if columns:
+            found.append((title, tuple(columns)))
+    return tuple(found)
+
+
+# Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
+ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
+# Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
+ABLATIONS = ("no_pretrain", "no_aux_lm")
+PAPER_ABLATIONS = {setting: {s.name: s.paper_ablations[setting] for s in REGISTRY.values() if s.glue}
+                   for setting in ABLATIONS}
 ABLATION_TITLES = {"full": "Transformer w/ aux LM (full)", "no_pretrain": "Transformer w/o pre-training",
                    "no_aux_lm": "Transformer w/o aux LM"}
 
@@ -79,12 +82,12 @@ class Run:
     errors: dict[str, str] = field(default_factory=dict)
 
     def value(self, task: str, key: str) -> float | None:
-        if task == "glue":
+        if task == GLUE:
             return self.glue_score()
         return self.results.get(task, {}).get("metrics", {}).get(key)
 
     def majority(self, task: str, key: str) -> float | None:
-        if task == "glue":
+        if task == GLUE:
             return _glue({t: r.get("majority", {}) for t, r in self.results.items()})
         return self.results.get(task, {}).get("majority", {}).get(key)
 
@@ -147,6 +150,7 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
         if task in run.results:
             log.warning("%s: a second result for %s in %s, ignored", done, task, root)
             continue
+        result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
         run.results[task] = result
     return run
 
@@ -182,7 +186,7 @@ def first_majority(runs: list[Run], task: str, key: str) -> float | None:
 
 def paper_tables(runs: list[Run]) -> str:
     parts = []
-    for title, columns in TABLES:
+    for title, columns in tables():
         header = ["Method"] + [name for name, _, _ in columns]
         rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
         rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
@@ -214,7 +218,15 @@ def notes(runs: list[Run]) -> list[str]:
     return out
 
 
-def render_markdown(runs: list[Run]) -> str:
+def wall_time_table(runs: list[Run]) -> str:
+    """Seconds each fine-tune took (the stage's own measure: loading, training, evaluation, outputs)."""
+    tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
+    rows = [[f"ours: {r.label}", *(f"{r.results[t]['wall_seconds']:.0f}" if r.results.get(t, {}).get("wall_seconds")
+                                  else MISSING for t in tasks_run)] for r in runs]
+    return "### Fine-tune wall time (s)\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
+
+
+def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> str:
     text = ["# GPT-1 fine-tuning results", "",
             "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
             "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
@@ -223,6 +235,10 @@ def render_markdown(runs: list[Run]) -> str:
             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
+    if any(r.results for r in runs):
+        text += ["", wall_time_table(runs)]
+    if not_run:
+        text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
     extra = notes(runs)
     if extra:
         text += ["", "### Notes", ""] + [f"- {n}" for n in extra]
@@ -240,7 +256,7 @@ def plot(runs: list[Run], path: Path) -> Path:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    columns = [c for _, cols in TABLES for c in cols]
+    columns = [c for _, cols in tables() for c in cols]
     series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns])]
     series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns]) for r in runs]
     series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns]))
@@ -265,24 +281,28 @@ def plot(runs: list[Run], path: Path) -> Path:
     return path
 
 
-def summary(runs: list[Run]) -> dict:
+def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
     return {
         "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
                            "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
-                                         "eval_split": res.get("eval_split")} for t, res in sorted(r.results.items())},
+                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds")}
+                                     for t, res in sorted(r.results.items())},
                            "errors": r.errors} for r in runs},
         "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
+        "not_run": not_run or {},
     }
 
 
 def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
-                 tracking_uri: str | None = None, run_id: str | None = None) -> dict[str, Path]:
-    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths."""
+                 tracking_uri: str | None = None, run_id: str | None = None,
+                 not_run: dict[str, str] | None = None) -> dict[str, Path]:
+    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths.
+    `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures."""
     runs = read_runs(list(results), labels)
     out_dir = Path(out_dir)
-    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs)),
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run)),
              "plot": plot(runs, out_dir / REPORT_PNG),
-             "json": write_json(out_dir / REPORT_JSON, summary(runs))}
+             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run))}
     if run_id:
         from gpt1.tracking import RunLogger
 
@@ -297,21 +317,3 @@ def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, l
         log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
                  fmt(run.glue_score()))
     return files
-
-
-# -- CLI ------------------------------------------------------------------------------------------------------
-def add_report_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", required=True, nargs="+", type=Path, metavar="DIR",
-                        help="results folders: one per run (a task folder or a folder of task folders)")
-    parser.add_argument("--labels", "--label", nargs="+", metavar="LABEL",
-                        help="a name per results folder, in order (default: folder names)")
-    parser.add_argument("--out", required=True, type=Path, help="where results.md/png/json go")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI of --run-id")
-    parser.add_argument("--run-id", help="MLflow run (the pipeline's parent run) to log the report to")
-
-
-def run_report(args: argparse.Namespace) -> int:
-    files = build_report(args.results, args.out, args.labels, tracking_uri=args.tracking_uri, run_id=args.run_id)
-    print(files["markdown"].read_text(encoding="utf-8"))
-    print("wrote " + ", ".join(str(p) for p in files.values()))
-    return 0

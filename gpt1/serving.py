@@ -4,8 +4,8 @@
     model.predict(pd.DataFrame([{"premise": "A man plays.", "hypothesis": "Someone plays."}]))
     mlflow models serve -m runs:/<run_id>/model --env-manager local      # then POST /invocations
 
-`GPT1TaskModel` wraps `gpt1.finetune.TaskPredictor`: the tokenizer, the task's input transformation and the
-fine-tuned network with its head. Input columns are the task's raw fields (`gpt1.finetune.input_columns`):
+`GPT1TaskModel` wraps `gpt1.predict.TaskPredictor`: the tokenizer, the task's input transformation and the
+fine-tuned network with its head. Input columns are the task's raw fields (`gpt1.predict.input_columns`):
 `sentence` (CoLA, SST-2); `premise, hypothesis` (MNLI, SNLI, SciTail); `sentence1, sentence2` (RTE, MRPC, STS-B);
 `question1, question2` (QQP); `question, sentence` (QNLI); `context, question, options` (RACE, Story Cloze; the
 question may be empty). An optional `id` column is passed through. Output columns: `prediction` (the label as the
@@ -35,6 +35,8 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
+from gpt1.predict import TaskPredictor
+
 log = logging.getLogger(__name__)
 
 ARTIFACT_PATH = "model"
@@ -51,8 +53,6 @@ class GPT1TaskModel(mlflow.pyfunc.PythonModel):
         self.predictor = predictor  # set by load_context when MLflow loads the model
 
     def load_context(self, context) -> None:
-        from gpt1.finetune import TaskPredictor
-
         self.predictor = TaskPredictor(context.artifacts[ARTIFACT_PATH])
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
@@ -73,8 +73,6 @@ def pinned_requirements() -> list[str]:
 
 def save_model(model_dir: str | os.PathLike, path: str | os.PathLike, input_example: list[dict]) -> Path:
     """Write the MLflow model of a fine-tuned model folder to `path` (which must not exist yet)."""
-    from gpt1.finetune import TaskPredictor
-
     predictor = TaskPredictor(model_dir)
     example = pd.DataFrame(input_example)
     signature = mlflow.models.infer_signature(example, GPT1TaskModel(predictor).predict(None, example))

@@ -23,8 +23,9 @@ Choices where the spec is silent:
 - ftfy stays in Python (it has no Rust equivalent) and costs more than the whole Rust pipeline; `fix_text` skips it
   for lines that are printable ASCII without `&`, where ftfy can only rewrite "\r\n"/"\r" as "\n" (every other fix
   needs a non-ASCII character, an HTML entity or a control character).
-- ftfy is not part of tokenizer.json, so `transformers.PreTrainedTokenizerFast(tokenizer_file=...)` gives our ids for
-  text that is already ftfy-clean (most text); special-token strings typed in raw text are plain text here (as in the
+- ftfy is not part of tokenizer.json, so `transformers.PreTrainedTokenizerFast(tokenizer_file=...)` gives our ids only
+  for text that is already ftfy-clean; `save_transformers` (below) writes a transformers tokenizer with ftfy's
+  character-by-character fixes built in. Special-token strings typed in raw text are plain text here (as in the
   original), while transformers matches them as specials.
 - The spaCy token "\n " (a line break) encodes as "\n</w>" (id 40477): the original special-cased exactly that.
 - Training learns exactly `merges` merges (fewer only if no pair reaches min_frequency) and is deterministic (see
@@ -37,7 +38,6 @@ Choices where the spec is silent:
 
 from __future__ import annotations
 
-import argparse
 import collections
 import hashlib
 import itertools
@@ -45,16 +45,16 @@ import json
 import logging
 import re
 import tempfile
-import time
 from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import ftfy
+from ftfy import chardata as ftfy_chardata, fixes as ftfy_fixes
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from tqdm import tqdm
 
-from gpt1.config import SPECIAL_TOKENS, TokenizerConfig
+from gpt1.config import SPECIAL_TOKENS
 from gpt1.io import InputError, read_json, write_json, write_text
 
 log = logging.getLogger(__name__)
@@ -362,6 +362,78 @@ def from_openai(encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = F
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# transformers export
+#
+# transformers runs a tokenizer.json as it is when tokenizer_config.json names the generic class (AutoTokenizer
+# would otherwise pick `OpenAIGPTTokenizer`, which rebuilds a BERT-style pipeline around the vocabulary), but it
+# cannot run ftfy. The export puts every step of ftfy that maps characters without context in front of the
+# normalizer, built from ftfy's own tables: ligatures, fullwidth forms, curly quotes, line breaks, terminal escapes,
+# control characters, NFC. What ftfy decides from context stays outside (mojibake, HTML entities, C1 controls): text
+# with those gets other ids unless `ftfy.fix_text` runs first (coverage and cost: benchmarks/bench_hf_tokenizer.py).
+# In transformers `tokenizer(text)` starts with `_start_`, as every pre-training document does, and typed
+# special-token strings are specials (its convention); `encode` here reads them as plain text.
+
+HF_TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers 5 loads it as TokenizersBackend; 4.x knows the name too
+
+
+def _ftfy_character_fixes() -> normalizers.Normalizer:
+    """The steps of `ftfy.fix_text` that map characters whatever their context, in ftfy's order."""
+    removed = "".join(f"\\x{{{code:x}}}" for code in ftfy_chardata.CONTROL_CHARS)
+    return normalizers.Sequence([
+        *(normalizers.Replace(chr(code), text)
+          for table in (ftfy_chardata.LIGATURES, ftfy_chardata.WIDTH_MAP) for code, text in table.items()),
+        normalizers.Replace(Regex(ftfy_chardata.DOUBLE_QUOTE_RE.pattern), '"'),
+        normalizers.Replace(Regex(ftfy_chardata.SINGLE_QUOTE_RE.pattern), "'"),
+        normalizers.Replace("\r\n", "\n"),
+        normalizers.Replace(Regex("[\r\u2028\u2029]"), "\n"),  # ftfy's other line break, \x85, is a C1 control
+        normalizers.Replace(Regex(ftfy_fixes.ANSI_RE.pattern), ""),
+        normalizers.Replace(Regex(f"[{removed}]"), ""),
+        normalizers.NFC(),
+    ])
+
+
+def _normalizer_spec(normalizer: normalizers.Normalizer) -> dict:
+    holder = Tokenizer(models.BPE())
+    holder.normalizer = normalizer
+    return json.loads(holder.to_str())["normalizer"]
+
+
+def save_transformers(tokenizer: GPT1Tokenizer, directory: str | Path, model_max_length: int) -> None:
+    """Write tokenizer.json + tokenizer_config.json for `transformers.AutoTokenizer.from_pretrained(directory)`."""
+    from transformers import PreTrainedTokenizerFast  # heavy, and needed only here
+
+    exported = Tokenizer.from_str(tokenizer.to_json())
+    exported.normalizer = normalizers.Sequence([_ftfy_character_fixes(), exported.normalizer])
+    start, delimiter, classify = SPECIAL_TOKENS
+    # No unk_token: transformers would add "<unk>" as a special token, matched in typed text.
+    hf = PreTrainedTokenizerFast(tokenizer_object=exported, bos_token=start, eos_token=start, add_bos_token=True,
+                                 extra_special_tokens=[delimiter, classify], model_max_length=model_max_length,
+                                 clean_up_tokenization_spaces=False)
+    hf.save_pretrained(directory)
+    config = Path(directory) / HF_TOKENIZER_CONFIG
+    write_json(config, {**read_json(config), "tokenizer_class": HF_TOKENIZER_CLASS})
+
+
+def from_transformers(directory: str | Path) -> GPT1Tokenizer:
+    """The tokenizer `save_transformers` exported to `directory`, as it was (same ids, same sha256)."""
+    file = Path(directory) / TOKENIZER_FILE
+    fixes = _normalizer_spec(_ftfy_character_fixes())["normalizers"]
+    try:
+        spec = read_json(file)
+        steps = spec["normalizer"]["normalizers"]  # tokenizers flattens the nested sequences
+    except (ValueError, KeyError, TypeError):
+        steps = None
+    if not isinstance(steps, list) or steps[: len(fixes)] != fixes:
+        raise InputError("not a tokenizer exported by gpt1 (`gpt1 convert --to hf`)", file=file)
+    spec.update(normalizer={"type": "Sequence", "normalizers": steps[len(fixes):]}, post_processor=None)
+    try:
+        return GPT1Tokenizer(Tokenizer.from_str(json.dumps(spec)))
+    except InputError as err:
+        raise InputError(str(err), file=file) from err
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Training
 
 
@@ -441,23 +513,6 @@ def train(texts: Iterable[str], merges: int, min_frequency: int = 2, show_progre
     return GPT1Tokenizer(_build({s: i for i, s in enumerate(symbols)}, kept))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI: gpt1 train-tokenizer
-
-
-def add_train_tokenizer_args(parser: argparse.ArgumentParser) -> None:
-    defaults = TokenizerConfig()
-    parser.add_argument("--corpus", required=True, help="an ingested corpus (gpt1 ingest); its train split is read")
-    parser.add_argument("--out", required=True, help="folder for tokenizer.json and tokenizer_stats.json")
-    parser.add_argument("--merges", type=int, default=defaults.merges, help="BPE merges to learn (paper: 40,000)")
-    parser.add_argument("--min-frequency", type=int, default=defaults.min_frequency,
-                        help="a pair must occur this often to be merged")
-    parser.add_argument("--max-chars", type=int, default=defaults.max_train_chars,
-                        help="read at most this many characters of the corpus")
-    parser.add_argument("--limit-alphabet", type=int, default=defaults.limit_alphabet,
-                        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)")
-
-
 def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) -> Iterator[str]:
     """`texts` up to `max_chars` characters in all (the last one cut), counting documents and characters."""
     for text in texts:
@@ -470,36 +525,16 @@ def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) 
         yield text
 
 
-def run_train_tokenizer(args: argparse.Namespace) -> int:
-    from gpt1.data.corpus import iter_texts, split_files
-
-    if min(args.merges, args.min_frequency, args.limit_alphabet, args.max_chars or 1) < 1:
-        raise ValueError("--merges, --min-frequency, --limit-alphabet and --max-chars must be positive")
-    if not split_files(args.corpus, "train"):
-        raise InputError("the corpus has no train documents", file=Path(args.corpus) / "train")
-    counts = {"documents": 0, "characters": 0}
-    start = time.perf_counter()
-    tokenizer = train(capped(iter_texts(args.corpus, "train"), args.max_chars, counts), args.merges,
-                      min_frequency=args.min_frequency, limit_alphabet=args.limit_alphabet)
-    seconds = time.perf_counter() - start
-    out = Path(args.out)
-    tokenizer.save(out)
-    stats = {
-        "vocab_size": tokenizer.vocab_size,
-        "bpe_vocab_size": tokenizer.vocab_size - len(SPECIAL_TOKENS),
-        "merges_requested": args.merges,
-        "merges": tokenizer.num_merges,
-        "min_frequency": args.min_frequency,
-        "limit_alphabet": args.limit_alphabet,
-        "documents": counts["documents"],
-        "characters": counts["characters"],
-        "seconds": round(seconds, 3),
-        "characters_per_second": round(counts["characters"] / max(seconds, 1e-9)),
-        "sha256": tokenizer.sha256,
-        "corpus": str(args.corpus),
-    }
-    write_json(out / STATS_FILE, stats)
-    log.info("tokenizer: %d merges, vocab %d (incl. %d specials) from %d documents / %d chars in %.1f s (%.0f chars/s)"
-             " -> %s", stats["merges"], stats["vocab_size"], len(SPECIAL_TOKENS), stats["documents"],
-             stats["characters"], seconds, stats["characters_per_second"], out / TOKENIZER_FILE)
-    return 0
+def check_matches(tokenizer: GPT1Tokenizer, model_dir: str | Path, what: str = "the tokenizer") -> None:
+    """Refuse a tokenizer other than the one the model in `model_dir` was trained with: the hash pre-training
+    records in `training.json`, else the model folder's own tokenizer.json. Folders with neither (a converted or
+    hand-made checkpoint) cannot be checked and pass."""
+    model_dir = Path(model_dir)
+    training = model_dir / "training.json"
+    expected = read_json(training).get("tokenizer_sha256") if training.is_file() else None
+    own = model_dir / TOKENIZER_FILE
+    if expected is None and own.is_file():
+        expected = load(own).sha256
+    if expected is not None and expected != tokenizer.sha256:
+        raise InputError(f"{what} (sha256 {tokenizer.sha256[:12]}) is not the one this model was trained with "
+                         f"(sha256 {expected[:12]}): its token ids would mean other words", file=model_dir)

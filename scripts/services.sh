@@ -8,6 +8,9 @@ PREFECT_PORT=${GPT1_PREFECT_PORT:-4200}
 MLFLOW_PORT=${GPT1_MLFLOW_PORT:-5000}
 HOST=${GPT1_HOST:-127.0.0.1}
 POOL=gpt1-local
+# The deployments of pipelines.yaml on the local pool; the cluster ones (gpt1/full, ablations, GPU pools) are not
+# deployed here, where no worker could ever run them (`make rehearse` runs that topology on stand-in pools).
+LOCAL_DEPLOYMENTS=(smoke local smoke-from-checkpoint)  # `prefect deploy -n` takes their own (unique) names
 
 export PREFECT_HOME=$STATE/prefect
 export PREFECT_API_URL=http://$HOST:$PREFECT_PORT/api
@@ -17,6 +20,7 @@ export MLFLOW_TRACKING_URI=http://$HOST:$MLFLOW_PORT
 export MLFLOW_DISABLE_TELEMETRY=true
 export MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false
 export DS_ACCELERATOR=cpu
+export PREFECT_LOGGING_EXTRA_LOGGERS=gpt1  # the stages' own log lines reach the Prefect UI
 export GPT1_WORK_DIR=${GPT1_WORK_DIR:-$STATE/work}
 mkdir -p "$STATE/pids" "$STATE/logs" "$PREFECT_HOME" "$STATE/mlflow" "$GPT1_WORK_DIR"
 
@@ -35,28 +39,51 @@ start() {  # name cmd...: own session => own process group, so down.sh can stop 
 
 alive() { [[ -f $STATE/pids/$1.pgid ]] && kill -0 -- "-$(cat "$STATE/pids/$1.pgid")" 2>/dev/null; }
 
-services_up() {
+servers_up() {  # the Prefect and MLflow servers (reused when already up, e.g. started by another script)
+  local waiting=()
   if up "$PREFECT_API_URL/health"; then echo "prefect server: reusing $PREFECT_API_URL"
   else
+    echo "prefect server: starting on $PREFECT_API_URL (log: $STATE/logs/prefect-server.log)"
     start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
-    wait_for "$PREFECT_API_URL/health" prefect-server 120
+    waiting+=(prefect)
   fi
   if up "$MLFLOW_TRACKING_URI/health"; then echo "mlflow server: reusing $MLFLOW_TRACKING_URI"
   else
+    echo "mlflow server: starting on $MLFLOW_TRACKING_URI (log: $STATE/logs/mlflow-server.log)"
     start mlflow-server "$BIN/mlflow" server --host "$HOST" --port "$MLFLOW_PORT" --workers 1 \
       --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" --artifacts-destination "$STATE/mlflow/artifacts"
-    wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 120
+    waiting+=(mlflow)
   fi
-  "$BIN/prefect" work-pool inspect "$POOL" >/dev/null 2>&1 \
-    || "$BIN/prefect" work-pool create "$POOL" --type process >/dev/null
-  # The GPU deployments need their pool to exist to register; here it has no worker (on a cluster it is a
-  # kubernetes pool made from infra/k8s/gpu-work-pool.json), so their runs would wait, never run on this CPU.
-  "$BIN/prefect" work-pool inspect gpt1-gpu >/dev/null 2>&1 \
-    || "$BIN/prefect" work-pool create gpt1-gpu --type process >/dev/null
-  if alive worker; then echo "worker: reusing"
+  [[ ${#waiting[@]} -gt 0 ]] && echo "waiting for ${waiting[*]} to come up (both start at once; ~20-40 s)"
+  [[ " ${waiting[*]} " == *" prefect "* ]] && wait_for "$PREFECT_API_URL/health" prefect-server 180
+  [[ " ${waiting[*]} " == *" mlflow "* ]] && wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 180
+  return 0
+}
+
+write_env_file() {  # $STATE/env: what a new shell needs to talk to these servers and run gpt1
+  cat >"$STATE/env" <<ENV
+# source $STATE/env   (written by make demo)
+export PREFECT_API_URL=$PREFECT_API_URL
+export MLFLOW_TRACKING_URI=$MLFLOW_TRACKING_URI
+export GPT1_WORK_DIR=$GPT1_WORK_DIR
+export PATH=$BIN:\$PATH
+export MLFLOW_DISABLE_TELEMETRY=true PREFECT_SERVER_ANALYTICS_ENABLED=false DS_ACCELERATOR=cpu
+ENV
+}
+
+worker_up() {  # pool [name]: a process pool (created if missing) and a worker for it, as process group `name`
+  local pool=$1 name=${2:-worker}
+  "$BIN/prefect" work-pool inspect "$pool" >/dev/null 2>&1 \
+    || "$BIN/prefect" work-pool create "$pool" --type process >/dev/null
+  if alive "$name"; then echo "$name: reusing"
   else
-    (cd "$ROOT" && start worker "$BIN/prefect" worker start --pool "$POOL" --type process)
+    (cd "$ROOT" && start "$name" "$BIN/prefect" worker start --pool "$pool" --type process)
   fi
+}
+
+services_up() {
+  servers_up
+  worker_up "$POOL" worker
 }
 
 stop_group() {  # name signal... : signal the process group, wait for it to go
@@ -73,10 +100,17 @@ stop_group() {  # name signal... : signal the process group, wait for it to go
   echo "stopped $name"
 }
 
-stop_flow_runs() {  # the worker starts each flow run in a session of its own: stop those sessions too
-  alive worker || return 0
+deploy_local() {  # the local pool's deployments (names from LOCAL_DEPLOYMENTS)
+  local names=() name
+  for name in "${LOCAL_DEPLOYMENTS[@]}"; do names+=(-n "$name"); done
+  (cd "$ROOT" && "$BIN/prefect" --no-prompt deploy --prefect-file pipelines.yaml "${names[@]}") \
+    >"$STATE/logs/deploy.log" 2>&1 || { tail -30 "$STATE/logs/deploy.log"; return 1; }
+}
+
+stop_flow_runs_of() {  # name: the flow runs the worker `name` started, each in a session of its own
+  alive "$1" || return 0
   local run runs
-  runs=$(pgrep -P "$(cat "$STATE/pids/worker.pgid")" || true)
+  runs=$(pgrep -P "$(cat "$STATE/pids/$1.pgid")" || true)
   for run in $runs; do kill -TERM -- "-$run" 2>/dev/null || true; done
   for run in $runs; do  # Prefect's engine may outlive TERM while it reports the crash: give it 10 s
     for _ in $(seq 20); do kill -0 "$run" 2>/dev/null || break; sleep 0.5; done
@@ -85,9 +119,14 @@ stop_flow_runs() {  # the worker starts each flow run in a session of its own: s
   done
 }
 
-services_down() {
-  stop_flow_runs  # their stage subprocesses follow them (gpt1.cli stop_with_parent)
-  stop_group worker TERM INT   # then the worker, so no flow run is left half-submitted
+worker_down() {  # name: its flow runs first (their stage processes follow them), then the worker itself
+  stop_flow_runs_of "$1"
+  stop_group "$1" TERM INT
+}
+
+services_down() {  # GPT1_KEEP_SERVERS=1: only the worker (servers shared with other scripts, e.g. in CI)
+  worker_down worker
+  [[ ${GPT1_KEEP_SERVERS:-} == 1 ]] && return 0
   stop_group mlflow-server TERM
   stop_group prefect-server TERM
 }

@@ -48,3 +48,34 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def services(tmp_path_factory):
+    """One Prefect server and one MLflow server (scripts/services.sh, free loopback ports, state in a temp dir)
+    for every end-to-end check of the session (the demo, the rehearsal, the mini recipe): each reuses them, runs
+    its own workers, and leaves them up; they are stopped here at the end."""
+    import socket
+    import subprocess
+    import sys
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    state = tmp_path_factory.mktemp("services")
+    env = {**os.environ, "GPT1_STATE": str(state), "GPT1_VENV": sys.prefix, "GPT1_KEEP_SERVERS": "1",
+           "GPT1_PREFECT_PORT": str(free_port()), "GPT1_MLFLOW_PORT": str(free_port())}
+    for name in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "GPT1_DEMO_OVERRIDES", "GPT1_WORK_DIR"):
+        env.pop(name, None)
+    services_sh = REPO / "scripts" / "services.sh"
+    up = subprocess.run(["bash", "-c", f"source {services_sh} && servers_up"], cwd=REPO, env=env, text=True,
+                        capture_output=True, timeout=600)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield env
+    finally:
+        subprocess.run(["bash", "-c", f"source {services_sh} && stop_group mlflow-server TERM && "
+                                      "stop_group prefect-server TERM"], cwd=REPO, env=env, capture_output=True,
+                       timeout=120)

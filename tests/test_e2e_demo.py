@@ -1,9 +1,10 @@
 """`make demo` for real: local Prefect server + process worker + MLflow server, the gpt1/smoke deployment.
 
-Runs scripts/demo.sh (the same script `make demo` runs, the full `smoke` preset, no overrides) against servers on
-free loopback ports with state in a temp dir, then checks the paper's claim on its report (every task above the
-majority class after pre-training, the no-pre-training ablation below the full run), what MLflow recorded, and
-screenshots the MLflow runs page with headless Chromium (saved under build-artifacts/ as the CI artifact).
+Runs scripts/demo.sh (the same script `make demo` runs, the full `smoke` preset, no overrides) against the
+session's shared servers (tests/conftest.py `services`), then checks the paper's claim on its report (every task
+above the majority class after pre-training, the no-pre-training ablation below the full run), what MLflow
+recorded, the next steps it prints as a new shell would run them, and screenshots the MLflow runs page with
+headless Chromium (saved under build-artifacts/ as the CI artifact).
 About 7 minutes on 2 cores (README, Benchmarks); the flow's wall time is written to build-artifacts/demo.json.
 """
 
@@ -13,9 +14,7 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,29 +27,15 @@ pytestmark = pytest.mark.slow
 ARTIFACTS = REPO / "build-artifacts"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    state = tmp_path_factory.mktemp("demo-state")
-    env = {
-        **os.environ,
-        "GPT1_STATE": str(state),
-        "GPT1_VENV": sys.prefix,
-        "GPT1_PREFECT_PORT": str(_free_port()),
-        "GPT1_MLFLOW_PORT": str(_free_port()),
-    }
-    for name in ("MLFLOW_TRACKING_URI", "GPT1_DEMO_OVERRIDES", "GPT1_WORK_DIR"):
-        env.pop(name, None)
+def demo(services):
+    env = dict(services)
+    state = Path(env["GPT1_STATE"])
     try:
         proc = subprocess.run(["bash", str(REPO / "scripts/demo.sh")], cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=1800)
         yield proc, env, state
-    finally:
+    finally:  # its worker (GPT1_KEEP_SERVERS: the shared servers stay up)
         subprocess.run(["bash", str(REPO / "scripts/down.sh")], cwd=REPO, env=env, capture_output=True, timeout=120)
 
 
@@ -102,6 +87,22 @@ def test_mlflow_has_parent_stage_and_task_runs(demo):
         task = r.info.run_name.split("/", 1)[1]
         assert any(k.startswith(f"task/{task}/") for k in r.data.metrics), f"{task} logged no metrics"
     assert "glue_score" in parent.data.metrics
+
+
+def test_the_next_steps_it_prints_work_in_a_new_shell(demo):
+    """What the demo tells a user to do next, run as they would: a fresh shell with nothing but `source env`."""
+    proc, env, state = demo
+    steps = proc.stdout.split("Next, in any shell", 1)[1].splitlines()[1:]
+    commands = [line.split("#")[0].strip() for line in steps if line.strip() and "deployment run" not in line]
+    assert commands[0].startswith("source ") and len(commands) >= 4, steps
+    script = " && ".join(["set -e", *commands])
+    clean = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # a new login
+    done = subprocess.run(["bash", "-c", script], cwd="/", env=clean, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gpt1/smoke" in done.stdout  # prefect deployment ls, against the demo's server
+    assert "usage: gpt1" in done.stdout  # gpt1 on PATH
+    assert "prediction" in done.stdout  # the registered model, loaded by alias, predicted raw input
+    assert not Path("/mlflow.db").exists()  # nothing written where the shell stood
 
 
 def test_screenshot_of_mlflow_runs_page(demo):

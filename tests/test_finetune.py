@@ -21,10 +21,11 @@ from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.data.sample import write_sample_data
-from gpt1.finetune import (TaskPredictor, backward, build_model, evenly_spaced, finetune, held_out_splits,
-                           lm_loss, load_task_data, read_inputs, warmup_linear)
+from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
 from gpt1.model import GPT1
+from gpt1.optim import lr_factor
+from gpt1.predict import TaskPredictor, read_inputs
+from gpt1.sample import write_sample_data
 
 torch.set_num_threads(1)
 
@@ -170,6 +171,7 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
     cfg = QUICK.model_copy(update={"max_train_examples": 16, "max_eval_examples": 16})
     result = finetune(task, data, checkpoint, work / "shared" / task, cfg, track=False)
     assert result["eval_split"] == "dev"
+    assert result["eval_split_fallback"] == ({"paper": "test", "used": "dev"} if task == "race" else None)
     assert result["data"]["splits"]["train"]["bad"] == {}
     rows = read_jsonl(work / "shared" / task / "predictions" / "dev.jsonl")
     for name, value in recompute(task, rows).items():
@@ -179,26 +181,6 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
 
 
 # -- objective, schedule, model construction ------------------------------------------------------------------------
-def test_lm_loss_ignores_padding_and_matches_a_direct_computation():
-    torch.manual_seed(0)
-    logits = torch.randn(2, 5, 7)
-    ids = torch.tensor([[1, 2, 3, 0, 0], [4, 5, 6, 1, 2]])
-    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
-    expected = []
-    for b, n in ((0, 3), (1, 5)):
-        logp = torch.log_softmax(logits[b, : n - 1], -1)
-        expected.append(-logp[torch.arange(n - 1), ids[b, 1:n]].mean())
-    assert lm_loss(logits, ids, mask).item() == pytest.approx(torch.stack(expected).mean().item(), rel=1e-6)
-    padded = ids.clone()
-    padded[0, 3:] = 6  # other pad ids, other logits after the end: same loss
-    noisy = logits.clone()
-    noisy[0, 3:] = 100.0
-    assert lm_loss(noisy, padded, mask).item() == pytest.approx(lm_loss(logits, ids, mask).item(), rel=1e-6)
-    # (B, K, T) multiple-choice layout: every candidate sequence counts once
-    assert lm_loss(logits.view(1, 2, 5, 7), ids.view(1, 2, 5), mask.view(1, 2, 5)).item() == pytest.approx(
-        lm_loss(logits, ids, mask).item(), rel=1e-6)
-
-
 def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_tasks):
     """finetune.micro_batch_size changes memory, not the update: same losses and gradients as one forward."""
     spec, tok = tasks.get("rte"), tokenization.load(checkpoint)
@@ -219,7 +201,7 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_ta
 
 
 def test_warmup_then_linear_decay():
-    factor = warmup_linear(total=100, warmup=4)
+    factor = lambda i: lr_factor(i, warmup_steps=4, total_steps=100, schedule="linear")  # noqa: E731
     assert [factor(i) for i in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert factor(4) == pytest.approx(96 / 96) and factor(52) == pytest.approx(48 / 96)
     assert factor(99) == pytest.approx(1 / 96) and factor(100) == 0.0
@@ -236,15 +218,15 @@ def test_aux_lm_weight_changes_the_objective(work, sample_tasks, checkpoint):
     assert without["final_lm_loss"] is None and without["final_loss"] == without["final_clf_loss"]
     assert with_lm["final_lm_loss"] > 0
     assert with_lm["final_loss"] == pytest.approx(with_lm["final_clf_loss"] + 0.5 * with_lm["final_lm_loss"])
-    m1 = load_file(str(work / "aux-0.5" / "model" / "model.safetensors"))
-    m0 = load_file(str(work / "aux-0.0" / "model" / "model.safetensors"))
+    m1 = load_file(str(work / "aux-0.5" / "model" / "gpt1.safetensors"))
+    m0 = load_file(str(work / "aux-0.0" / "model" / "gpt1.safetensors"))
     assert not torch.equal(m1["blocks.0.attn.c_attn.weight"], m0["blocks.0.attn.c_attn.weight"])
 
 
 def test_build_model_ablations(checkpoint, work):
     spec = tasks.get("rte")
     vocab = tokenization.load(checkpoint).vocab_size
-    saved = load_file(str(checkpoint / "model.safetensors"))
+    saved = load_file(str(checkpoint / "gpt1.safetensors"))
     full = build_model(spec, checkpoint, vocab, FinetuneConfig())
     assert len(full.transformer.blocks) == TINY["n_layer"] and full.clf.out_features == 2
     assert torch.equal(full.transformer.blocks[1].mlp.c_fc.weight, saved["blocks.1.mlp.c_fc.weight"])
@@ -266,16 +248,20 @@ def test_build_model_ablations(checkpoint, work):
     grown = build_model(tasks.get("race"), small, vocab, FinetuneConfig())
     assert grown.transformer.tokens_embed.weight.shape[0] == vocab and grown.clf.out_features == 1
     assert torch.equal(grown.transformer.tokens_embed.weight[: vocab - 3],
-                       load_file(str(small / "model.safetensors"))["tokens_embed.weight"])
+                       load_file(str(small / "gpt1.safetensors"))["tokens_embed.weight"])
 
 
-def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint):
+def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint, capsys):
     out = work / "conflict"
     with pytest.raises(ValueError, match="exclude each other"):
         finetune("sst2", sample_tasks / "SST-2", checkpoint, out, FinetuneConfig(from_scratch=True, transfer_layers=1),
                  track=False)
-    assert "exclude each other" in json.loads((out / "error.json").read_text())["error"]
-    assert not (out / "metrics.json").exists()
+    args = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint", str(checkpoint),
+            "--out", str(out), "--no-tracking", "--set", "finetune.from_scratch=true",
+            "--set", "finetune.transfer_layers=1"]
+    assert cli.main(args) == 2 and "exclude each other" in capsys.readouterr().err
+    assert "exclude each other" in json.loads((out / "error.json").read_text())["error"]  # for the report
+    assert sorted(p.name for p in out.iterdir()) == ["error.json"]
 
 
 def test_same_seed_same_metrics_and_weights(work, sample_tasks, checkpoint):
@@ -285,7 +271,7 @@ def test_same_seed_same_metrics_and_weights(work, sample_tasks, checkpoint):
     assert results[0]["metrics"] == results[1]["metrics"]
     assert results[0]["train"]["final_loss"] == results[1]["train"]["final_loss"]
     weights = [load_file(str(work / f"seed-{i}" / "model" / name)) for i in range(2)
-               for name in ("model.safetensors", "head.safetensors")]
+               for name in ("gpt1.safetensors", "head.safetensors")]
     for a, b in ((weights[0], weights[2]), (weights[1], weights[3])):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -385,8 +371,8 @@ def test_finetune_cli_with_preset_overrides_and_bad_checkpoint(work, sample_task
     bad = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint",
            str(work / "nowhere"), "--out", str(work / "bad"), "--no-tracking"]
     assert cli.main(bad) == 2
-    assert "does not exist" in capsys.readouterr().err
-    assert "nowhere" in json.loads((work / "bad" / "error.json").read_text())["error"]
+    assert "nowhere does not exist" in capsys.readouterr().err
+    assert not (work / "bad").exists()  # refused before anything was written
 
 
 def test_report_from_finetune_outputs(runs, work):

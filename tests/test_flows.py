@@ -39,6 +39,7 @@ from gpt1 import pipeline as P
 from gpt1.config import PretrainConfig, load_config
 from gpt1.distributed import free_port
 from gpt1.io import read_json, sha256_file, sha256_tree
+from gpt1.stages.outputs import DONE, is_done
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
@@ -78,7 +79,7 @@ def run_flow(work: Path, uri: str, extra: list[str] = ()):
 
 def done_markers(work: Path) -> dict[str, float]:
     """Every finished stage (and fine-tune task) directory under `work` -> its `.done` `finished` time."""
-    return {p.parent.relative_to(work).as_posix(): read_json(p)["finished"] for p in work.rglob(P.DONE)}
+    return {p.parent.relative_to(work).as_posix(): read_json(p)["finished"] for p in work.rglob(DONE)}
 
 
 def mlflow_store(root: Path) -> str:
@@ -301,20 +302,21 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
 
     changed = [*BASE, "finetune.lr=1e-3"]
     new_plan = plan_for(work, changed)
-    assert {s: new_plan.keys[s] for s in UPSTREAM} == {s: plan.keys[s] for s in UPSTREAM}
-    assert all(new_plan.keys[f"finetune/{v}"] != plan.keys[f"finetune/{v}"] for v in plan.variants)
+    assert {s: new_plan.dir(s) for s in UPSTREAM} == {s: plan.dir(s) for s in UPSTREAM}
+    assert all(new_plan.variant_dir(v) != plan.variant_dir(v) for v in plan.variants)
     started = time.time()
     state = run_flow(work, base.uri, changed)
     assert state.is_completed(), state.message
     after = done_markers(work)
     assert {k: after[k] for k in done} == done, "changing a fine-tune setting recomputed finished work"
     new = {new_plan.task_dir(t, v).relative_to(work).as_posix() for t in TASKS for v in plan.variants}
-    assert set(after) - set(done) == new, "only the fine-tunes are new"
+    new.add(new_plan.report_dir().relative_to(work).as_posix())
+    assert set(after) - set(done) == new, "only the fine-tunes (and their report) are new"
     for task in TASKS:
         assert read_json(new_plan.task_dir(task) / "metrics.json")["finetune_config"]["lr"] == 1e-3
         assert (plan.task_dir(task) / "metrics.json").read_bytes() == metrics[task]  # the old results stay
     report = Path(state.result())
-    assert report == new_plan.dir("report") != plan.dir("report")
+    assert report == new_plan.report_dir() != plan.report_dir()
     assert (report / "results.json").stat().st_mtime >= started
     assert set(read_json(report / "results.json")["runs"]["full"]["tasks"]) == set(TASKS)
 
@@ -328,7 +330,7 @@ def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base
 
     state = run_flow(base.work, base.uri, BASE)
     assert state.is_completed(), state.message
-    assert P.is_done(sample), "the deleted stage was not rebuilt (a stale cached result was returned)"
+    assert is_done(sample), "the deleted stage was not rebuilt (a stale cached result was returned)"
     assert {name: sha256_tree(sample / name) for name in digests} == digests  # deterministic: same bytes again
     after = done_markers(base.work)
     assert {k: after[k] for k in others} == others, "rebuilding one stage recomputed others"
@@ -338,27 +340,35 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
     """The ablation fine-tunes a random init: pre-training settings must not re-run it, its own inputs must."""
     def keys(*change: str) -> tuple[str, str]:
         plan = plan_for(tmp_path, [*BASE, *change])
-        return plan.keys["finetune/no_pretrain"], plan.keys["finetune/full"]
+        return plan.finetune_job("no_pretrain", "sst2").key(), plan.finetune_job("full", "sst2").key()
 
+    (tmp_path / "tasks" / "SST-2").mkdir(parents=True)
+    (tmp_path / "tasks" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
     scratch, full = keys()
     for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "data.shard_rows=128"):
         assert keys(change)[0] == scratch, f"{change} re-runs the no-pre-training fine-tunes"
         assert keys(change)[1] != full, f"{change} does not re-run the fine-tunes from the pre-trained model"
     for change in ("model.n_layer=2", "model.n_ctx=64", "tokenizer.merges=300", "finetune.lr=1e-3",
-                   "finetune.epochs=2", f"finetune.data={tmp_path}"):
+                   "finetune.epochs=2", f"finetune.data={tmp_path / 'tasks'}"):
         assert keys(change)[0] != scratch, f"{change} does not re-run the no-pre-training fine-tunes"
+    # Only what a task reads keys it: its own data (here another task's folder changes nothing) and settings.
+    assert keys("finetune.tasks=[sst2]") == (scratch, full)
     # The "gpt1/ablation-no-pretrain" deployment: its full run is from scratch, hence as independent.
     assert plan_for(tmp_path, ["finetune.from_scratch=true"]).from_random_init("full")
     # From a given checkpoint (gpt1-finetune-all), the architecture is that checkpoint's: every variant hashes it.
+    for name in ("checkpoint", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "weights").write_text(name)
     given = P.Plan.make(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
-    assert not given.from_random_init("no_pretrain") and given.keys["finetune/no_pretrain"] != scratch
-    assert given.keys["finetune/no_pretrain"] != P.Plan.make(
-        load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").keys["finetune/no_pretrain"]
+    assert not given.from_random_init("no_pretrain")
+    assert given.variant_dir("no_pretrain") != plan_for(tmp_path, BASE).variant_dir("no_pretrain")
+    assert given.variant_dir("no_pretrain") != P.Plan.make(
+        load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
 
 @pytest.mark.slow
 def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
-    from gpt1.model import load_model_config
+    from gpt1.model import CONFIG_NAME, load_model_config
     from gpt1.tokenizer import load as load_tokenizer
 
     plan = base.plan
@@ -374,38 +384,41 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
                     if s < pretrain[1] and e > pretrain[0])
     assert all(a[1] <= b[0] for a, b in zip(beside, beside[1:])), (pretrain, beside)
 
-    init = plan.random_init_dir("no_pretrain")
-    assert sorted(p.name for p in init.iterdir()) == ["config.json"]
+    init = plan.start("no_pretrain").path
+    assert sorted(p.name for p in init.iterdir()) == [DONE, CONFIG_NAME]
     vocab = load_tokenizer(plan.dir("tokenizer")).vocab_size
-    assert load_model_config(init / "config.json") == plan.cfg.model.model_copy(update={"vocab_size": vocab})
+    assert load_model_config(init / CONFIG_NAME) == plan.cfg.model.model_copy(update={"vocab_size": vocab})
     for task in TASKS:
         metrics = read_json(plan.task_dir(task, "no_pretrain") / "metrics.json")
         assert metrics["checkpoint"] == str(init) and metrics["ablation"] == "no_pretrain"
-        assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / "config.json")
+        assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / CONFIG_NAME)
 
 
-def test_fan_out_threads_write_the_shared_variant_config_safely(tmp_path):
-    """The local fan-out runs its tasks in threads of the flow process, and every task of a variant writes the
-    variant's config.yaml: the writes must not collide (they did: FileNotFoundError from the shared temp name)."""
-    import yaml
+def test_the_cli_keys_a_stage_as_the_plan_does(base):
+    """One content key everywhere: a stage run by hand on the plan's folders computes the key the plan named
+    them by, and finds them finished (no re-run)."""
+    from gpt1.cli import main
 
-    plan, errors = plan_for(tmp_path / "work"), []
-
-    def commands(task: str) -> None:
-        for _ in range(100):
-            try:
-                P.finetune_command(plan, task, tmp_path / "checkpoint", tmp_path / "tokenizer")
-            except Exception as err:  # noqa: BLE001 - collected, asserted below
-                errors.append(repr(err))
-
-    threads = [threading.Thread(target=commands, args=(task,)) for task in TASKS]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[:3]
-    written = yaml.safe_load((plan.dir("finetune/full") / "config.yaml").read_text(encoding="utf-8"))
-    assert written == plan.variant_config("full").model_dump(mode="json")
+    plan = base.plan
+    sample, corpus, tok = plan.dir("sample"), plan.dir("ingest"), plan.dir("tokenizer")
+    cfg = plan.cfg
+    cli_jobs = {
+        "ingest": ["ingest", "--source", str(sample / "books"), "--out", str(corpus), "--val-fraction",
+                   str(cfg.data.val_fraction)],
+        "tokenizer": ["train-tokenizer", "--corpus", str(corpus), "--out", str(tok), "--merges",
+                      str(cfg.tokenizer.merges)],
+        "shards": ["tokenize", "--corpus", str(corpus), "--tokenizer", str(tok), "--out", str(plan.dir("shards")),
+                   "--ctx", str(cfg.model.n_ctx), "--shard-rows", str(cfg.data.shard_rows)],
+    }
+    before = done_markers(base.work)
+    for stage, argv in cli_jobs.items():
+        assert main([*argv, "--expect-key", plan.jobs[stage].key()]) == 0, stage
+    assert done_markers(base.work) == before, "a stage run by hand re-ran work the pipeline had finished"
+    job = plan.finetune_job("full", "sst2")
+    argv = ["finetune", "--task", "sst2", "--data", job.data, "--checkpoint", str(job.checkpoint.path),
+            "--tokenizer", str(job.tokenizer.path), "--out", str(plan.task_dir("sst2")), "--preset", "smoke",
+            *(f"--set={o}" for o in TINY), *(f"--set={o}" for o in BASE), "--expect-key", job.key()]
+    assert main(argv) == 0 and done_markers(base.work) == before
 
 
 # -- 2. one fine-tune task failing ------------------------------------------------------------------------------
@@ -496,7 +509,7 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
     kill_pids(survivors)
     assert not survivors, "stage processes outlived the killed flow run (they left its process group)"
 
-    assert not P.is_done(out), "pre-training finished before the kill: make the run longer"
+    assert not is_done(out), "pre-training finished before the kill: make the run longer"
     done = done_markers(work)
     resume_at = complete_checkpoints(out)[-1]
     assert 0 < resume_at < total
@@ -511,7 +524,7 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
 
     after = done_markers(work)
     assert {k: after[k] for k in done} == done, "stages finished before the kill were recomputed"
-    assert P.is_done(out)
+    assert is_done(out)
     resumed = re.findall(r"resumed from \S*step-(\d+) \(update (\d+) of (\d+)\)", log)
     assert resumed == [(f"{resume_at:08d}", str(resume_at), str(total))], resumed
     steps = loss_steps(out, strict=True)
@@ -520,11 +533,11 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
 
     final = out / "final"
     GPT1.from_pretrained(final)  # loadable
-    with safe_open(final / "model.safetensors", "pt") as now, \
-            safe_open(base.plan.dir("pretrain") / "final" / "model.safetensors", "pt") as reference:
+    with safe_open(final / "gpt1.safetensors", "pt") as now, \
+            safe_open(base.plan.dir("pretrain") / "final" / "gpt1.safetensors", "pt") as reference:
         assert set(now.keys()) == set(reference.keys())
     training = read_json(final / "training.json")
-    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "model.safetensors")
+    assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "gpt1.safetensors")
     BlockReader(plan.dir("shards"), "train", verify_checksums=True)  # every shard still matches its manifest
 
     runs = mlflow_runs(uri)

@@ -1,12 +1,13 @@
-"""What can be validated here of the cluster/infra files: deployments, job template, compose, Dockerfile."""
+"""The Prefect deployments file (pipelines.yaml). The infra/ assets themselves: tests/test_infra_assets.py."""
 
 from __future__ import annotations
 
 import inspect
-import json
 
 import pytest
 import yaml
+
+from gpt1.config import load_config
 
 from tests.conftest import REPO
 
@@ -17,23 +18,29 @@ def _by_name():
     return {d["name"]: d for d in DEPLOYMENTS["deployments"]}
 
 
-def test_required_deployments_exist():
+def test_required_deployments_exist_on_the_right_pools():
     names = _by_name()
     for required in ("full", "smoke", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "gpu",
-                     "from-checkpoint"):
+                     "gpu-node", "from-checkpoint"):
         assert required in names
     full = names["full"]
-    assert full["parameters"]["preset"] == "paper"
+    assert full["parameters"]["preset"] == "cluster"
     assert full["schedules"][0]["cron"] and full["schedules"][0]["active"] is False
     assert names["smoke"]["work_pool"]["name"] == "gpt1-local"
-    assert full["work_pool"]["name"] == "gpt1-gpu"
+    # The orchestrating flows hold no GPU; pre-training takes whole nodes; a fine-tune one GPU, a few at a time.
+    for name in ("full", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "from-checkpoint"):
+        assert names[name]["work_pool"]["name"] == "gpt1-cpu" and "gpus" not in names[name]["work_pool"].get(
+            "job_variables", {}), name
+    assert names["gpu-node"]["work_pool"]["name"] == "gpt1-gpu-node"
+    assert names["gpu-node"]["work_pool"]["job_variables"]["gpus"] == load_config("cluster").orchestration.pretrain_nproc
+    assert names["gpu"]["work_pool"] == {"name": "gpt1-gpu", "work_queue_name": "default", "job_variables": {"gpus": 1}}
+    assert names["gpu"]["concurrency_limit"] >= 1
+    assert all(d.get("pull") == [] for d in DEPLOYMENTS["deployments"]), "a pull step bakes a folder into a deployment"
 
 
 @pytest.mark.parametrize("name", [d["name"] for d in DEPLOYMENTS["deployments"]])
 def test_entrypoints_load_and_parameters_fit(name, monkeypatch):
     from prefect.flows import load_flow_from_entrypoint
-
-    from gpt1.config import load_config
 
     monkeypatch.chdir(REPO)
     dep = _by_name()[name]
@@ -49,38 +56,28 @@ def test_flow_names_match_deployment_names():
     from prefect.flows import load_flow_from_entrypoint
 
     flows = {load_flow_from_entrypoint(d["entrypoint"]).name for d in DEPLOYMENTS["deployments"]}
-    assert flows == {"gpt1", "gpt1-finetune", "gpt1-finetune-all"}
+    assert flows == {"gpt1", "gpt1-pretrain", "gpt1-finetune", "gpt1-finetune-all"}
+    cluster = load_config("cluster").orchestration
+    assert cluster.pretrain_deployment in {f"gpt1-pretrain/{d['name']}" for d in DEPLOYMENTS["deployments"]}
+    assert cluster.finetune_deployment in {f"gpt1-finetune/{d['name']}" for d in DEPLOYMENTS["deployments"]}
 
 
-def test_gpu_job_template_renders_with_prefect_variables():
-    from prefect.utilities.templating import apply_values
+def test_a_runs_own_overrides_add_to_the_cluster_preset_and_bad_parameters_are_refused():
+    """`prefect deployment run gpt1/full --param overrides='[...]'` replaces the deployment's `overrides` list, so
+    cluster settings live in the preset, where a run's overrides only add to them; the parameter schema the
+    server validates requests against refuses unknown presets and malformed overrides."""
+    import jsonschema
+    from prefect.utilities.callables import parameter_schema
 
-    template = json.loads((REPO / "infra/k8s/gpu-work-pool.json").read_text())
-    props = template["variables"]["properties"]
-    values = {k: v["default"] for k, v in props.items() if "default" in v}
-    values["command"] = ["prefect", "flow-run", "execute"]
-    rendered = apply_values(template["job_configuration"], values)
-    job = rendered["job_manifest"]
-    assert job["kind"] == "Job" and job["apiVersion"] == "batch/v1"
-    pod = job["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
-    assert rendered["pod_watch_timeout_seconds"] >= 900  # GPU node autoscaling takes minutes
-    assert "{{" not in json.dumps(rendered), "a template variable was left unrendered"
+    from flows.pipeline import gpt1_pipeline
 
-
-def test_compose_stack_parses_and_binds_loopback():
-    compose = yaml.safe_load((REPO / "infra/compose/docker-compose.yaml").read_text())
-    services = compose["services"]
-    assert {"postgres", "prefect-server", "mlflow", "worker", "minio"} <= set(services)
-    for name, svc in services.items():
-        for port in svc.get("ports", []):
-            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
-    assert "--workers" in services["mlflow"]["command"]
-
-
-def test_dockerfile_keeps_cuda_torch_and_pins_the_rest():
-    text = (REPO / "infra/Dockerfile").read_text()
-    assert "requirements/cpu.lock" in text and "grep -v '^torch=='" in text
-    assert "USER gpt1" in text
+    full = _by_name()["full"]
+    cfg = load_config(full["parameters"]["preset"], ["data.source=/data/my-books"])
+    assert cfg.data.source == "/data/my-books"
+    assert cfg.orchestration.fanout == "deployment" and cfg.orchestration.pretrain_nproc == 8
+    assert cfg.orchestration.pretrain_deployment == "gpt1-pretrain/gpu-node"
+    schema = parameter_schema(gpt1_pipeline).model_dump()
+    jsonschema.validate({"preset": "cluster", "overrides": ["data.source=/x", "pretrain.lr=1e-4"]}, schema)
+    for bad in ({"preset": "clusterr"}, {"overrides": ["data.source /x"]}, {"overrides": ["=1"]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)

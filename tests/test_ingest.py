@@ -20,8 +20,16 @@ from gpt1.config import load_config
 from gpt1.data import clean as C
 from gpt1.data import ingest as I
 from gpt1.data.corpus import iter_texts, split_files
-from gpt1.io import InputError, read_json
+from gpt1.config import DataConfig
+from gpt1.io import InputError, OutputError, read_json
 from gpt1.pipeline import Plan
+from gpt1.stages import ingest as ingest_stage
+from gpt1.stages.outputs import DONE
+
+
+def stage(src, out, **settings):
+    """The ingest stage (what `gpt1 ingest` and the pipeline run) with these data settings."""
+    return ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(**settings)).run(out, wait=False)
 
 CP1252_BOOKS = {"pg2641.txt", "pg64317.txt", "pg84.txt"}  # per ../shared/data/README.md
 PLAYS_IN_VERSE = {"tinyshakespeare.txt", "pg1513.txt"}  # their line breaks are the text
@@ -357,11 +365,11 @@ def test_unusable_files_are_rejected_and_the_run_continues(tmp_path):
 
 def test_a_source_without_documents_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no input files"):
-        I.ingest(str(write(tmp_path / "empty", {})), tmp_path / "out", show_progress=False)
+        stage(write(tmp_path / "empty", {}), tmp_path / "out")
     with pytest.raises(FileNotFoundError):
-        I.ingest(str(tmp_path / "missing" / "*.txt"), tmp_path / "out", show_progress=False)
+        stage(tmp_path / "missing" / "*.txt", tmp_path / "out")
     with pytest.raises(InputError, match="no documents.*binary: 1"):
-        I.ingest(str(write(tmp_path / "bin", {"x.txt": b"\x00\x01"})), tmp_path / "out", show_progress=False)
+        stage(write(tmp_path / "bin", {"x.txt": b"\x00\x01"}), tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -373,7 +381,7 @@ def test_jsonl_rows_with_malformed_lines_counted(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(lines) + "\n\n")
     with pytest.raises(InputError, match=r"rows.jsonl:51.*3 of 200 rows are malformed"):
-        I.ingest(str(path), tmp_path / "out", show_progress=False)
+        I.ingest(str(path), tmp_path / "bad", show_progress=False)
     lines[150] = json.dumps({"text": "fine now"})
     path.write_text("\n".join(lines) + "\n")
     stats = I.ingest(str(path), tmp_path / "out", show_progress=False)
@@ -491,44 +499,52 @@ def test_crash_leaves_no_corpus_and_keeps_the_previous_one(tmp_path, monkeypatch
 
     monkeypatch.setattr(I, "clean", crash_on_third)
     with pytest.raises(RuntimeError, match="simulated"):
-        I.ingest(str(src), out, rows_per_part=1, show_progress=False)
-    assert not out.exists() and list(tmp_path.iterdir()) == [src]
+        stage(src, out)
+    assert not out.exists() and [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == ["src"]
 
     monkeypatch.setattr(I, "clean", C.clean)
-    before = I.ingest(str(src), out, show_progress=False)
+    before = read_json(stage(src, out).path / "stats.json")
     calls = itertools.count()
     monkeypatch.setattr(I, "clean", crash_on_third)
     with pytest.raises(RuntimeError):
-        I.ingest(str(src), out, split_seed=1, show_progress=False)  # new settings: a rebuild, which crashes
-    assert read_json(out / "stats.json") == before and len(rows(out)) == 5
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "src"]
+        ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(split_seed=1)).run(
+            out, wait=False, force=True)  # new settings over the old corpus: a rebuild, which crashes
+    assert read_json(out / "stats.json") == before and len(rows(out)) == 5  # the previous corpus, whole
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["out", "src"]
 
 
 def test_rerun_skips_a_finished_corpus_and_rebuilds_on_change(tmp_path, monkeypatch):
     src = write(tmp_path / "src", {f"{i}.txt": book(i) for i in range(5)})
-    out = src / "corpus"  # inside the source: its own parquet parts must not become input
-    first = I.ingest(str(src), out, show_progress=False)
+    out = tmp_path / "corpus"
+    first = stage(src, out)
 
     def must_not_run(text, **options):
         raise AssertionError("a finished corpus was rebuilt")
 
     monkeypatch.setattr(I, "clean", must_not_run)
-    assert I.ingest(str(src), out, show_progress=False) == first
+    assert stage(src, out).cached
     monkeypatch.setattr(I, "clean", C.clean)
-    changed = I.ingest(str(src), out, min_doc_chars=2, show_progress=False)
-    assert changed["key"] != first["key"] and changed["source_hash"] == first["source_hash"]
-    (src / "0.txt").write_text(book(99))
-    edited = I.ingest(str(src), out, min_doc_chars=2, show_progress=False)
-    assert edited["source_hash"] != first["source_hash"]
+    with pytest.raises(OutputError, match="other inputs or settings"):
+        stage(src, out, min_doc_chars=2)  # another corpus in this folder: replaced only on request
+    changed = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(min_doc_chars=2))
+    assert changed.run(out, wait=False, force=True).key != first.key
+    (src / "0.txt").write_text(book(99))  # the source changed: its key, hence the stage's
+    assert ingest_stage.source_key(str(src)) != changed.source_key
+    edited = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(min_doc_chars=2))
+    assert not edited.run(out, wait=False, force=True).cached
     assert any("number 99" in r["text"] for r in rows(out))
+    with pytest.raises(ValueError, match="inside the source folder"):
+        stage(src, src / "corpus")  # its own parquet parts would become input
 
 
 def test_refuses_to_replace_a_folder_that_is_not_a_corpus(tmp_path):
     src = write(tmp_path / "src", {"a.txt": book(1)})
     write(tmp_path / "out", {"notes.md": "mine"})
-    with pytest.raises(ValueError, match="not an ingested corpus"):
-        I.ingest(str(src), tmp_path / "out", show_progress=False)
+    with pytest.raises(OutputError, match="not a `ingest` output"):
+        stage(src, tmp_path / "out")
     assert (tmp_path / "out" / "notes.md").read_text() == "mine"
+    with pytest.raises(ValueError, match="not empty"):  # the build function itself writes only into an empty folder
+        I.ingest(str(src), tmp_path / "out", show_progress=False)
 
 
 def test_unwrap_lines_setting_in_the_stage_cli_stats_and_pipeline_keys(tmp_path, capsys):
@@ -548,14 +564,15 @@ def test_unwrap_lines_setting_in_the_stage_cli_stats_and_pipeline_keys(tmp_path,
                      "--no-progress"]) == 0
     assert "hard-wrapped" not in capsys.readouterr().out
     off = read_json(tmp_path / "off" / "stats.json")
-    assert off["key"] != on["key"] and off["unwrapped"] == {"paragraphs": 0, "lines_joined": 0, "paragraphs_kept": 0}
+    assert read_json(tmp_path / "off" / DONE)["key"] != read_json(tmp_path / "on" / DONE)["key"]
+    assert off["unwrapped"] == {"paragraphs": 0, "lines_joined": 0, "paragraphs_kept": 0}
     assert sorted(r["text"] for r in rows(tmp_path / "off")) == sorted([f"CHAPTER I\n\n{wrapped}\n\n{VERSE}",
                                                                         textwrap.fill(NAMES, 66)])
     # in the pipeline the setting is part of the ingest key, so changing it re-runs ingestion and what follows
     plans = [Plan.make(load_config("smoke", [f"data.unwrap_lines={value}"]), tmp_path / "work")
              for value in ("true", "false")]
-    assert plans[0].keys["sample"] == plans[1].keys["sample"]
-    assert plans[0].keys["ingest"] != plans[1].keys["ingest"] and plans[0].keys["shards"] != plans[1].keys["shards"]
+    assert plans[0].jobs["sample"].key() == plans[1].jobs["sample"].key()
+    assert all(plans[0].jobs[s].key() != plans[1].jobs[s].key() for s in ("ingest", "shards"))
 
 
 def test_cli_ingest_prints_a_summary(tmp_path, capsys):

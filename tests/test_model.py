@@ -248,7 +248,7 @@ def test_sequence_longer_than_context_is_refused():
 def test_save_and_load_round_trip(tmp_path):
     model = randomize_(GPT1(tiny()), std=0.1)
     model.save_pretrained(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]  # no temp files left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt1.safetensors", "gpt1_config.json"]  # no temp files left
     loaded = GPT1.from_pretrained(tmp_path)
     assert loaded.config == model.config
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
@@ -285,16 +285,16 @@ def test_from_pretrained_transfer_layers_and_vocab_resize(tmp_path):
 
 def test_from_pretrained_reports_bad_files(tmp_path):
     GPT1(tiny()).save_pretrained(tmp_path / "good")
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match="gpt1_config.json"):
         GPT1.from_pretrained(tmp_path / "missing")
-    bad_config = tmp_path / "good" / "config.json"
+    bad_config = tmp_path / "good" / "gpt1_config.json"
     bad_config.write_text(bad_config.read_text().replace('"n_head": 4', '"n_head": 5'))
-    with pytest.raises(InputError, match="config.json"):  # 16 is not divisible by 5
+    with pytest.raises(InputError, match="gpt1_config.json"):  # 16 is not divisible by 5
         GPT1.from_pretrained(tmp_path / "good")
     GPT1(tiny(n_embd=8, n_head=2)).save_pretrained(tmp_path / "other")
-    bad_config.write_text((tmp_path / "other" / "config.json").read_text().replace('"n_embd": 8', '"n_embd": 16'))
-    (tmp_path / "good" / "model.safetensors").write_bytes((tmp_path / "other" / "model.safetensors").read_bytes())
-    mismatch = r"model.safetensors: weights do not match the config: .*shape \(24,\), expected \(48,\)"
+    bad_config.write_text((tmp_path / "other" / "gpt1_config.json").read_text().replace('"n_embd": 8', '"n_embd": 16'))
+    (tmp_path / "good" / "gpt1.safetensors").write_bytes((tmp_path / "other" / "gpt1.safetensors").read_bytes())
+    mismatch = r"gpt1.safetensors: weights do not match the config: .*shape \(24,\), expected \(48,\)"
     with pytest.raises(InputError, match=mismatch):
         GPT1.from_pretrained(tmp_path / "good")
 
@@ -326,14 +326,14 @@ def test_classification_reads_the_classify_position():
     task = GPT1ForTask(randomize_(GPT1(no_dropout()), std=0.1), "classification", n_outputs=3, clf_pdrop=0.0).eval()
     ids = tokens(batch=2, T=10)
     pos = torch.tensor([6, 9])
-    out = task(ids, pos)
+    out = task(ids, pos, with_lm_logits=True)
     assert out.logits.shape == (2, 3) and out.lm_logits.shape == (2, 10, 61)
     hidden = task.transformer.hidden_states(ids)
     torch.testing.assert_close(out.logits, task.clf(hidden[torch.arange(2), pos]))
     padded = ids.clone()
     padded[0, 7:] = 0  # right padding after _classify_ changes nothing (causal attention)
     torch.testing.assert_close(task(padded, pos).logits[0], out.logits[0])
-    assert task(ids, pos, with_lm_logits=False).lm_logits is None
+    assert task(ids, pos).lm_logits is None  # the LM projection only when asked for
 
 
 def test_similarity_adds_both_orderings_and_is_order_symmetric():
@@ -341,7 +341,7 @@ def test_similarity_adds_both_orderings_and_is_order_symmetric():
     ab, ba = tokens(batch=2, T=10, seed=1), tokens(batch=2, T=10, seed=2)
     ids = torch.stack([ab, ba], dim=1)  # (B, 2, T)
     pos = torch.tensor([[9, 8], [7, 9]])
-    out = task(ids, pos)
+    out = task(ids, pos, with_lm_logits=True)
     assert out.logits.shape == (2, 1) and out.lm_logits.shape == (2, 2, 10, 61)
     swapped = task(ids.flip(1), pos.flip(1))
     torch.testing.assert_close(swapped.logits, out.logits)
@@ -354,7 +354,7 @@ def test_multiple_choice_scores_each_candidate():
     task = GPT1ForTask(randomize_(GPT1(no_dropout()), std=0.1), "multiple_choice", n_outputs=4, clf_pdrop=0.1).eval()
     ids = torch.stack([tokens(batch=2, T=10, seed=s) for s in range(4)], dim=1)  # (B, K=4, T)
     pos = torch.tensor([[9, 8, 7, 9], [5, 9, 9, 6]])
-    out = task(ids, pos)
+    out = task(ids, pos, with_lm_logits=True)
     assert out.logits.shape == (2, 4) and out.lm_logits.shape == (2, 4, 10, 61)
     assert task.clf.weight.shape == (1, 16)  # one scalar per candidate
     alone = task.clf(task.transformer.hidden_states(ids[:, 2])[torch.arange(2), pos[:, 2]]).squeeze(-1)
@@ -374,3 +374,6 @@ def test_heads_refuse_mismatched_shapes():
         GPT1ForTask(base, "similarity", n_outputs=1)(tokens().view(3, 1, 12), torch.zeros(3, 1, dtype=torch.long))
     with pytest.raises(ValueError, match="4 candidates, got 3"):
         GPT1ForTask(base, "multiple_choice", n_outputs=4)(tokens().view(1, 3, 12), torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="lm_mask"):
+        GPT1ForTask(base, "classification", n_outputs=2)(tokens(), torch.zeros(3, dtype=torch.long),
+                                                         lm_mask=torch.ones(3, 11))

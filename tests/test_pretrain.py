@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import os
 import random
+import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,7 +23,8 @@ from gpt1.distributed import batch_layout, deepspeed_config, prepare_env, worker
 from gpt1.generate import generate
 from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model import GPT1, flops_per_token
-from gpt1.pretrain import lm_loss, lr_factor, param_groups, read_metrics, resume_point, total_steps
+from gpt1.optim import lr_factor, param_groups
+from gpt1.pretrain import read_metrics, resume_point, total_steps
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 
@@ -51,14 +52,39 @@ def test_deepspeed_config_is_derived_from_the_pretrain_config():
     assert adamw["type"] == "AdamW"
     assert adamw["params"]["lr"] == 1e-4 and adamw["params"]["weight_decay"] == 0.02
     assert adamw["params"]["eps"] == 1e-6 and adamw["params"]["betas"] == [0.9, 0.999]
-    assert adamw["params"]["torch_adam"] is False  # offload needs DeepSpeedCPUAdam
+    assert "torch_adam" not in adamw["params"] and "fused" not in adamw["params"]  # offload: DeepSpeedCPUAdam
 
 
-def test_deepspeed_config_cpu_uses_torch_adamw_and_default_micro_batch():
-    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2)
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_deepspeed_config_uses_torch_fused_adamw_and_default_micro_batch(device):
+    """torch_adam: DeepSpeed builds torch.optim.AdamW(**params), fused=True included: no JIT-built op."""
+    ds = deepspeed_config(pretrain_cfg(global_batch_size=16, zero_stage=0, precision="fp32"), world_size=2,
+                          device=device)
     assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]) == (8, 1)
-    assert ds["optimizer"]["params"]["torch_adam"] is True
+    assert ds["optimizer"]["params"]["torch_adam"] is True and ds["optimizer"]["params"]["fused"] is True
     assert not ds["bf16"]["enabled"] and ds["zero_optimization"] == {"stage": 0}
+
+
+def test_starting_the_process_group_on_cpu_builds_no_deepspeed_op(monkeypatch):
+    """DeepSpeed's torch backend JIT-builds its shared-memory all-reduce op whenever it starts on the CPU
+    accelerator; after skip_shm_comm_op (what init_world does) it asks for no build."""
+    import deepspeed.ops
+    from deepspeed.comm.torch import build_shm_op
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    from gpt1.distributed import skip_shm_comm_op
+
+    def no_build(builder, *args, **kwargs):
+        raise AssertionError(f"JIT build of {builder.name}")
+
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    monkeypatch.setattr(OpBuilder, "load", no_build)
+    compatible = deepspeed.ops.__compatible_ops__
+    monkeypatch.setitem(compatible, "deepspeed_shm_comm", True)  # restored after the test
+    with pytest.raises(AssertionError, match="JIT build of deepspeed_shm_comm"):
+        build_shm_op()  # what DeepSpeed would do
+    skip_shm_comm_op()
+    assert build_shm_op() is None
 
 
 @pytest.mark.parametrize("changes, world, message", [
@@ -149,14 +175,6 @@ def test_total_steps_from_max_steps_or_epochs():
     assert total_steps(pretrain_cfg(max_steps=7), 1000) == 7
     p = load_config("paper", ["pretrain.epochs=3", "pretrain.global_batch_size=64"]).pretrain
     assert total_steps(p, 1000) == 3 * (1000 // 64)
-
-
-def test_lm_loss_is_mean_token_cross_entropy():
-    logits = torch.randn(2, 3, 5)
-    targets = torch.randint(0, 5, (2, 3))
-    manual = -torch.log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).mean()
-    assert lm_loss(logits, targets).item() == pytest.approx(manual.item(), rel=1e-6)
-    assert lm_loss(logits, targets, "sum").item() == pytest.approx(6 * manual.item(), rel=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
@@ -268,29 +286,23 @@ def test_cpu_matmul_peak_is_measured():
 # ---------------------------------------------------------------------------------- pre-launch checks
 
 
-def test_cli_rejects_bad_input_before_launch(tmp_path, monkeypatch):
-    from gpt1.pretrain import prepare_run
+def test_cli_rejects_bad_input_before_launch(tmp_path, capsys):
+    from gpt1.cli import main
 
-    args = SimpleNamespace(preset="smoke", shards=str(tmp_path / "none"), out=str(tmp_path / "out"), set=[],
-                           resume=None, max_steps=None, save_every=None, precision=None, zero_stage=None, nproc=1,
-                           nnodes=1, dry_run=False, tracking_uri=None, parent_run_id=None, tokenizer=None,
-                           task_data=None, probe_examples=None)
-    with pytest.raises(FileNotFoundError, match="manifest.json"):
-        prepare_run(args)
+    def pretrain(*args: str) -> str:
+        assert main(["pretrain", "--preset", "smoke", "--out", str(tmp_path / "out"), *args]) == 2
+        return capsys.readouterr().err
+
+    assert "does not exist" in pretrain("--shards", str(tmp_path / "none"))
     shards = tmp_path / "shards"
     shards.mkdir()
     (shards / "manifest.json").write_text('{"format": "gpt1-shards/1", "n_ctx": 64, "dtype": "uint16", '
                                           '"vocab_size": 300, "splits": {}}')
-    args.shards = str(shards)
-    with pytest.raises(ValueError, match=r"n_ctx=64 .* model.n_ctx=128"):
-        prepare_run(args)
-    args.set = ["model.n_ctx=64", "pretrain.global_batch_size=6"]
-    args.nproc, args.nnodes, args.dry_run = 2, 2, True
-    with pytest.raises(ValueError, match="not divisible by the world size 4"):
-        prepare_run(args)
-    args.dry_run = False
-    with pytest.raises(ValueError, match="started on every node"):
-        prepare_run(args)
+    assert re.search(r"n_ctx=64 .* model.n_ctx=128", pretrain("--shards", str(shards)))
+    layout = ["--shards", str(shards), "--set", "model.n_ctx=64", "--set", "pretrain.global_batch_size=6",
+              "--nproc", "2", "--nnodes", "2"]
+    assert "not divisible by the world size 4" in pretrain(*layout, "--dry-run")
+    assert "started on every node" in pretrain(*layout)
     assert not (tmp_path / "out").exists()  # nothing written when validation fails
 
 

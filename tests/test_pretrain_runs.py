@@ -45,7 +45,7 @@ def data(tmp_path_factory):
     """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
     from gpt1 import tokenizer
     from gpt1.data import corpus
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
     from gpt1.data.shards import tokenize_corpus
 
     root = tmp_path_factory.mktemp("pretrain-data")
@@ -111,12 +111,15 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     tok = tokenizer.load(out / "final")
     assert tok.sha256 == tokenizer.load(data / "tokenizer").sha256
     assert model.config.vocab_size == tok.vocab_size and model.config.n_layer == 2
-    from transformers import OpenAIGPTLMHeadModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf = OpenAIGPTLMHeadModel.from_pretrained(out / "final" / "hf").eval()
+    hf = AutoModelForCausalLM.from_pretrained(out / "final" / "hf").eval()
     ids = torch.tensor([tok.encode("she opened the door and saw")])
     with torch.no_grad():
         assert torch.allclose(hf(ids).logits, model(ids).logits, atol=1e-4)
+    hf_tokenizer = AutoTokenizer.from_pretrained(out / "final" / "hf")  # the complete hand-off (tests/test_hf_handoff.py)
+    assert hf_tokenizer("She opened the door.")["input_ids"] == [tok.start_id, *tok.encode("She opened the door.")]
+    assert "Pre-trained by gpt1-pipeline for 8 steps" in (out / "final" / "hf" / "README.md").read_text()
     assert (out / "samples" / f"step-{8:08d}.txt").read_text().count("[") == 3
 
     client = MlflowClient(uri)
@@ -160,7 +163,7 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     assert f"resumed from {out / 'checkpoints' / tag_for(resumed_from)}" in (tmp_path / "resumed.txt").read_text()
     assert not torn.exists()  # cleaned up by the next save
 
-    a, b = load_file(ref_out / "final" / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    a, b = load_file(ref_out / "final" / "gpt1.safetensors"), load_file(out / "final" / "gpt1.safetensors")
     assert a.keys() == b.keys()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-6
     ref_curve, curve = losses(ref_out), losses(out)
@@ -187,7 +190,7 @@ def single_process(data, tmp_path_factory):
 def test_unreachable_tracking_server_is_not_fatal(single_process):
     out, log, _ = single_process
     assert "could not create MLflow run" in log
-    assert (out / "final" / "model.safetensors").exists() and sorted(losses(out)) == [1, 2, 3, 4]
+    assert (out / "final" / "gpt1.safetensors").exists() and sorted(losses(out)) == [1, 2, 3, 4]
 
 
 def two_node_out(single: Path, tmp_path: Path) -> tuple[Path, list[str]]:
@@ -219,7 +222,7 @@ def assert_same_training(out: Path, single: Path) -> None:
     ref, got = losses(single), losses(out)
     assert sorted(got) == sorted(ref)
     assert [got[s] for s in sorted(ref)] == pytest.approx([ref[s] for s in sorted(ref)], abs=1e-5)
-    a, b = load_file(single / "final" / "model.safetensors"), load_file(out / "final" / "model.safetensors")
+    a, b = load_file(single / "final" / "gpt1.safetensors"), load_file(out / "final" / "gpt1.safetensors")
     assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-4
     assert json.loads((out / "checkpoints" / tag_for(3) / "meta.json").read_text())["world_size"] == 2
 

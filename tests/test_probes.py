@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     from gpt1 import tokenizer
-    from gpt1.data.sample import write_sample_data
+    from gpt1.sample import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")
     write_sample_data(root, seed=0)
@@ -78,7 +78,7 @@ def test_probe_decision_rules_follow_the_model(sample):
     texts = [TextExample(str(i), f"the film was {w}", label=i % 2) for i, w in enumerate(["dull", "fine"] * 5)]
     texts.append(TextExample("x", "a film", label=1))
     # Always "positive": right exactly on the positive examples.
-    assert probes.sst2_probe(model, tok, texts) == pytest.approx(100 * 6 / 11)
+    assert probes.sentiment_probe(model, tok, texts) == pytest.approx(100 * 6 / 11)
 
     options = [("negative", "positive"), ("positive", "negative", "dull"), ("dull", "fine", "positive")]
     choices = [ChoiceExample(str(i), "the film was", "how was it ?", opts, label=opts.index("positive"))
@@ -88,7 +88,7 @@ def test_probe_decision_rules_follow_the_model(sample):
     # Acceptable sentences are the ones the model likes (they say "positive" a lot): perfect MCC.
     good = [TextExample(f"g{i}", "positive positive " * (i + 1), label=1) for i in range(4)]
     bad = [TextExample(f"b{i}", "the dull film " * (i + 1), label=0) for i in range(4)]
-    assert probes.cola_probe(model, tok, good[:2] + bad[:2], good[2:] + bad[2:]) == pytest.approx(100.0)
+    assert probes.acceptability_probe(model, tok, good[:2] + bad[:2], good[2:] + bad[2:]) == pytest.approx(100.0)
 
 
 def test_winograd_twins_are_balanced_and_scored(sample):
@@ -120,3 +120,30 @@ def test_missing_task_data_skips_probes(tmp_path, caplog):
     assert probes.load_probe_data(None) == {}
     assert probes.load_probe_data(tmp_path, max_examples=5) == {}
     assert "zero-shot probe sst2 skipped" in caplog.text
+
+
+def test_probe_data_that_cannot_be_read_skips_that_probe_only(tmp_path, caplog, monkeypatch):
+    """Pre-training must not stop over a diagnostic: a hub task with no downloadable copy (Story Cloze), an
+    unreachable hub, a broken folder: each probe is skipped with its reason; a task's own location is used."""
+    from gpt1.probes import load_probe_data
+    from gpt1.sample import write_sample_data
+
+    write_sample_data(tmp_path / "sample")
+    broken = tmp_path / "broken"
+    (broken / "SST-2").mkdir(parents=True)
+    (broken / "SST-2" / "dev.tsv").write_text("not\ta\tsst2\tfile\n")
+    own = {"storycloze": str(tmp_path / "sample" / "tasks" / "StoryCloze")}
+    with caplog.at_level("WARNING", logger="gpt1.probes"):
+        data = load_probe_data(broken, 8, own)
+    assert "storycloze" in data and "sst2" not in data  # its own location read; the broken one skipped
+    assert "zero-shot probe sst2 skipped" in caplog.text
+    caplog.clear()
+    from gpt1 import probes
+
+    def unreachable(task, path, split, *args):
+        raise ConnectionError(f"cannot reach the hub for {path}")
+
+    monkeypatch.setattr(probes.tasks, "load", unreachable)
+    with caplog.at_level("WARNING", logger="gpt1.probes"):
+        assert load_probe_data("hf", 8) == {}
+    assert "no downloadable hub copy" in caplog.text and "ConnectionError" in caplog.text

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import csv
 import filecmp
+import hashlib
 import io
 import json
 import random
@@ -19,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpt1.cli import main as cli_main
-from gpt1.data import sample_lexicon as lex
-from gpt1.data.sample import write_sample_data
+from gpt1.sample import lexicon as lex
+from gpt1.sample import write_sample_data
 
 NLI3 = {"entailment", "neutral", "contradiction"}
 STORY_HEADER = ["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
@@ -62,10 +63,26 @@ def tokens(text: str) -> list[str]:
 
 
 def all_files(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    """The generated files (not the stage's own `.done` marker of a `gpt1 sample-data` run)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != ".done")
 
 
 # ------------------------------------------------------------------------------------------------- determinism
+# sha256 over (relative path, sha256 of the bytes) of every generated file except sample_data.json (which records the
+# generator's source hash), computed at commit 6d5b36d before the generator moved from gpt1/data/ to gpt1/sample/.
+# The smoke results depend on these exact bytes: a change here must be deliberate.
+PINNED_FILES = {0: "e85f1b045c2ea1ec8ac84d03f76b2eff4625fb69fc3f50cf6a254c6d8e3cef59",
+                1: "716cc5cdbc8a97965ec7c33ab8b0d0efa842873057a5237c37b98f3bb01c667b"}
+
+
+def files_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for name in all_files(root):
+        if name != "sample_data.json":
+            digest.update(name.encode() + b"\0" + hashlib.sha256((root / name).read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def test_same_seed_gives_identical_bytes_and_another_seed_differs(root, tmp_path):
     again = tmp_path / "again"
     write_sample_data(again, seed=0)
@@ -76,14 +93,14 @@ def test_same_seed_gives_identical_bytes_and_another_seed_differs(root, tmp_path
 
     other = tmp_path / "seed1"
     assert cli_main(["sample-data", "--out", str(other), "--seed", "1"]) == 0
+    assert (files_digest(root), files_digest(other)) == (PINNED_FILES[0], PINNED_FILES[1])
     assert all_files(other) == files  # same layout ...
     _, changed, _ = filecmp.cmpfiles(root, other, files, shallow=False)
     assert "books/book-00.txt" in changed and "tasks/SST-2/dev.tsv" in changed  # ... different content
 
 
 def test_cli_rejects_missing_out(capsys):
-    with pytest.raises(SystemExit):
-        cli_main(["sample-data"])
+    assert cli_main(["sample-data"]) == 2  # argparse's usage error, as an exit code (no SystemExit escapes main)
     assert "--out" in capsys.readouterr().err
 
 

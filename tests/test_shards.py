@@ -22,8 +22,12 @@ from tokenizers import Tokenizer
 from gpt1 import tokenizer as gpt1_tokenizer
 from gpt1.cli import main as cli
 from gpt1.data import corpus
-from gpt1.data.shards import (BlockReader, load_manifest, plan_partitions, prepare_tokenization, token_dtype,
-                              tokenize_corpus, tokenize_partition)
+from conftest import SHARED_DATA
+from fs_faults import file_size_limit, read_only
+
+from gpt1.data.shards import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
+                              prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
+from gpt1.data.shards import ENCODE_CHARS
 from gpt1.io import InputError, sha256_file, sha256_tree, write_json
 from gpt1.tokenizer import GPT1Tokenizer
 
@@ -42,6 +46,34 @@ def make_docs(n: int, seed: int, words: int = 120) -> list[str]:
     rng = random.Random(seed)
     lexicon = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))) for _ in range(300)]
     return [" ".join(rng.choice(lexicon) for _ in range(rng.randint(1, words))) for _ in range(n)]
+
+
+# Characters and words around which cutting a document could change its tokens: line-break and space variants
+# (CRLF, NBSP, the separators ftfy removes, Unicode line separator), HTML markup and entities (ftfy stops
+# unescaping after a line with "<"), mojibake, contractions, abbreviations, units, dashes, a final sigma.
+TRICKY = ["<b>", "</b>", "&amp;", "&lt;", "&eacute;", "—", "Σ", "naïve", "don't", "mr.", "10km", "J.",
+          " ", "", " ", "â€™", "'em", "'", "...", "-", "--", "été", "	", ""]
+LINE_BREAKS = ["\n", "\n", "\n\n", "\n\n", "\r\n", "\r\n\r\n", "\n \n", "\n\n\n", " \n\t\n ", "\n\u3000\n"]
+
+
+def tricky_text(rng: random.Random, lines: int, words: int = 12) -> str:
+    """A document of `lines` lines of lexicon words mixed with TRICKY ones, joined by assorted line breaks."""
+    lexicon = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 6))) for _ in range(200)]
+    out = []
+    for _ in range(lines):
+        line = [rng.choice(TRICKY) if rng.random() < 0.15 else rng.choice(lexicon)
+                for _ in range(rng.randint(0, words))]
+        out += [" ".join(line), rng.choice(LINE_BREAKS)]
+    return "".join(out)
+
+
+def golden_docs() -> dict[str, list[list[str]]]:
+    """The corpus whose shard bytes are pinned in test_output_bytes_are_unchanged: short documents plus long
+    tricky ones."""
+    train = make_docs(30, seed=3)
+    train.insert(5, tricky_text(random.Random(7), lines=600))
+    train.insert(17, "\n\n" + tricky_text(random.Random(9), lines=200) + "\n\n")
+    return {"train": [train[:20], train[20:]], "val": [make_docs(5, seed=4) + [tricky_text(random.Random(8), 80)]]}
 
 
 def write_corpus(root: Path, files: dict[str, list[list[str]]], row_group_size: int | None = None) -> Path:
@@ -76,7 +108,9 @@ def read_split(out: Path, manifest: dict, split: str) -> np.ndarray:
 
 
 def shard_bytes(out: Path) -> dict[str, bytes]:
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    """The tokenizer's output files (not the `.stage.json` / `.done` of a `gpt1 tokenize` stage run)."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name not in (".stage.json", ".done")}
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +273,7 @@ def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, 
     assert manifest["tokenizer_sha256"] == tokenizer.sha256
     assert f"{manifest['totals']['rows']} blocks of 129 tokens" in capsys.readouterr().out
     assert cli([*args[:2], str(tmp_path / "nowhere"), *args[3:]]) == 2
-    assert "not an ingested corpus" in capsys.readouterr().err
+    assert "nowhere does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # kills a real `gpt1 tokenize` run; a few seconds of tokenization
@@ -270,6 +304,198 @@ def test_resume_after_kill_finishes_only_missing_work(tmp_path, caplog):
     assert resumed == tokenize_corpus(root, tmp_path / "tok", reference, **settings)
     assert shard_bytes(killed) == shard_bytes(reference)
     assert len(resumed["splits"]["train"]["shards"]) > len(survivors)
+
+
+# ---------------------------------------------------------------- long documents, unchanged bytes, bad settings
+
+# sha256_tree of the output for golden_docs() (n_ctx 31, shard_rows 8, partition_bytes 2000, the tokenizer trained
+# below), as written by gpt1/data/shards.py before it became a package (commit 6d5b36d), which encoded every
+# document whole. Tokenizer training and the Arrow/Parquet bytes are deterministic under the pinned versions.
+GOLDEN_CORPUS_SHA256 = "8dc2182a41fc6cc9950f8aaea59468525142fcd85b043749fafadc21859fa945"
+GOLDEN_OUTPUT_SHA256 = "4cb08bdd041920456821b187d24637dd70f1964f7b73f0101de9662e99a6905f"
+
+
+@pytest.mark.parametrize("encode_chars", [ENCODE_CHARS, 50])
+def test_output_bytes_are_those_of_the_unsplit_writer(tmp_path, encode_chars):
+    docs = golden_docs()
+    root = write_corpus(tmp_path / "corpus", docs, row_group_size=7)
+    assert sha256_tree(root, "*/part-*.parquet") == GOLDEN_CORPUS_SHA256
+    tok = gpt1_tokenizer.train([d for p in docs["train"] for d in p], merges=200, show_progress=False)
+    longest, encode_batch = [0], tok.encode_batch
+    tok.encode_batch = lambda texts: longest.append(max(map(len, texts))) or encode_batch(texts)
+    tokenize_corpus(root, tok, tmp_path / "out", n_ctx=31, shard_rows=8, show_progress=False, partition_bytes=2000,
+                    encode_chars=encode_chars)
+    assert sha256_tree(tmp_path / "out") == GOLDEN_OUTPUT_SHA256
+    longest_document = max(len(d) for parts in docs.values() for p in parts for d in p)
+    assert max(longest) == longest_document if encode_chars == ENCODE_CHARS else max(longest) < longest_document / 4
+
+
+def encode_in_pieces(tokenizer, text: str, encode_chars: int) -> list[int]:
+    stream = list(StreamEncoder(tokenizer, np.dtype(np.uint32), encode_chars).encode([text]))
+    return np.concatenate(stream).tolist() if stream else []
+
+
+def tokenizers_to_check(tokenizer) -> list:
+    """The test's small tokenizer (mostly <unk> on TRICKY) and, when shared, the original GPT-1 vocabulary."""
+    vocab = SHARED_DATA / "openai-gpt1"
+    if not vocab.exists():
+        return [tokenizer]
+    return [tokenizer, gpt1_tokenizer.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")]
+
+
+def test_a_document_encoded_in_pieces_gives_the_ids_of_the_whole(tokenizer):
+    checked = 0
+    for tok in tokenizers_to_check(tokenizer):
+        for seed in range(120):
+            rng = random.Random(seed)
+            text = rng.choice(["", *LINE_BREAKS]) + tricky_text(rng, lines=rng.randint(1, 30), words=rng.randint(1, 14))
+            ids = tok.encode(text)
+            whole = [tok.boundary_id, *ids] if ids else []
+            for encode_chars in (3, 30, 200):
+                assert encode_in_pieces(tok, text, encode_chars) == whole, (seed, encode_chars, text)
+                checked += len(list(document_pieces(text, encode_chars))) > 1
+    assert checked > 300  # most cases were really cut
+
+
+def test_pieces_end_after_a_line_break_and_keep_to_the_limit():
+    rng = random.Random(5)
+    for _ in range(200):
+        text = tricky_text(rng, lines=rng.randint(1, 60))
+        for limit in (10, 80):
+            pieces, after_markup = zip(*document_pieces(text, limit))
+            assert "".join(pieces) == text
+            assert all(p.endswith("\n") for p in pieces[:-1])
+            assert all(len(p) <= limit or "\n" not in p.rstrip("\n") for p in pieces)  # or a single long line
+            before = [sum(map(len, pieces[:i])) for i in range(len(pieces))]
+            assert list(after_markup) == [0 <= text.find("<") < start for start in before]
+    prose = "\n\n".join(" ".join(["word"] * 8) for _ in range(50))
+    assert all(p.endswith("\n\n") for p, _ in list(document_pieces(prose, 200))[:-1])  # paragraphs preferred
+
+
+def test_documents_stay_whole_when_the_tokenizer_is_not_word_by_word(tokenizer):
+    class Counting:  # one id per text: joining pieces could never give the whole document's ids
+        boundary_id, exact = 0, False
+        seen: list[str] = []
+
+        def encode_batch(self, texts):
+            self.seen += texts
+            return [[len(t) % 7 + 1] for t in texts]
+
+    counting = Counting()
+    text = "one two\n\nthree\n" * 50
+    stream = list(StreamEncoder(counting, np.dtype(np.uint16), 20).encode(["short", text]))
+    assert np.concatenate(stream).tolist() == [0, 6, 0, len(text) % 7 + 1]
+    assert text in counting.seen
+
+
+def one_document_corpus(root: Path, chars: int) -> int:
+    """A corpus whose train split is one document of about `chars` characters in paragraphs; its length."""
+    rng = random.Random(0)
+    paragraphs, size = [], 0
+    while size < chars:
+        paragraph = tricky_text(rng, lines=8).replace("\n\n", "\n")
+        paragraphs.append(paragraph)
+        size += len(paragraph) + 2
+    document = "\n\n".join(paragraphs)
+    write_corpus(root, {"train": [[document]], "val": [make_docs(3, seed=1)]})
+    return len(document)
+
+
+def peak_rss_growth(tmp_path: Path, chars: int, encode_chars: int) -> tuple[int, float]:
+    """(characters, peak RSS growth in bytes) of a fresh process tokenizing a one-document corpus."""
+    corpus, out = tmp_path / f"corpus-{chars:.0f}", tmp_path / f"out-{chars:.0f}"
+    chars = one_document_corpus(corpus, chars)
+    if not (tmp_path / "tok").exists():
+        gpt1_tokenizer.train(make_docs(50, seed=1), merges=100, show_progress=False).save(tmp_path / "tok")
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report this test's own size.
+    script = (
+        "import re, sys\n"
+        "from pathlib import Path\n"
+        "from gpt1.data.shards import tokenize_corpus\n"
+        "from gpt1 import tokenizer\n"
+        "peak = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1))\n"
+        "tok = tokenizer.load(sys.argv[2])\n"
+        "tok.encode_batch(['warm up the thread pool'] * 64)\n"
+        "before = peak()\n"
+        "tokenize_corpus(sys.argv[1], tok, sys.argv[3], n_ctx=63, shard_rows=512, show_progress=False,\n"
+        "                encode_chars=int(sys.argv[4]))\n"
+        "print(before, peak())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(corpus), str(tmp_path / "tok"), str(out),
+                           str(encode_chars)], capture_output=True, text=True,
+                          env={**os.environ, "RAYON_NUM_THREADS": "2"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after = map(int, done.stdout.split())
+    return chars, (after - before) * 1024
+
+
+@pytest.mark.slow  # tokenizes a 1 MB and a 4 MB document in fresh processes
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak RSS from /proc")
+def test_one_huge_document_is_tokenized_in_bounded_memory(tmp_path):
+    # Encoded whole, HF tokenizers holds over 100 bytes per character (benchmarks/bench_tokenize_memory.py); in
+    # pieces of 64K characters that is a fixed few MB, and what grows with the document is its text.
+    (small, small_peak), (large, large_peak) = (peak_rss_growth(tmp_path, n, 1 << 16) for n in (1e6, 4e6))
+    per_char = (large_peak - small_peak) / (large - small)
+    assert per_char < 15, f"{per_char:.1f} bytes of peak RSS per character of the document"
+
+
+def test_zero_train_blocks_is_an_error_and_leaves_out_usable(tmp_path, tokenizer, capsys):
+    root = write_corpus(tmp_path / "corpus", {"train": [["one two three", "four"]], "val": [["five six"]]})
+    tokenizer.save(tmp_path / "tok")
+    args = ["tokenize", "--corpus", str(root), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / "out"),
+            "--ctx", "512", "--workers", "1", "--no-progress"]
+    assert cli(args) == 2
+    err = capsys.readouterr().err
+    assert "no complete block of n_ctx + 1 = 513 tokens in the train split" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out" / "manifest.json").exists() and not list((tmp_path / "out").rglob("*.arrow"))
+    assert not (tmp_path / "out" / ".work").exists()
+    args[args.index("--ctx") + 1] = "3"  # the same folder takes a run with other settings
+    assert cli(args) == 0
+    assert load_manifest(tmp_path / "out")["splits"]["train"]["rows"] > 0
+
+
+@pytest.mark.parametrize("option", ["--ctx", "--shard-rows", "--workers"])
+@pytest.mark.parametrize("value", ["0", "-3", "two"])
+def test_cli_refuses_counts_that_are_not_positive(tmp_path, corpus_dir, tokenizer, capsys, option, value):
+    tokenizer.save(tmp_path / "tok")
+    assert cli(["tokenize", "--corpus", str(corpus_dir), "--tokenizer", str(tmp_path / "tok"),
+                "--out", str(tmp_path / "out"), option, value]) == 2
+    assert f"argument {option}: " in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # two real `gpt1 tokenize` processes
+def test_a_failed_write_is_one_line_and_the_rerun_resumes(tmp_path):
+    docs = {"train": [make_docs(30, seed=20 + i, words=400) for i in range(4)], "val": [make_docs(4, seed=98)]}
+    root = write_corpus(tmp_path / "corpus", docs)
+    gpt1_tokenizer.train(docs["train"][0], merges=200, show_progress=False).save(tmp_path / "tok")
+    command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
+               str(tmp_path / "tok"), "--out", str(tmp_path / "out"), "--ctx", "63", "--shard-rows", "16",
+               "--workers", "1", "--no-progress"]
+    # a shard is 2 KB: the first shards fit, a partition's token file (~20 KB) does not
+    failed = subprocess.run(command, capture_output=True, text=True, preexec_fn=file_size_limit(16_000))
+    assert failed.returncode == 2, failed.stderr
+    last = failed.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in failed.stderr and last.startswith("gpt1 tokenize: error: ")
+    assert "writing failed" in last and "re-run the same command to resume" in last
+    assert not list((tmp_path / "out").rglob(".*.tmp-*"))  # no half-written file left
+    resumed = subprocess.run(command, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    reference = tokenize_corpus(root, tmp_path / "tok", tmp_path / "ref", n_ctx=63, shard_rows=16,
+                                show_progress=False)
+    assert load_manifest(tmp_path / "out") == reference
+    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "ref")
+
+
+def test_an_unwritable_output_folder_is_refused_before_any_work(tmp_path, corpus_dir, tokenizer, capsys):
+    tokenizer.save(tmp_path / "tok")
+    (tmp_path / "locked").mkdir()
+    with read_only(tmp_path / "locked"):
+        code = cli(["tokenize", "--corpus", str(corpus_dir), "--tokenizer", str(tmp_path / "tok"),
+                    "--out", str(tmp_path / "locked" / "out"), "--ctx", "7", "--no-progress"])
+        err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "cannot write" in err and str(tmp_path / "locked") in err
 
 
 # ------------------------------------------------------------------------------------------------- reading

@@ -1,10 +1,10 @@
 """The pretrain stage as a Slurm job (`orchestration.pretrain_launcher=slurm`), end to end without Slurm.
 
 Stand-ins for `sbatch`, `srun` and `scontrol` (small bash scripts put first on PATH) emulate a one-node cluster:
-sbatch runs the batch script right here and waits for it. Everything else is real: `gpt1.pipeline.run_pretrain`
-submits infra/multinode/slurm/pretrain.sbatch, which validates with `gpt1 pretrain --dry-run` and trains with
-`torchrun` (c10d rendezvous on loopback) a 2-layer, 32-wide model for 3 updates on shards built by the pipeline's
-own stages from a slice of the generated sample books. A quick check runs the script with `gpt1` and `srun` that
+sbatch runs the batch script right here and waits for it. Everything else is real: the pretrain stage
+(`gpt1.stages.pretrain.Job` with launcher "slurm") submits infra/multinode/slurm/pretrain.sbatch, which
+validates with `gpt1 pretrain --dry-run` and trains with `torchrun` (c10d rendezvous on loopback) a 2-layer,
+32-wide model for 3 updates on shards built by the pipeline's own stages from a slice of the generated books. A quick check runs the script with `gpt1` and `srun` that
 only echo their arguments: the documented SHARED defaults, and the exact paths the stage passes instead.
 """
 
@@ -25,6 +25,10 @@ from gpt1 import pipeline as P
 from gpt1.config import ConfigError, load_config
 from gpt1.distributed import free_port
 from gpt1.io import read_json, write_json
+from gpt1.runtime import slurm
+from gpt1.stages import pretrain, shards, tokenizer
+from gpt1.stages.base import Ref
+from gpt1.stages.outputs import DONE, is_done
 
 TINY = [
     "model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128",
@@ -33,7 +37,6 @@ TINY = [
     "pretrain.eval_every=1000", "pretrain.eval_batches=1", "pretrain.probe_every=1000",
     "pretrain.probe_max_examples=4", "pretrain.save_every=1000",
 ]
-SLURM = ["orchestration.pretrain_launcher=slurm", "orchestration.pretrain_nnodes=1"]
 
 # One node: the batch script runs here, with the variables Slurm would set; --wait, --nodes and --output are
 # required because the pipeline must pass them.
@@ -78,6 +81,12 @@ def plan_for(work: Path, extra: list[str] = ()) -> P.Plan:
     return P.Plan.make(load_config("smoke", [*TINY, *extra]), work)
 
 
+def slurm_job(shards_ref: Ref, tokenizer_ref: Ref, extra: list[str] = (), **kwargs) -> pretrain.Job:
+    """The pretrain stage of `TINY` + `extra` on these inputs, submitted to Slurm (one node)."""
+    return pretrain.Job(shards_ref, tokenizer_ref, load_config("smoke", [*TINY, *extra]), resume="auto",
+                        launcher="slurm", nnodes=1, **kwargs)
+
+
 def write_bin(bin_dir: Path, scripts: dict[str, str]) -> Path:
     bin_dir.mkdir(parents=True)
     for name, text in scripts.items():
@@ -105,7 +114,7 @@ def data(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("work")
     plan = plan_for(work)
-    books = sorted((P.run_sample_data(plan) / "books").glob("*.txt"))[:2]
+    books = sorted((P.run_stage(plan, "sample").path / "books").glob("*.txt"))[:2]
     text = "\n\n".join(p.read_text(encoding="utf-8") for p in books)[:200_000]
     docs = [d.strip() for d in text.split("\n\n") if d.strip()]
     corpus_dir = work / "corpus"
@@ -115,8 +124,11 @@ def data(tmp_path_factory):
                          schema=corpus.SCHEMA)
         pq.write_table(table, corpus_dir / split / "part-00000.parquet")
     write_json(corpus_dir / corpus.STATS_FILE, {"documents": len(docs)})
-    tokenizer_dir = P.run_train_tokenizer(plan, corpus_dir)
-    return SimpleNamespace(work=work, tokenizer=tokenizer_dir, shards=P.run_tokenize(plan, corpus_dir, tokenizer_dir))
+    cfg = plan.cfg
+    tok = tokenizer.Job(Ref.to(corpus_dir), cfg.tokenizer).run(work / "tokenizer", wait=False)
+    packed = shards.Job(Ref.to(corpus_dir), Ref(tok.path, tok.key), n_ctx=cfg.model.n_ctx,
+                        shard_rows=cfg.data.shard_rows).run(work / "shards", wait=False)
+    return SimpleNamespace(work=work, tokenizer=Ref(tok.path, tok.key), shards=Ref(packed.path, packed.key))
 
 
 def mlflow_store(root: Path) -> tuple[str, str]:
@@ -139,14 +151,15 @@ def test_pretrain_stage_runs_as_a_slurm_job(data, cluster):
     from gpt1.pretrain import read_metrics
 
     uri, parent = mlflow_store(cluster / "mlflow")
-    plan = plan_for(data.work, SLURM)
-    out = plan.dir("pretrain")
+    out = data.work / "pretrain"
     lines: list[str] = []
-    final = P.run_pretrain(plan, data.shards, data.tokenizer, tracking_uri=uri, parent_run_id=parent,
-                           log_line=lines.append)
+    stage = slurm_job(data.shards, data.tokenizer, [f"tracking.tracking_uri={uri}"], parent_run_id=parent,
+                      log_line=lines.append)
+    result = stage.run(out, wait=False)
+    final = out / "final"
 
-    assert final == out / "final" and P.is_done(out)
-    job = read_json(out / P.DONE)["slurm_job"]
+    assert result.path == out and not result.cached and is_done(out)
+    job = read_json(out / DONE)["slurm_job"]
     assert f"Submitted batch job {job}" in lines  # sbatch's own output, streamed
     output = out / f"slurm-{job}.out"
     job_lines = [line.rstrip() for line in output.read_text(encoding="utf-8").splitlines()]
@@ -156,55 +169,64 @@ def test_pretrain_stage_runs_as_a_slurm_job(data, cluster):
 
     # The job trained what the stage asked for, on the stage's exact inputs.
     model = GPT1.from_pretrained(final)
-    vocab = read_json(data.shards / "manifest.json")["vocab_size"]
+    vocab = read_json(data.shards.path / "manifest.json")["vocab_size"]
     assert model.config.n_layer == 2 and model.config.n_embd == 32 and model.config.vocab_size == vocab
     assert sorted(s for s, r in read_metrics(out / "metrics.jsonl").items() if "loss" in r) == [1, 2, 3]
-    assert read_json(final / "training.json")["shards"] == str(data.shards)
+    assert read_json(final / "training.json")["shards"] == str(data.shards.path)
     assert (final / "tokenizer.json").exists()
 
     # Tracking reached the workers through the job's environment: a finished run nested under the parent.
     client = MlflowClient(uri)
-    runs = client.search_runs([client.get_experiment_by_name(plan.cfg.tracking.experiment).experiment_id])
+    runs = client.search_runs([client.get_experiment_by_name(stage.cfg.tracking.experiment).experiment_id])
     (child,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent]
     assert child.info.run_name == "pretrain" and child.info.status == "FINISHED"
 
     again: list[str] = []
-    assert P.run_pretrain(plan, data.shards, data.tokenizer, log_line=again.append) == final
-    assert again == [f"pretrain: up to date ({out})"]  # finished: nothing is submitted twice
+    rerun = slurm_job(data.shards, data.tokenizer, [f"tracking.tracking_uri={uri}"], log_line=again.append)
+    assert rerun.run(out, wait=False).cached and again == []  # finished: nothing is submitted twice
 
 
 @pytest.mark.timeout(600)
 def test_failing_job_names_its_output_file_and_leaves_the_stage_unfinished(data, cluster):
-    shards = cluster / "shards-without-blocks"  # a manifest, but none of the shard files it lists
-    shards.mkdir()
-    shutil.copy(data.shards / "manifest.json", shards / "manifest.json")
-    plan = plan_for(data.work, [*SLURM, "pretrain.max_steps=2"])
-    out = plan.dir("pretrain")
+    out = cluster / "pretrain"
     lines: list[str] = []
-    with pytest.raises(RuntimeError, match=r"Slurm job \d+ failed") as failed:
-        P.run_pretrain(plan, shards, data.tokenizer, log_line=lines.append)
+    stage = slurm_job(data.shards, data.tokenizer, ["pretrain.max_steps=2"], log_line=lines.append)
+    # The job fails on the batch host: the shards disappear between the submitter's checks and the job.
+    run_job = slurm.run_job
+
+    def run_job_after_losing_the_shards(*args, **kwargs):
+        shutil.move(data.shards.path, cluster / "moved-shards")
+        try:
+            return run_job(*args, **kwargs)
+        finally:
+            shutil.move(cluster / "moved-shards", data.shards.path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(slurm, "run_job", run_job_after_losing_the_shards)
+        with pytest.raises(RuntimeError, match=r"Slurm job \d+ failed") as failed:
+            stage.run(out, wait=False)
 
     (output,) = out.glob("slurm-*.out")
     assert str(output) in str(failed.value)
     assert any(line.startswith("gpt1 pretrain: error:") for line in lines)  # the job's error reached the logs
     assert "gpt1 pretrain: error:" in output.read_text(encoding="utf-8")
-    assert not P.is_done(out) and not (out / "final").exists()
+    assert not is_done(out) and not (out / "final").exists()
 
 
 def test_missing_sbatch_fails_clearly_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    plan = plan_for(tmp_path / "work", SLURM)
+    stage = slurm_job(Ref(tmp_path / "shards", "s"), Ref(tmp_path / "tokenizer", "t"))
     with pytest.raises(RuntimeError, match=r"`sbatch` is not on PATH; run the Prefect worker on a Slurm login node"):
-        P.run_pretrain(plan, tmp_path / "shards", tmp_path / "tokenizer")
-    assert not plan.dir("pretrain").exists()
+        stage.run(tmp_path / "pretrain", wait=False)
+    assert not (tmp_path / "pretrain").exists()
 
 
 def test_missing_sbatch_script_fails_clearly(tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "SLURM_SCRIPT", tmp_path / "site-packages" / "infra" / "pretrain.sbatch")
-    plan = plan_for(tmp_path / "work", SLURM)
+    monkeypatch.setattr(slurm, "SCRIPT", tmp_path / "site-packages" / "infra" / "pretrain.sbatch")
+    stage = slurm_job(Ref(tmp_path / "shards", "s"), Ref(tmp_path / "tokenizer", "t"))
     with pytest.raises(RuntimeError, match="needs the repository checkout"):
-        P.run_pretrain(plan, tmp_path / "shards", tmp_path / "tokenizer")
-    assert not plan.dir("pretrain").exists()
+        stage.run(tmp_path / "pretrain", wait=False)
+    assert not (tmp_path / "pretrain").exists()
 
 
 def test_launcher_settings_default_to_local_and_are_validated():
@@ -222,12 +244,12 @@ def run_script_with_echoes(tmp_path: Path, env: dict[str, str]) -> subprocess.Co
     bin_dir = write_bin(tmp_path / "echo-bin", {"gpt1": "#!/bin/bash\n" + echo, "srun": "#!/bin/bash\n" + echo,
                                                 "scontrol": FAKE_SCONTROL})
     job = {"SLURM_NNODES": "2", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]"}
-    return subprocess.run(["bash", str(P.SLURM_SCRIPT)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", **job, **env},
+    return subprocess.run(["bash", str(slurm.SCRIPT)], env={"PATH": f"{bin_dir}:/usr/bin:/bin", **job, **env},
                           capture_output=True, text=True, timeout=60)
 
 
 def test_sbatch_script_keeps_its_shared_defaults_and_takes_exact_paths(tmp_path):
-    assert subprocess.run(["bash", "-n", str(P.SLURM_SCRIPT)]).returncode == 0
+    assert subprocess.run(["bash", "-n", str(slurm.SCRIPT)]).returncode == 0
 
     manual = run_script_with_echoes(tmp_path, {"SHARED": "/shared/gpt1"})  # the documented manual use
     assert manual.returncode == 0, manual.stderr

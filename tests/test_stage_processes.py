@@ -1,6 +1,6 @@
 """Stage processes do not outlive the pipeline process that started them: subprocesses
-(`gpt1.pipeline.stream_subprocess`) and the reused fine-tune workers (`gpt1.pipeline.FinetuneWorkers`); and the
-workers keep each job's output and failure to that job."""
+(`gpt1.runtime.processes`) and the reused worker processes (`gpt1.runtime.workers.WorkerPool`); and the workers
+keep each job's output and failure to that job."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import pytest
 # The parent: runs a stage command the way the pipeline does, forwarding its output.
 PARENT = """
 import sys
-from gpt1.pipeline import stream_subprocess
-stream_subprocess([sys.executable, "-c", sys.argv[1]])
+from gpt1.runtime.processes import run_stage_command
+run_stage_command([sys.executable, "-c", sys.argv[1]])
 """
 # The stage: what `python -m gpt1.cli ...` does first, then reports its pid and works for a long time.
 STAGE = """
 import os, time
-from gpt1.cli import stop_with_parent
-stop_with_parent()
+from gpt1.runtime.processes import exit_with_parent
+exit_with_parent()
 print("stage", os.getpid(), flush=True)
 time.sleep(120)
 """
@@ -76,13 +76,23 @@ def test_stage_keeps_running_while_the_parent_lives():
         parent.wait()
 
 
-# -- reused fine-tune workers (`gpt1.pipeline.FinetuneWorkers`) ------------------------------------------------
-def stand_in_gpt1(args: list[str]) -> int:
-    """What pool workers run in these tests instead of `gpt1.cli.main` (no torch imports: the mechanics only).
+# -- reused worker processes (`gpt1.runtime.workers.WorkerPool`) ------------------------------------------------
+class StandIn:
+    """A picklable job for these tests instead of a fine-tune (no torch imports: the mechanics only).
 
     say A B ...   prints each word, then logs one line          threads   prints OMP_NUM_THREADS
     fail          prints a line, then raises                   hang      prints its pid, then sleeps
     """
+
+    def __init__(self, *args: str):
+        self.args = list(args)
+        self.label = f"stand-in {' '.join(args[:1])}"
+
+    def __call__(self) -> int:
+        return stand_in(self.args)
+
+
+def stand_in(args: list[str]) -> int:
     import logging
 
     command, *rest = args
@@ -106,9 +116,9 @@ def stand_in_gpt1(args: list[str]) -> int:
 
 
 def workers(n: int, **kwargs):
-    from gpt1.pipeline import FinetuneWorkers
+    from gpt1.runtime.workers import WorkerPool
 
-    return FinetuneWorkers(n, preload=False, main=f"{__name__}:stand_in_gpt1", **kwargs)
+    return WorkerPool(n, **kwargs)
 
 
 def in_thread(pool, args: list[str]) -> tuple[threading.Thread, list[str], list[BaseException]]:
@@ -116,7 +126,7 @@ def in_thread(pool, args: list[str]) -> tuple[threading.Thread, list[str], list[
 
     def job() -> None:
         try:
-            pool.run(args, lines.append)
+            pool.run(StandIn(*args), lines.append)
         except BaseException as err:  # noqa: BLE001 - asserted by the caller
             errors.append(err)
 
@@ -143,7 +153,7 @@ def test_pool_jobs_stream_their_own_lines_to_their_caller():
         assert len(first_lines) == 4 and "INFO stand-in: logged a1 a2 a3" in first_lines[3], first_lines
         assert len(second_lines) == 3 and "logged b1 b2" in second_lines[2], second_lines
         threads: list[str] = []
-        pool.run(["threads"], threads.append)
+        pool.run(StandIn("threads"), threads.append)
         assert threads == [os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // 2))]
         assert len(set(pool.pids)) == 2 and os.getpid() not in pool.pids  # two reused processes, not this one
 
@@ -153,20 +163,20 @@ def test_a_failing_pool_job_names_its_failure_and_leaves_the_others_running():
         slow, slow_lines, slow_errors = in_thread(pool, ["say", *(f"w{i}" for i in range(20))])
         lines: list[str] = []
         with pytest.raises(RuntimeError, match="exit code 1") as failed:
-            pool.run(["fail"], lines.append)
-        assert "worker process" in str(failed.value)
+            pool.run(StandIn("fail"), lines.append)
+        assert "stand-in fail" in str(failed.value) and "worker process" in str(failed.value)
         assert lines[0] == "about to fail" and "RuntimeError: boom in the job" in lines, lines  # its traceback
         slow.join(60)
         assert not slow_errors and slow_lines[:20] == [f"w{i}" for i in range(20)]
         pids = set(pool.pids)
         again: list[str] = []
-        pool.run(["say", "still", "here"], again.append)
+        pool.run(StandIn("say", "still", "here"), again.append)
         assert again[:2] == ["still", "here"] and set(pool.pids) == pids  # the same workers go on
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_killed_pool_worker_fails_its_job_clearly_and_is_replaced():
-    from gpt1.pipeline import WorkerDied
+    from gpt1.runtime.workers import WorkerDied
 
     with workers(2) as pool:
         hung, hung_lines, hung_errors = in_thread(pool, ["hang"])
@@ -181,7 +191,7 @@ def test_a_killed_pool_worker_fails_its_job_clearly_and_is_replaced():
         beside.join(60)
         assert not beside_errors and beside_lines[:40] == [f"w{i}" for i in range(40)]  # not affected
         later: list[str] = []
-        pool.run(["say", "later"], later.append)
+        pool.run(StandIn("say", "later"), later.append)
         assert later[0] == "later" and victim not in pool.pids  # a new worker took the dead one's place
 
 
@@ -189,8 +199,9 @@ def test_a_killed_pool_worker_fails_its_job_clearly_and_is_replaced():
 POOL_PARENT = f"""
 import sys
 sys.path[:0] = {sys.path!r}
-from gpt1.pipeline import FinetuneWorkers
-FinetuneWorkers(1, preload=False, main="{__name__}:stand_in_gpt1").run(["hang"], lambda line: print(line, flush=True))
+from gpt1.runtime.workers import WorkerPool
+from {__name__} import StandIn
+WorkerPool(1).run(StandIn("hang"), lambda line: print(line, flush=True))
 """
 
 

@@ -472,14 +472,83 @@ def test_registry_covers_the_twelve_tasks():
     assert get("rte").transformation == "_start_ premise _delimiter_ hypothesis _classify_"
 
 
+def test_a_thirteenth_task_is_one_spec(tmp_path, monkeypatch):
+    """WNLI (GLUE's ninth task, which the paper leaves out), described by one TaskSpec and nothing else: it loads,
+    is scored, writes its submission and gets a table in the results report."""
+    from gpt1.report import read_runs, render_markdown
+    from gpt1.tasks.spec import Columns
+
+    pair = ("sentence1", "sentence2")
+    spec = tasks.TaskSpec(
+        name="wnli", title="WNLI", kind="entailment", labels=("0", "1"),
+        format="split_files", folder="WNLI", file_names=("{split}.tsv",),
+        columns=Columns(text=pair, label="label", id="index", headers=(("index", *pair, "label"), ("index", *pair))),
+        submission="WNLI", hf="glue/wnli", hf_text=pair, hf_columns=(*pair, "label", "idx"), metrics=("accuracy",))
+    monkeypatch.setitem(tasks.REGISTRY, "wnli", spec)
+    folder = tmp_path / "glue_data" / "WNLI"
+    folder.mkdir(parents=True)
+    (folder / "dev.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\tA b.\tC d.\t1\n1\tE f.\tG h.\t0\n")
+    (folder / "test.tsv").write_text("index\tsentence1\tsentence2\n7\tI j.\tK l.\n")
+    dev = load("wnli", tmp_path / "glue_data", "dev")
+    assert [(ex.text_a, ex.label) for ex in dev] == [("A b.", 1), ("E f.", 0)]
+    assert tasks.evaluate("wnli", dev, [1, 1])["primary"] == 50.0
+    [path] = tasks.write_submission("wnli", load("wnli", folder, "test"), [1], tmp_path / "submission")
+    assert path.name == "WNLI.tsv" and raw_rows(path) == [["7", "1"]]
+    run = tmp_path / "run" / "wnli"
+    run.mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps({"task": "wnli", "eval_split": "dev", "metrics": {"accuracy": 50.0,
+                                                  "primary": 50.0}, "majority": {"accuracy": 50.0, "primary": 50.0}}))
+    report = render_markdown(read_runs([tmp_path / "run"], ["full"]))
+    assert "### Other tasks (not in the paper)" in report and "| ours: full | 50.0 |" in report
+
+
 def test_tasks_package_imports_no_training_code():
     code = ("import sys, gpt1.tasks; bad = [m for m in ('gpt1.model', 'gpt1.finetune', 'gpt1.pretrain', "
             "'deepspeed', 'torch') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
+def package_imports(package: str) -> dict[str, set[str]]:
+    """module -> the gpt1 modules it imports anywhere in its body (function-local imports included)."""
+    import ast
+
+    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in (REPO / "gpt1").rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        if not name.startswith(package):
+            continue
+        graph[name] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names if a.name in modules}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpt1"):
+                graph[name] |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                                for a in node.names}
+    return graph
+
+
+@pytest.mark.parametrize("package,allowed", [("gpt1.tasks", ("gpt1.tasks", "gpt1.io")),
+                                             ("gpt1.sample", ("gpt1.sample", "gpt1.io", "gpt1.tasks")),
+                                             ("gpt1.data", ("gpt1.data", "gpt1.io", "gpt1.config", "gpt1.tasks",
+                                                            "gpt1.tokenizer")),
+                                             ("gpt1", ("gpt1",))])
+def test_packages_import_one_way_without_cycles(package, allowed):
+    graph = package_imports(package)
+    assert graph
+    outside = {(m, t) for m, targets in graph.items() for t in targets if not t.startswith(allowed)}
+    assert not outside
+    order = []  # a topological order exists exactly when there is no cycle
+    pending = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+    while pending:
+        ready = sorted(m for m, deps in pending.items() if not deps - set(order))
+        assert ready, f"import cycle among {sorted(pending)}"
+        order += ready
+        pending = {m: deps for m, deps in pending.items() if m not in ready}
+
+
 def test_every_task_loads_from_generated_sample_data(tmp_path):
-    sample = pytest.importorskip("gpt1.data.sample")
+    sample = pytest.importorskip("gpt1.sample")
     sample.write_sample_data(tmp_path)
     for name in tasks.TASKS:
         spec = get(name)

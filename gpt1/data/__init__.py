@@ -1,1 +1,1 @@
-"""Corpus ingestion, the offline sample-data generator, and Arrow shards (writer and training reader)."""
+"""Corpus ingestion and Arrow shards (writer and training reader); the offline sample data is `gpt1.sample`."""

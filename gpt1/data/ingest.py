@@ -1,24 +1,13 @@
 """Stage 1, corpus ingestion: a text source -> cleaned, deduplicated documents split into train/val.
 
-    stats = ingest("../shared/data/books", "runs/corpus")
-    gpt1 ingest --source SRC --out DIR [--text-column C] [--val-fraction F] [--seed N] [--no-unwrap-lines]
+    stats = ingest("../shared/data/books", "runs/corpus")     # the build; `gpt1 ingest` runs it as a stage
 
-Source specs:
-    DIR                  every .txt/.jsonl/.parquet file under DIR (recursive; hidden files and out_dir skipped)
-    GLOB or FILE         the matching files: .jsonl and .parquet by suffix, anything else is read as a text file
-    hf:ID[@REV][:SPLIT]  a `datasets` dataset, streamed: a hub id (REV pins it), a local folder of json/parquet
-                         files, or a `save_to_disk` folder; SPLIT defaults to train
-
-The output layout is gpt1/data/corpus.py. Records stream through one at a time, so memory is bounded by the
-largest document plus one Parquet row group per split; only the set of document ids grows with the corpus.
+The sources (directories, globs and files of .txt/.jsonl/.parquet, `hf:` datasets) and how their rows become
+records are gpt1/data/sources.py; the output layout is gpt1/data/corpus.py. Records stream through one at a time,
+so memory is bounded by the largest document plus one Parquet row group per split; only the set of document ids
+grows with the corpus.
 
 Choices where the spec is silent:
-- A document is one .txt file or one row. Hub BooksCorpus (`bookcorpus/bookcorpus`) has one sentence per row, in
-  book order but with no book id, so its rows are grouped into documents of BOOKCORPUS_ROWS_PER_DOC consecutive
-  rows (~15k words, dozens of 512-token blocks). The split then holds out whole stretches of text instead of
-  single sentences whose neighbours sit in train, the `_start_` boundary comes once per stretch rather than every
-  sentence, and dedup compares stretches, not frequent short sentences ("he said."). Other row sources default to
-  one row per document; `rows_per_doc` overrides (rows are grouped within a file, never across files).
 - Split: a document is val iff hash(split_seed, id) < val_fraction, so adding or removing documents never moves
   the others. Floor: if val would be empty (val_fraction > 0, >= 2 documents), the train document with the lowest
   hash goes to val instead; it is held back while streaming, so nothing has to be rewritten.
@@ -27,58 +16,42 @@ Choices where the spec is silent:
   paragraphs it kept. Rows grouped into one document keep one row per line: those breaks are row boundaries (the
   sentences of lower-cased BooksCorpus, which the lowercase-continuation rule would otherwise join), not wraps.
 - Duplicates are exact (same id = sha256 of the cleaned text); the first one in source order is kept.
-- Inputs that cannot be used (binary, undecodable, unreadable, empty or shorter than min_doc_chars once cleaned)
-  are named in stats.json and the run continues. Malformed rows (bad JSON, missing/null/non-text field) are
-  counted with file and line; above MAX_MALFORMED_SHARE of the rows the run fails: the column or file is wrong.
-- Restartability: the output is keyed by hash(source hash, settings, FORMAT_VERSION); a finished corpus with the
-  same key in out_dir is returned as is. Local sources are hashed by content (one extra read); a hub source by
-  id, revision and split, so pin a revision. A different corpus already in out_dir is replaced atomically; any
-  other non-empty out_dir is refused.
+- Documents empty or shorter than min_doc_chars once cleaned are named in stats.json, as are the inputs a source
+  could not use and its malformed rows.
+- Restartability and replacement are the stage's (gpt1.stages.ingest, gpt1.stages.outputs): its key hashes the
+  source (local files by content; a hub source by id, revision and split, so pin a revision) and these settings.
+- A subset of a large source (`max_documents`, `max_chars`): the first documents in source order, whole; the
+  source is read only that far (see `_build`).
+- Failures: an unwritable folder is refused before any work; a failed write (disk full) is one OutputError.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import glob
 import hashlib
-import json
 import logging
 import os
-import re
-import shutil
 import time
-from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from gpt1.config import DataConfig
-from gpt1.data.clean import UndecodableError, clean, decode
-from gpt1.data.corpus import SCHEMA, SPLITS, STATS_FILE
-from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree, stable_hash, write_json
+from gpt1.data.clean import clean
+from gpt1.data.corpus import SCHEMA, STATS_FILE
+from gpt1.data.sources import BOOKCORPUS_ROWS_PER_DOC, FileSource, HFSource, Report, open_source
+from gpt1.io import InputError, OutputError, atomic_path, check_writable, write_json
+
+__all__ = ["BOOKCORPUS_ROWS_PER_DOC", "FileSource", "HFSource", "ingest", "open_source", "summary"]
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
 ROWS_PER_PART = 10_000  # documents per Parquet part
 ROW_GROUP_CHARS = 2_000_000  # characters per row group (or one larger document): bounds the write buffer
-MAX_MALFORMED_SHARE = 0.01
-MAX_EXAMPLES = 20  # examples kept (and warnings logged) per reject reason, fallback encoding, ...
-BOOKCORPUS_ROWS_PER_DOC = 1000
-SENTENCE_PER_ROW_DATASETS = {"bookcorpus", "bookcorpus/bookcorpus"}
-DIR_SUFFIXES = {".txt", ".jsonl", ".parquet"}
-
-
-@dataclass
-class Record:
-    source: str  # where it came from: file name, "file:line", "file:first-last" for grouped rows
-    text: str
-    grouped_rows: bool = False  # several rows, one per line: those line breaks are row boundaries, not wraps
 
 
 @dataclass
@@ -88,293 +61,6 @@ class Document:
     text: str
 
 
-@dataclass
-class Tally:
-    """A count plus its first few examples, the way stats.json reports rejects, duplicates and fallbacks."""
-
-    count: int = 0
-    examples: list[Any] = field(default_factory=list)
-
-    def add(self, example: Any) -> bool:
-        """Count `example`; True if it was kept as an example (callers log only those)."""
-        self.count += 1
-        if len(self.examples) < MAX_EXAMPLES:
-            self.examples.append(example)
-            return True
-        return False
-
-    def as_dict(self) -> dict:
-        return {"count": self.count, "examples": self.examples}
-
-
-class Report:
-    """What stats.json says about the inputs, filled in while the records stream past."""
-
-    def __init__(self):
-        self.files = self.rows = self.records = 0
-        self.rejects: dict[str, Tally] = defaultdict(Tally)
-        self.malformed = Tally()
-        self.fallbacks: dict[str, Tally] = defaultdict(Tally)
-        self.duplicates = Tally()
-        self.boilerplate: Counter[str] = Counter()
-        self.unwrapped: Counter[str] = Counter()
-
-    def reject(self, reason: str, source: str, detail: str) -> None:
-        if self.rejects[reason].add(source):
-            log.warning("%s: rejected (%s): %s", source, reason, detail)
-
-    def malformed_row(self, file: str, line: int, error: str) -> None:
-        if self.malformed.add({"file": file, "line": line, "error": error}):
-            log.warning("%s:%d: malformed row: %s", file, line, error)
-
-    def check_malformed(self) -> None:
-        if self.rows and self.malformed.count / self.rows > MAX_MALFORMED_SHARE:
-            first = self.malformed.examples[0]
-            raise InputError(
-                f"{self.malformed.count} of {self.rows} rows are malformed (more than {MAX_MALFORMED_SHARE:.0%}); "
-                f"first: {first['error']}", file=first["file"], line=first["line"])
-
-    def as_dict(self) -> dict:
-        return {
-            "inputs": {"files": self.files, "rows": self.rows, "records": self.records},
-            "duplicates": self.duplicates.as_dict(),
-            "rejects": {reason: tally.as_dict() for reason, tally in sorted(self.rejects.items())},
-            "malformed_rows": self.malformed.as_dict(),
-            "decode_fallbacks": {enc: tally.as_dict() for enc, tally in sorted(self.fallbacks.items())},
-            "boilerplate_removed": {k: self.boilerplate[k] for k in ("header", "footer", "notes", "characters")},
-            "unwrapped": {k: self.unwrapped[k] for k in ("paragraphs", "lines_joined", "paragraphs_kept")},
-        }
-
-
-# -- sources: each yields Records and reports what it could not use ------------------------------------------------
-def _field(obj: Any, column: str) -> tuple[str | None, str | None]:
-    """(text, None) or (None, what is wrong with this row)."""
-    if not isinstance(obj, dict):
-        return None, f"not a JSON object ({type(obj).__name__})"
-    if column not in obj:
-        return None, f"no {column!r} field"
-    value = obj[column]
-    if value is None:
-        return None, f"{column!r} is null"
-    if not isinstance(value, str):
-        return None, f"{column!r} is {type(value).__name__}, not text"
-    return value, None
-
-
-def _text_file(path: Path, name: str, report: Report) -> Iterator[Record]:
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        report.reject("unreadable", name, str(err))
-        return
-    try:
-        text, encoding = decode(data)
-    except UndecodableError as err:
-        report.reject(err.reason, name, str(err))
-        return
-    if encoding != "utf-8" and report.fallbacks[encoding].add(name):
-        log.info("%s: not UTF-8, read as %s", name, encoding)
-    yield Record(name, text)
-
-
-def _jsonl_rows(path: Path, name: str, column: str, report: Report) -> Iterator[tuple[str, int, str]]:
-    with open(path, "rb") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            report.rows += 1
-            try:
-                text, problem = _field(json.loads(line), column)
-            except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                text, problem = None, f"invalid JSON: {err}"
-            if problem:
-                report.malformed_row(name, line_no, problem)
-                continue
-            yield name, line_no, text
-
-
-def _parquet_rows(path: Path, name: str, column: str, report: Report) -> Iterator[tuple[str, int, str]]:
-    try:
-        batches = pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column])
-    except (OSError, pa.ArrowException) as err:
-        report.reject("unreadable", name, f"not a readable Parquet file: {err}")
-        return
-    row = 0
-    for batch in batches:
-        for value in batch.column(0).to_pylist():
-            row += 1
-            report.rows += 1
-            if value is None:
-                report.malformed_row(name, row, f"{column!r} is null")
-                continue
-            yield name, row, value
-
-
-def _grouped(rows: Iterator[tuple[str, int, str]], rows_per_doc: int) -> Iterator[Record]:
-    """One record per row, or per `rows_per_doc` consecutive rows (one per line); `rows` comes from one file."""
-    group: list[tuple[str, int, str]] = []
-    for row in rows:
-        group.append(row)
-        if len(group) == rows_per_doc:
-            yield _join(group)
-            group = []
-    if group:
-        yield _join(group)
-
-
-def _join(group: list[tuple[str, int, str]]) -> Record:
-    name, first, _ = group[0]
-    where = f"{first}" if len(group) == 1 else f"{first}-{group[-1][1]}"
-    return Record(f"{name}:{where}", "\n".join(text for _, _, text in group), grouped_rows=len(group) > 1)
-
-
-class FileSource:
-    """A directory, glob or single file of .txt books and/or .jsonl/.parquet files with a text column."""
-
-    rows_per_doc = 1
-
-    def __init__(self, spec: str, exclude: Path | None = None):
-        self.spec = spec
-        path = Path(spec).expanduser()
-        if path.is_dir():
-            found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in DIR_SUFFIXES
-                     and not any(part.startswith(".") for part in p.relative_to(path).parts)]
-            self.files = [(p.relative_to(path).as_posix(), p) for p in found]
-        else:
-            matches = [path] if path.is_file() else sorted(map(Path, glob.glob(str(path), recursive=True)))
-            self.files = [(str(p), p) for p in matches if p.is_file()]
-        if exclude is not None:  # an out_dir inside the source dir must not feed the next run
-            self.files = [(n, p) for n, p in self.files if not p.resolve().is_relative_to(exclude.resolve())]
-        if not self.files:
-            raise FileNotFoundError(f"{spec}: no input files (expected a directory or glob of .txt/.jsonl/.parquet "
-                                    f"files, a single file, or hf:<id>[@revision][:split])")
-
-    def fingerprint(self) -> str:
-        return stable_hash([(name, sha256_file(path)) for name, path in self.files], length=64)
-
-    def check(self, column: str) -> None:
-        """Fail before any work if a jsonl/parquet file lacks the text column (judged on its first valid row)."""
-        for name, path in self.files:
-            suffix = path.suffix.lower()
-            if suffix == ".parquet":
-                _check_parquet_column(path, name, column)
-            elif suffix == ".jsonl":
-                _check_jsonl_column(path, name, column)
-
-    def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
-        for name, path in self.files:
-            report.files += 1
-            suffix = path.suffix.lower()
-            if suffix == ".jsonl":
-                yield from _grouped(_jsonl_rows(path, name, column, report), rows_per_doc)
-            elif suffix == ".parquet":
-                yield from _grouped(_parquet_rows(path, name, column, report), rows_per_doc)
-            else:
-                yield from _text_file(path, name, report)
-
-    @property
-    def total(self) -> int | None:
-        """Records to expect, when known up front (text files only): for the progress bar."""
-        only_text = all(p.suffix.lower() not in (".jsonl", ".parquet") for _, p in self.files)
-        return len(self.files) if only_text else None
-
-
-def _check_parquet_column(path: Path, name: str, column: str) -> None:
-    try:
-        schema = pq.read_schema(path)
-    except (OSError, pa.ArrowException):
-        return  # rejected as unreadable during the run
-    if column not in schema.names:
-        raise InputError(f"no column {column!r} (columns: {', '.join(schema.names)}); choose one with --text-column",
-                         file=name, field=column)
-    kind = schema.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-        raise InputError(f"column {column!r} holds {kind}, not text", file=name, field=column)
-
-
-def _check_jsonl_column(path: Path, name: str, column: str) -> None:
-    with open(path, "rb") as fh:
-        for line_no, line in enumerate(fh, 1):
-            try:
-                obj = json.loads(line) if line.strip() else None
-            except ValueError:
-                continue  # counted as malformed during the run
-            if isinstance(obj, dict):
-                if column not in obj:
-                    raise InputError(f"no {column!r} field (fields: {', '.join(obj)}); choose one with "
-                                     f"--text-column", file=name, line=line_no, field=column)
-                return
-
-
-class HFSource:
-    """`hf:ID[@REV][:SPLIT]` through `datasets`, streamed. ID is a hub id or a local folder."""
-
-    def __init__(self, spec: str):
-        match = re.fullmatch(r"hf:([^@:]+)(?:@([^:]+))?(?::([^:]+))?", spec)
-        if not match:
-            raise ValueError(f"{spec!r}: expected hf:<id>[@revision][:split]")
-        self.spec = spec
-        self.id, self.revision, self.split = match.group(1), match.group(2), match.group(3) or "train"
-        self.folder = Path(self.id).expanduser()
-        self.local = self.folder.is_dir()
-        if not self.local and self.id.startswith((".", "/", "~")):
-            raise FileNotFoundError(f"{spec}: no such folder {self.folder}")
-        if self.local and self.revision:
-            raise ValueError(f"{spec}: @revision applies to hub datasets, not the local folder {self.folder}")
-        self.rows_per_doc = BOOKCORPUS_ROWS_PER_DOC if self.id.lower() in SENTENCE_PER_ROW_DATASETS else 1
-        self.total = None
-        self._dataset = None
-
-    def fingerprint(self) -> str:
-        if self.local:
-            return stable_hash({"folder": sha256_tree(self.folder), "split": self.split}, length=64)
-        if not self.revision:
-            log.warning("hf:%s has no @revision: a re-run cannot tell if the hub copy changed", self.id)
-        return stable_hash({"hf": self.id, "revision": self.revision, "split": self.split}, length=64)
-
-    def _open(self):
-        import datasets  # slow import, only for this source
-
-        try:
-            if (self.folder / "state.json").exists() or (self.folder / "dataset_dict.json").exists():
-                data = datasets.load_from_disk(str(self.folder))  # memory-mapped Arrow: iterating streams
-                if isinstance(data, datasets.DatasetDict):
-                    if self.split not in data:
-                        raise ValueError(f"hf:{self.id}: no split {self.split!r} (splits: {', '.join(data)})")
-                    data = data[self.split]
-                return data
-            return datasets.load_dataset(str(self.folder) if self.local else self.id, revision=self.revision,
-                                         split=self.split, streaming=True)
-        except ConnectionError as err:
-            raise InputError(f"hf:{self.id}: cannot reach the Hugging Face Hub ({err}); use a local folder "
-                             f"(hf:/path/to/folder) or a cached copy with HF_DATASETS_OFFLINE=1") from err
-
-    def check(self, column: str) -> None:
-        self._dataset = self._open()
-        columns = self._dataset.column_names  # None when a streamed dataset does not declare its features
-        if columns is not None and column not in columns:
-            raise InputError(f"no column {column!r} (columns: {', '.join(columns)}); choose one with --text-column",
-                             file=f"hf:{self.id}:{self.split}", field=column)
-
-    def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
-        name = f"{self.id}:{self.split}"
-
-        def rows() -> Iterator[tuple[str, int, str]]:
-            for row_no, row in enumerate(self._dataset if self._dataset is not None else self._open(), 1):
-                report.rows += 1
-                text, problem = _field(row, column)
-                if problem:
-                    report.malformed_row(name, row_no, problem)
-                    continue
-                yield name, row_no, text
-
-        yield from _grouped(rows(), rows_per_doc)
-
-
-def open_source(spec: str, exclude: Path | None = None) -> FileSource | HFSource:
-    return HFSource(spec) if spec.startswith("hf:") else FileSource(spec, exclude)
-
-
 # -- output: Parquet parts per split ----------------------------------------------------------------------------
 class SplitWriter:
     """One split's Parquet parts: at most `rows_per_part` documents each, in row groups of up to ROW_GROUP_CHARS
@@ -382,7 +68,8 @@ class SplitWriter:
 
     def __init__(self, folder: Path, rows_per_part: int):
         self.folder, self.rows_per_part = folder, rows_per_part
-        folder.mkdir(parents=True, exist_ok=True)
+        with _writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
         self.documents = self.characters = 0
         self.parts: list[dict] = []
         self.ids = hashlib.sha256()  # content hash of the split: its document ids in order
@@ -406,6 +93,10 @@ class SplitWriter:
     def _flush(self) -> None:
         if not self._buffer:
             return
+        with _writing(self.folder):
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
         if self._writer is None:
             self._part = contextlib.ExitStack()
             tmp = self._part.enter_context(atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet"))
@@ -433,10 +124,21 @@ class SplitWriter:
         if exc_type is None:
             self._flush()
             if self._writer is not None:
-                self._close_part()
+                with _writing(self.folder):
+                    self._close_part()
         elif self._writer is not None:
-            self._writer.close()
+            with contextlib.suppress(OSError):  # e.g. the disk that made this fail is still full
+                self._writer.close()
             self._part.__exit__(exc_type, exc, tb)  # atomic_path deletes the unfinished part
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Failed writes (disk full, quota, read-only, I/O error) as one clear OutputError naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputError(f"{path}: cannot write ({err})") from None
 
 
 class TrainValSplit:
@@ -471,51 +173,57 @@ class TrainValSplit:
         return floor
 
 
-# -- the stage --------------------------------------------------------------------------------------------------
+# -- the build ------------------------------------------------------------------------------------------------
 def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
            split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
-           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True) -> dict:
-    """Clean, deduplicate and split `source` into the corpus layout at `out_dir`; returns the stats.
+           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True, max_documents: int | None = None,
+           max_chars: int | None = None) -> dict:
+    """Clean, deduplicate and split `source` into the corpus layout in `out_dir` (created; it must be empty);
+    returns the stats, also written as stats.json.
 
     `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
     for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
-    gpt1/data/clean.py). Built in a temporary folder renamed at the end, so `out_dir` never holds half a corpus; a
-    finished corpus of the same inputs and settings already there is reused.
+    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset, see `_build`. Whether to run, and replacing an
+    earlier corpus without ever showing half of one, are the stage's (gpt1.stages.ingest): this writes what it is
+    given to write.
     """
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
         raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
+    if (max_documents is not None and max_documents < 1) or (max_chars is not None and max_chars < 1):
+        raise ValueError(f"max_documents and max_chars must be >= 1 when given, got {max_documents}, {max_chars}")
     out = Path(out_dir)
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out} is not empty: a corpus is built into an empty folder")
+    check_writable(out)
     src = open_source(source, exclude=out)
     settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
                 "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
-                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "format": FORMAT_VERSION}
-    source_hash = src.fingerprint()
-    key = stable_hash({"source": source_hash, "settings": settings})
-    if (done := _finished_corpus(out, key)) is not None:
-        log.info("%s: already ingested from this source with these settings (key %s); skipping", out, key)
-        return done
-    if out.exists() and not (out / STATS_FILE).is_file() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out} exists and is not an ingested corpus; refusing to replace it")
+                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "max_documents": max_documents,
+                "max_chars": max_chars, "format": FORMAT_VERSION}
     src.check(text_column)
-
-    build = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(build, ignore_errors=True)
-    try:
-        stats = _build(src, build, settings, show_progress)
-        stats.update(source=source, source_hash=source_hash, key=key)
-        write_json(build / STATS_FILE, stats)
-        _move_into_place(build, out)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+    stats = _build(src, out, settings, show_progress)
+    stats.update(source=source, source_hash=src.fingerprint())
+    with _writing(out):
+        write_json(out / STATS_FILE, stats)
     return stats
 
 
 def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool) -> dict:
+    """Stream the source's records through cleaning, dedup and the split into `build`.
+
+    Subset: with max_documents / max_chars, documents are kept in source order (after cleaning and dedup) until
+    the next one would pass either limit, and the source is read no further (a hub dataset streams only that far).
+    The subset is a prefix of what the full run would keep, so a larger limit only adds documents; the train/val
+    assignment of a document does not depend on the limits.
+    """
     report, seen, started = Report(), set(), time.time()
+    max_docs, max_chars = settings["max_documents"], settings["max_chars"]
+    kept_chars, limit_reached = 0, False
     records = src.records(settings["text_column"], settings["rows_per_doc"], report)
-    with SplitWriter(build / "train", settings["rows_per_part"]) as train, \
+    with contextlib.closing(records), \
+            SplitWriter(build / "train", settings["rows_per_part"]) as train, \
             SplitWriter(build / "val", settings["rows_per_part"]) as val:
         split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"])
         for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
@@ -533,8 +241,18 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
             if doc_id in seen:
                 report.duplicates.add(record.source)
                 continue
+            if max_chars is not None and kept_chars + len(text) > max_chars:
+                if not seen:
+                    raise InputError(f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
+                                     f"has {len(text):,} characters", file=src.spec)
+                limit_reached = True
+                break
             seen.add(doc_id)
+            kept_chars += len(text)
             split.add(Document(doc_id, record.source, text))
+            if max_docs is not None and len(seen) == max_docs:
+                limit_reached = True
+                break
         report.check_malformed()
         floor = split.finish()
     if train.documents + val.documents == 0:
@@ -555,68 +273,22 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
         "parts": {"train": train.parts, "val": val.parts},
         "content_hash": hashlib.sha256(train.ids.digest() + val.ids.digest()).hexdigest(),
         "val_floor_applied": floor,
+        "subset": {"max_documents": max_docs, "max_chars": max_chars, "limit_reached": limit_reached},
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }
 
 
-def _finished_corpus(out: Path, key: str) -> dict | None:
-    """The stats of a complete corpus at `out` built with this key, or None."""
-    try:
-        stats = read_json(out / STATS_FILE)
-    except (OSError, ValueError):
-        return None
-    parts = [part["file"] for split in SPLITS for part in stats.get("parts", {}).get(split, [])]
-    if stats.get("key") != key or not all((out / part).is_file() for part in parts):
-        return None
-    return stats
-
-
-def _move_into_place(build: Path, out: Path) -> None:
-    """Rename the finished build to `out`; a previous corpus there is moved aside first, then deleted."""
-    old = out.with_name(f".{out.name}.old-{os.getpid()}") if out.exists() else None
-    if old is not None:
-        os.replace(out, old)
-    os.replace(build, out)
-    if old is not None:
-        shutil.rmtree(old)
-
-
-# -- CLI: gpt1 ingest -------------------------------------------------------------------------------------------
-def add_ingest_args(parser: argparse.ArgumentParser) -> None:
-    defaults = DataConfig()
-    parser.add_argument("--source", required=True,
-                        help="directory or glob of .txt/.jsonl/.parquet, a file, or hf:<id>[@revision][:split]")
-    parser.add_argument("--out", required=True, help="corpus directory to write")
-    parser.add_argument("--text-column", default=defaults.text_column, help="text field of jsonl/parquet/hf rows")
-    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction,
-                        help="share of documents held out for validation")
-    parser.add_argument("--seed", type=int, default=defaults.split_seed, help="train/val split seed")
-    parser.add_argument("--min-doc-chars", type=int, default=defaults.min_doc_chars,
-                        help="reject documents shorter than this after cleaning")
-    parser.add_argument("--rows-per-doc", type=int, default=None,
-                        help=f"rows joined per document for row sources (default: {BOOKCORPUS_ROWS_PER_DOC} for "
-                             f"hub BooksCorpus, else 1)")
-    parser.add_argument("--unwrap-lines", action=argparse.BooleanOptionalAction, default=defaults.unwrap_lines,
-                        help="join the lines of hard-wrapped prose paragraphs (verse, lists and headings keep theirs)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run_ingest(args: argparse.Namespace) -> int:
-    stats = ingest(args.source, args.out, text_column=args.text_column, val_fraction=args.val_fraction,
-                   split_seed=args.seed, min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc,
-                   unwrap_lines=args.unwrap_lines, show_progress=not args.no_progress)
-    print(summary(stats, args.out))
-    return 0
-
-
 def summary(stats: dict, out: str | os.PathLike) -> str:
     docs, chars = stats["documents"], stats["characters"]
     lines = [
-        f"corpus {out} (key {stats['key']})",
+        f"corpus {out}",
         f"  documents: {docs['train']:,} train + {docs['val']:,} val, {sum(chars.values()):,} characters; "
         f"{stats['duplicates']['count']:,} duplicates dropped",
     ]
+    if stats["subset"]["limit_reached"]:
+        limits = {k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None}
+        lines.append(f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})")
     for reason, tally in stats["rejects"].items():
         lines.append(f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}")
     for encoding, tally in stats["decode_fallbacks"].items():

@@ -1,29 +1,38 @@
-"""Readers for the twelve tasks' official distribution files, exactly as they are published.
+"""Readers for the tasks' official distribution files, exactly as they are published.
 
 Every reader yields `(file, line, item)` where `item` is an example, a `RowError` (malformed row, counted and
-located) or an `Excluded` (a row the task definition leaves out). `registry.load` collects them.
+located) or an `Excluded` (a row the task definition leaves out). `gpt1.tasks.loading.load` collects them. A file
+of another task is refused by its shape before any row is read (InputError naming the file and what was expected).
 
 Formats and their quirks (see shared/data/README.md section 2):
 
-* GLUE tsv (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, and the old GLUE SNLI tsv): split on TAB only, no
-  quoting (raw, unbalanced `"` are text); only `\\n` ends a line (other Unicode line breaks are text); a trailing
-  `\\r` is dropped; the last line may lack its newline; a UTF-8 BOM may precede the header (MRPC). Columns are found
-  by header name, so MNLI's 12-column train layout, 16-column dev layout, 10-column test layout and the k-shot
-  dev_matched in train layout all read the same way. Files without a header (CoLA train/dev and
-  `original/*`, SciTail `tsv_format`, STS-B `original/sts-*.tsv`) are recognised by their field count. Row width
-  must equal the header's, except the SNLI tsv (11 or 15 fields whatever the header says: the annotator labels
-  vary; `gold_label` is always the last field) and STS-B `original/` (7 or 9 fields: extra source columns at the
-  end). Text fields are stripped (SST-2 has a trailing space before every TAB).
-* SNLI 1.0 `.jsonl` (one JSON object per line) and `.txt` (the same with a 14-column header, gold label first).
-  Gold label `-` (no annotator consensus) is excluded and counted, as in GPT-1 and most SNLI work.
-* RACE: `RACE/{train,dev,test}/{high,middle}/<n>.txt`, each one JSON article with parallel lists `questions`,
+* Tab-separated files (GLUE, the old GLUE SNLI tsv, SNLI and MultiNLI `.txt`, SciTail tsv_format/dgem_format):
+  split on TAB only, no quoting (raw, unbalanced `"` are text); only `\\n` ends a line (other Unicode line breaks
+  are text); a trailing `\\r` is dropped; the last line may lack its newline; a UTF-8 BOM may precede the header
+  (MRPC). Columns are found by header name, so MNLI's 12-column train layout, 16-column dev layout, 10-column test
+  layout and the k-shot dev_matched in train layout all read the same way. A header is this task's when it is
+  one of its official headers (`Columns.headers`) and, for train and dev, has the label column; a header two
+  tasks share (CoLA's and SST-2's test.tsv: `index<TAB>sentence`) is read only from the task's folder as
+  distributed (`CoLA/`), which tells them apart. Any file in another task's distributed folder is refused.
+  Files without a header (CoLA train/dev and `original/*`, SciTail, STS-B `original/sts-*.tsv`) are recognised
+  by their field count and a valid label on the first row. Row width must equal the header's, except the SNLI
+  tsv (11 or 15 fields whatever the header says: the annotator labels vary; `gold_label` is always the last
+  field), MultiNLI's train `.txt` (11 of its 15 columns), STS-B `original/` and SciTail's dgem_format (extra
+  columns at the end). Text fields are stripped (SST-2 has a trailing space before every TAB).
+* JSON lines of NLI records (SNLI and MultiNLI `.jsonl`, SciTail's snli_format `.txt` and predictor_format
+  `.jsonl`): `sentence1`, `sentence2`, `gold_label`; the first record's keys must be the task's (`Records`). Gold
+  label `-` (no annotator consensus) is excluded and counted, as in GPT-1 and most NLI work.
+* RACE: `RACE/{train,dev,test}/{middle,high}/<n>.txt`, each one JSON article with parallel lists `questions`,
   `options` (4 each) and `answers` (A-D); every question is one example; the level comes from the folder.
 * Story Cloze: RFC-4180 csv with a header (`InputStoryid, InputSentence1-4, RandomFifthSentenceQuiz1/2,
-  AnswerRightEnding`); files are recognised by the last split word in their name (`..._val.csv`, `..._test.csv`),
-  whatever the rest of the name is.
+  AnswerRightEnding`), one story per line as in the official files (a quoted field cannot span lines, so a
+  stray quote spoils one row, counted and located, never the rest of the file); files are recognised by the
+  last split word in their name (`..._val.csv`, `..._test.csv`), whatever the rest of the name is.
 
-Folders are searched for the split's file name at the top level first, then up to three levels down (so the
-shared samples' `Deltaus_sBiMPM/snli_1.0/`, `mt-dnn_sample/tsv_format/` and `RACE/RACE/` layouts are found); a
+Finding files: the task's folder as distributed (`spec.folder`: `RTE/`, `snli_1.0/`, `SciTailV1.1/`, `RACE/`, ...)
+may be the path given or up to SEARCH_DEPTH folders below it (so the shared samples' `Deltaus_sBiMPM/snli_1.0/`,
+`mt-dnn_sample/tsv_format/` and `RACE/RACE/` layouts are found); the split's files sit `spec.folder_depth` folders
+below that (SciTail's `tsv_format/`, RACE's `dev/high/`). File names are tried in the spec's order of preference; a
 name found in more than one folder is an error asking for the exact folder.
 """
 
@@ -34,40 +43,46 @@ import itertools
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
 
 from gpt1.io import InputError
 from gpt1.tasks.examples import ChoiceExample, Example, Excluded, PairExample, RowError, TextExample
-
-if TYPE_CHECKING:
-    from gpt1.tasks.registry import TaskSpec
+from gpt1.tasks.registry import REGISTRY
+from gpt1.tasks.spec import Columns, TaskSpec
 
 Item = Example | RowError | Excluded
 Rows = Iterator[tuple[str, int, Item]]
 
 SEARCH_DEPTH = 3
-RACE_LEVELS = ("middle", "high")
 _BOM = b"\xef\xbb\xbf"
-
-
-@dataclass(frozen=True)
-class Columns:
-    """Where a task's fields are in its tsv files (by header name; `headerless` names files without a header)."""
-
-    text: tuple[str, ...]
-    label: str | None
-    id: str | None = None
-    headerless: tuple[str, ...] | None = None
-    widths: tuple[int, ...] = ()  # other accepted row widths besides the header's
-    from_end: str | None = None  # a column read from the row's last field when the width differs
 
 
 def text_or_pair(id: str, texts: tuple[str, ...], label, group: str | None) -> Example:
     if len(texts) == 1:
         return TextExample(id, texts[0], label, group)
     return PairExample(id, texts[0], texts[1], label, group)
+
+
+def not_this_task(spec: TaskSpec, file: str, what: str, expected: str, line: int = 1,
+                  field: str | None = None) -> InputError:
+    return InputError(f"not a file of {spec.title} ({spec.name}): {what}; expected {expected}", file=file, line=line,
+                      field=field)
+
+
+def in_own_folder(spec: TaskSpec, path: Path) -> bool:
+    """Whether the file sits in the task's folder as distributed (`CoLA/test.tsv`, `RACE/dev/high/1.txt`)."""
+    return spec.folder in [p.name for p in path.parents[:spec.folder_depth + 1]]
+
+
+def check_folder(spec: TaskSpec, path: Path) -> None:
+    """Refuse a file that sits in another task's folder as distributed (`SST-2/test.tsv` for CoLA)."""
+    if in_own_folder(spec, path):
+        return
+    owner = next((s for s in REGISTRY.values() if s is not spec and in_own_folder(s, path)), None)
+    if owner is not None:
+        raise InputError(f"not a file of {spec.title} ({spec.name}): it is in {owner.folder}/, the folder of "
+                         f"{owner.title} ({owner.name}) as distributed; {spec.title}'s is {spec.folder}/", file=path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,7 +102,13 @@ def _lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
                 yield number, RowError("not UTF-8", detail=f"byte {err.start}")
 
 
-def read_tsv(spec: "TaskSpec", path: Path, group: str | None = None) -> Rows:
+def first_text(path: Path) -> str:
+    """The start of a file (BOM removed), to tell JSON lines from a tsv."""
+    with open(path, "rb") as fh:
+        return fh.read(64).removeprefix(_BOM).decode("utf-8", errors="replace").lstrip()
+
+
+def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -> Rows:
     cols: Columns = spec.columns
     file = str(path)
     lines = _lines(path)
@@ -97,16 +118,11 @@ def read_tsv(spec: "TaskSpec", path: Path, group: str | None = None) -> Rows:
     if isinstance(first[1], RowError):
         raise InputError("first line is not UTF-8", file=file, line=1)
     first_fields = first[1].split("\t")
-    if all(name in first_fields for name in cols.text):
-        header, data = first_fields, lines
-    elif cols.headerless and len(first_fields) in (len(cols.headerless), *cols.widths):
+    header = _tsv_layout(spec, file, split, first_fields)
+    if header is None:
         header, data = list(cols.headerless), itertools.chain([first], lines)
     else:
-        expected = f"a header with columns {list(cols.text)}"
-        if cols.headerless:
-            expected += f" or {len(cols.headerless)} tab-separated fields ({', '.join(cols.headerless)})"
-        raise InputError(f"unrecognised {spec.name} tsv: expected {expected}, got {len(first_fields)} fields "
-                         f"{first_fields[:6]}", file=file, line=1, field="header")
+        data = lines
     index = {name: i for i, name in enumerate(header)}
     width = len(header)
     tail = cols.from_end if index.get(cols.from_end) == width - 1 else None
@@ -139,7 +155,63 @@ def read_tsv(spec: "TaskSpec", path: Path, group: str | None = None) -> Rows:
             yield file, number, item
 
 
-def read_snli_jsonl(spec: "TaskSpec", path: Path, group: str | None = None) -> Rows:
+def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> list[str] | None:
+    """The header of a tsv whose first line is `fields` (None: a headerless file of this task); refuses the file
+    when its first line fits none of the task's layouts."""
+    cols = spec.columns
+    expected = []
+    headers = [h for h in cols.headers if cols.label in h or not spec.labelled_split(split)]
+    if headers:
+        expected.append("a header " + " or ".join("\t".join(h) if len(h) < 8 else f"of {len(h)} columns "
+                                                  f"{h[0]}..{h[-1]}" for h in headers))
+    if cols.headerless:
+        expected.append(f"{' or '.join(map(str, (len(cols.headerless), *cols.widths)))} tab-separated fields "
+                        f"({', '.join(cols.headerless)}) with a {spec.title} label")
+    expected = " or ".join(expected)
+    if tuple(fields) in cols.headers:
+        if spec.labelled_split(split) and cols.label not in fields:
+            raise not_this_task(spec, file, f"its header has no label column {cols.label!r} for the {split} split "
+                                "(a test file?)", expected, field="header")
+        sharing = [s.title for s in REGISTRY.values()
+                   if s is not spec and s.columns and tuple(fields) in s.columns.headers]
+        if sharing and not in_own_folder(spec, Path(file)):
+            raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(sharing)}? Their files share this header "
+                             f"{fields}: only the folder as distributed tells them apart; put the file in a folder "
+                             f"named {spec.folder}/", file=file, line=1, field="header")
+        return fields
+    if cols.headerless and len(fields) in (len(cols.headerless), *cols.widths):
+        label_at = cols.headerless.index(cols.label)
+        try:
+            spec.parse_label(fields[label_at], cols.label)
+            return None
+        except Excluded:
+            return None
+        except RowError as err:
+            raise not_this_task(spec, file, f"line 1 is neither a header nor a data row ({err} "
+                                f"{fields[label_at][:40]!r})", expected, field=cols.label) from None
+    raise not_this_task(spec, file, f"line 1 has {len(fields)} fields {[f[:30] for f in fields[:6]]}", expected,
+                        field="header")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JSON lines of NLI records
+
+
+def looks_like_records(spec: TaskSpec, path: Path) -> bool:
+    """An official NLI jsonl (a record with the task's label key) rather than a Hugging Face export."""
+    if spec.records is None:
+        return False
+    with open(path, "rb") as fh:
+        head = fh.readline().removeprefix(_BOM)
+    try:
+        record = json.loads(head)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(record, dict) and spec.records.label in record
+
+
+def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
+    records = spec.records
     file = str(path)
     for row, (number, line) in enumerate(_lines(path)):
         if isinstance(line, RowError):
@@ -147,11 +219,24 @@ def read_snli_jsonl(spec: "TaskSpec", path: Path, group: str | None = None) -> R
             continue
         try:
             record = _json_record(line)
-            texts = tuple(_text(record, key) for key in ("sentence1", "sentence2"))
-            label = spec.parse_label(record.get("gold_label"), "gold_label")
-            yield file, number, text_or_pair(str(record.get("pairID", row)), texts, label, group)
+            if row == 0:
+                _check_record_keys(spec, file, record)
+            texts = tuple(_text(record, key) for key in records.text)
+            label = spec.parse_label(record.get(records.label), records.label)
+            example_id = record.get(records.id, row) if records.id else row
+            yield file, number, text_or_pair(str(example_id), texts, label, group)
         except (RowError, Excluded) as item:
             yield file, number, item
+
+
+def _check_record_keys(spec: TaskSpec, file: str, record: dict) -> None:
+    foreign = sorted(set(record) - spec.records.keys)
+    missing = sorted(spec.records.required - set(record))
+    if foreign or missing:
+        what = ", ".join(part for part in (f"keys {foreign} it should not have" if foreign else "",
+                                           f"no {missing}" if missing else "") if part)
+        raise not_this_task(spec, file, f"its first record has {what}",
+                            f"records with {sorted(spec.records.required)} among {sorted(spec.records.keys)}")
 
 
 def _json_record(line: str) -> dict:
@@ -173,21 +258,11 @@ def _text(record: dict, key: str) -> str:
     return value.strip()
 
 
-def looks_like_snli_jsonl(path: Path) -> bool:
-    """An official SNLI/SciTail-snli_format jsonl (vs. a Hugging Face JSON export with premise/hypothesis)."""
-    with open(path, "rb") as fh:
-        head = fh.readline().removeprefix(_BOM)
-    try:
-        return "gold_label" in json.loads(head)
-    except (json.JSONDecodeError, TypeError, UnicodeDecodeError):
-        return False
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # RACE
 
 
-def read_race(spec: "TaskSpec", files: list[Path]) -> Rows:
+def read_race(spec: TaskSpec, files: list[Path]) -> Rows:
     for path in files:
         file = str(path)
         try:
@@ -196,13 +271,13 @@ def read_race(spec: "TaskSpec", files: list[Path]) -> Rows:
             yield file, 1, RowError("not UTF-8", detail=f"byte {err.start}")
             continue
         except json.JSONDecodeError as err:
-            yield file, err.lineno, RowError("invalid JSON", detail=err.msg)
+            yield file, err.lineno, RowError("not a RACE article", detail=f"invalid JSON: {err.msg}")
             continue
-        level = path.parent.name if path.parent.name in RACE_LEVELS else None
+        level = path.parent.name if path.parent.name in spec.groups else None
         yield from race_article(spec, article, file, level)
 
 
-def race_article(spec: "TaskSpec", article, file: str, level: str | None) -> Rows:
+def race_article(spec: TaskSpec, article, file: str, level: str | None) -> Rows:
     """One RACE article (a dict with article/questions/options/answers/id): one example per question."""
     if not isinstance(article, dict) or not isinstance(article.get("article"), str):
         yield file, 1, RowError("not a RACE article", field="article")
@@ -215,7 +290,7 @@ def race_article(spec: "TaskSpec", article, file: str, level: str | None) -> Row
         return
     article_id = str(article.get("id") or Path(file).name)
     if level is None:
-        level = next((lv for lv in RACE_LEVELS if article_id.startswith(lv)), None)
+        level = next((lv for lv in spec.groups if article_id.startswith(lv)), None)
     for q, (question, opts) in enumerate(zip(questions, options)):
         try:
             if not isinstance(question, str):
@@ -229,20 +304,23 @@ def race_article(spec: "TaskSpec", article, file: str, level: str | None) -> Row
             yield file, 1, item
 
 
-def race_files(root: Path, split: str) -> list[Path]:
-    """Article files of one split: `root` may be the RACE root, a folder holding `RACE/`, a split or level folder."""
+def race_files(spec: TaskSpec, root: Path, split: str) -> list[Path]:
+    """Article files of one split: `root` is the RACE folder, a folder up to SEARCH_DEPTH above it, a split folder
+    or a level folder."""
+    levels = spec.groups
     if root.is_file():
         return [root]
-    if root.name in RACE_LEVELS:
+    if root.name in levels:
         return _numbered(root.glob("*.txt"))
-    if not any((root / level).is_dir() for level in RACE_LEVELS):
-        split_dirs = _find(root, lambda d, names, files: d.name == split and any(lv in names for lv in RACE_LEVELS))
+    if not any((root / level).is_dir() for level in levels):
+        split_dirs = _find(root, lambda d, names, files: d.name == split and any(lv in names for lv in levels),
+                           SEARCH_DEPTH + spec.folder_depth - 1)  # the split folder is one above the files
         if not split_dirs:
             return []
         if len(split_dirs) > 1:
             raise ambiguous(root, f"RACE {split}/", split_dirs)
         root = split_dirs[0]
-    return [path for level in RACE_LEVELS for path in _numbered((root / level).glob("*.txt"))]
+    return [path for level in levels for path in _numbered((root / level).glob("*.txt"))]
 
 
 def _numbered(paths) -> list[Path]:
@@ -257,30 +335,48 @@ STORY_COLUMNS = ("InputStoryid", "InputSentence1", "InputSentence2", "InputSente
 STORY_ANSWER = "AnswerRightEnding"
 
 
-def read_story_cloze(spec: "TaskSpec", path: Path) -> Rows:
+def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
+    """One story per line, each line parsed as one csv record (strict quoting), so that an unclosed quote spoils
+    its own row only: `csv.reader` over the whole file would read on to the next quote, swallowing the rows
+    between into one field."""
     file = str(path)
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None:
-            return
-        missing = [c for c in STORY_COLUMNS if c not in header]
-        if missing:
-            raise InputError(f"not a Story Cloze csv: missing columns {missing}", file=file, line=1, field="header")
-        index = {name: i for i, name in enumerate(header)}
-        line = reader.line_num + 1
-        for fields in reader:
-            number, line = line, reader.line_num + 1  # a quoted field may span lines: report where the row starts
-            try:
-                if len(fields) != len(header):
-                    raise RowError(f"expected {len(header)} fields", detail=f"got {len(fields)}")
-                story = " ".join(fields[index[f"InputSentence{i}"]].strip() for i in range(1, 5))
-                endings = tuple(fields[index[f"RandomFifthSentenceQuiz{i}"]].strip() for i in (1, 2))
-                label = spec.parse_label(fields[index[STORY_ANSWER]], STORY_ANSWER) if STORY_ANSWER in index \
-                    else None
-                yield file, number, ChoiceExample(fields[index["InputStoryid"]], story, "", endings, label)
-            except (RowError, Excluded) as item:
-                yield file, number, item
+    lines = _lines(path)
+    first = next(lines, None)
+    if first is None:
+        return
+    header = _csv_fields(first[1]) if isinstance(first[1], str) else None
+    if not isinstance(header, list):
+        raise InputError("not a Story Cloze csv: unreadable header", file=file, line=1, field="header")
+    missing = [c for c in STORY_COLUMNS if c not in header]
+    if missing:
+        raise not_this_task(spec, file, f"its header lacks {missing}", f"a csv header with {list(STORY_COLUMNS)}"
+                            f" (+ {STORY_ANSWER})", field="header")
+    index = {name: i for i, name in enumerate(header)}
+    for number, line in lines:
+        try:
+            if isinstance(line, RowError):
+                raise line
+            if not line:
+                raise RowError("empty line")
+            fields = _csv_fields(line)
+            if isinstance(fields, RowError):
+                raise fields
+            if len(fields) != len(header):
+                raise RowError(f"expected {len(header)} fields", detail=f"got {len(fields)}")
+            story = " ".join(fields[index[f"InputSentence{i}"]].strip() for i in range(1, 5))
+            endings = tuple(fields[index[f"RandomFifthSentenceQuiz{i}"]].strip() for i in (1, 2))
+            label = spec.parse_label(fields[index[STORY_ANSWER]], STORY_ANSWER) if STORY_ANSWER in index else None
+            yield file, number, ChoiceExample(fields[index["InputStoryid"]], story, "", endings, label)
+        except (RowError, Excluded) as item:
+            yield file, number, item
+
+
+def _csv_fields(line: str) -> list[str] | RowError:
+    try:
+        return next(csv.reader([line], strict=True))
+    except csv.Error as err:
+        reason = "unclosed quote" if "unexpected end of data" in str(err) else "bad quoting"
+        return RowError(reason, detail=str(err))
 
 
 def story_cloze_file(root: Path, split: str) -> Path | None:
@@ -304,16 +400,18 @@ def _split_word(stem: str) -> str | None:
 # Finding files in a folder
 
 
-def find_file(root: Path, names: tuple[str, ...]) -> Path | None:
-    """The first of `names` in `root`, else the one folder up to SEARCH_DEPTH below holding any of them."""
+def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> Path | None:
+    """The first of `names` (in order of preference) in `root`, else in the one folder up to `depth` below
+    holding it."""
     for name in names:
         if (root / name).is_file():
             return root / name
-    dirs = _find(root, lambda d, subdirs, files: any(name in files for name in names))
-    if len(dirs) > 1:
-        raise ambiguous(root, " or ".join(names), dirs)
-    if dirs:
-        return next(dirs[0] / name for name in names if (dirs[0] / name).is_file())
+    for name in names:
+        dirs = _find(root, lambda d, subdirs, files: name in files, depth)
+        if len(dirs) > 1:
+            raise ambiguous(root, name, dirs)
+        if dirs:
+            return dirs[0] / name
     return None
 
 
@@ -326,18 +424,18 @@ def files_near(root: Path, match) -> list[Path]:
             for f in sorted(os.listdir(d)) if match(f) and (d / f).is_file()]
 
 
-def _find(root: Path, wanted) -> list[Path]:
-    """Folders under `root` (depth 1..SEARCH_DEPTH, hidden ones skipped) for which wanted(dir, subdirs, files)."""
+def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
+    """Folders 1..depth levels under `root` (hidden ones skipped) for which wanted(dir, subdirs, files)."""
     hits = []
     base = len(root.parts)
     for dirpath, subdirs, files in os.walk(root):
         here = Path(dirpath)
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
-        depth = len(here.parts) - base
-        if depth >= SEARCH_DEPTH:
-            subdirs[:] = []
-        if depth and wanted(here, subdirs, files):
+        level = len(here.parts) - base
+        if level and wanted(here, list(subdirs), files):  # before pruning: `wanted` may look at the sub-folders
             hits.append(here)
+        if level >= depth:
+            subdirs[:] = []
     return hits
 
 

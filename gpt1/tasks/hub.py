@@ -25,22 +25,18 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from gpt1.io import InputError
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
-from gpt1.tasks.formats import RACE_LEVELS, Rows, ambiguous, files_near, text_or_pair
-
-if TYPE_CHECKING:
-    from gpt1.tasks.registry import TaskSpec
+from gpt1.tasks.formats import Rows, ambiguous, files_near, not_this_task, text_or_pair
+from gpt1.tasks.registry import REGISTRY
+from gpt1.tasks.spec import TaskSpec
 
 REPOS = {"glue": "nyu-mll/glue", "snli": "stanfordnlp/snli", "scitail": "allenai/scitail", "race": "ehovy/race",
          "story_cloze": "LSDSem/story_cloze"}
 DEFAULT_CONFIGS = {"allenai/scitail": "tsv_format", "ehovy/race": "all", "LSDSem/story_cloze": "2016"}
 RECORD_SUFFIXES = (".parquet", ".jsonl", ".json")
-STORY_FIELDS = ("story_id", "input_sentence_1", "input_sentence_2", "input_sentence_3", "input_sentence_4",
-                "sentence_quiz1", "sentence_quiz2")
-RACE_FIELDS = ("example_id", "article", "question", "options")
 
 
 def parse_ref(ref: str) -> tuple[str, str | None, str | None]:
@@ -61,14 +57,12 @@ def parse_ref(ref: str) -> tuple[str, str | None, str | None]:
     return repo, config or DEFAULT_CONFIGS.get(repo), revision or None
 
 
-def hf_splits(spec: "TaskSpec", split: str) -> list[tuple[str, str | None]]:
+def hf_splits(spec: TaskSpec, split: str) -> list[tuple[str, str | None]]:
     """(hub split name, example group) pairs making up one of our splits."""
-    if spec.name == "storycloze":  # GPT-1 trains on the labelled validation stories
-        return [({"train": "validation", "test": "test"}[split], None)]
-    return [(name.replace("dev", "validation"), group) for name, group in spec.file_splits(split)]
+    return [(spec.hub_split(name), group) for name, group in spec.file_splits(split)]
 
 
-def read_hub(spec: "TaskSpec", ref: str, split: str) -> Rows:
+def read_hub(spec: TaskSpec, ref: str, split: str) -> Rows:
     import datasets
 
     repo, config, revision = parse_ref(ref)
@@ -82,10 +76,11 @@ def is_saved_dataset(path: Path) -> bool:
     return path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file())
 
 
-def read_saved(spec: "TaskSpec", path: Path, split: str) -> Rows:
+def read_saved(spec: TaskSpec, path: Path, split: str) -> Rows:
     """A `save_to_disk` folder: a DatasetDict (the split is picked by name) or a single Dataset (used whole)."""
     import datasets
 
+    check_export_name(spec, path)
     saved = datasets.load_from_disk(str(path))
     if not isinstance(saved, datasets.DatasetDict):
         yield from read_rows(spec, _dataset_rows(saved), str(path), spec.group_of_split(split))
@@ -103,7 +98,7 @@ def _dataset_rows(dataset) -> Iterable[dict]:
         yield from batch.to_pylist()
 
 
-def record_files(root: Path, spec: "TaskSpec", split: str) -> list[tuple[Path, str | None]]:
+def record_files(root: Path, spec: TaskSpec, split: str) -> list[tuple[Path, str | None]]:
     """Parquet/JSON files named after the split's hub names in `root` or the one sub-folder holding them."""
     out = []
     for hf_split, group in hf_splits(spec, split):
@@ -115,8 +110,9 @@ def record_files(root: Path, spec: "TaskSpec", split: str) -> list[tuple[Path, s
     return out
 
 
-def read_records(spec: "TaskSpec", path: Path, group: str | None) -> Rows:
+def read_records(spec: TaskSpec, path: Path, group: str | None) -> Rows:
     """A Parquet file, a JSON-lines file or a JSON array of records in the hub schema."""
+    check_export_name(spec, path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -137,54 +133,89 @@ def _json_line(line: str) -> Any:
         return RowError("invalid JSON", detail=err.msg)
 
 
-def read_rows(spec: "TaskSpec", rows: Iterable, source: str, group: str | None) -> Rows:
+def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) -> Rows:
     """Hub-schema rows (dicts) to examples; the row number (1-based) stands in for the line."""
     questions_seen: Counter = Counter()  # RACE: one row per question, numbered within its article
-    required = _required_fields(spec)
     for number, row in enumerate(rows, start=1):
         if isinstance(row, RowError):
             yield source, number, row
             continue
         if number == 1:
-            missing = [f for f in required if f not in row] if isinstance(row, dict) else required
-            if missing:
-                raise InputError(f"{spec.name}: records lack the hub columns {missing} (have "
-                                 f"{sorted(row) if isinstance(row, dict) else type(row).__name__})",
-                                 file=source, line=1, field=missing[0])
+            _check_columns(spec, row, source)
         try:
             yield source, number, _example(spec, row, number - 1, group, questions_seen)
         except (RowError, Excluded) as item:
             yield source, number, item
 
 
-def _required_fields(spec: "TaskSpec") -> list[str]:
-    if spec.name == "race":
-        return list(RACE_FIELDS)
-    if spec.name == "storycloze":
-        return list(STORY_FIELDS)
-    return list(spec.hf_text)
+def _label_kind(spec: TaskSpec) -> str:
+    return "label names" if spec.hf_label_names else "scores" if spec.regression else "class indices"
 
 
-def _example(spec: "TaskSpec", row: dict, index: int, group: str | None, questions_seen: Counter):
-    if spec.name == "race":
+def check_export_name(spec: TaskSpec, path: Path) -> None:
+    """Two pairs of tasks have the same hub schema (CoLA and SST-2: sentence, label, idx; MRPC and RTE: sentence1,
+    sentence2, label, idx), so a local export of one reads as the other: for those, the export's file or one of
+    its three nearest folders must be named after the task (`sst2/`, `glue_sst2.parquet`, `SST-2/`)."""
+    schema = (frozenset(spec.hf_columns), _label_kind(spec))
+    sharing = [s for s in REGISTRY.values()
+               if s is not spec and (frozenset(s.hf_columns), _label_kind(s)) == schema]
+    if not sharing:
+        return
+    names = {spec.name, re.sub(r"[^a-z0-9]", "", spec.folder.lower()), (parse_ref(spec.hf)[1] or "").lower()}
+    for part in (path.stem, *(p.name for p in path.parents[:3])):
+        lower = part.lower()
+        if names & {re.sub(r"[^a-z0-9]", "", lower), *re.split(r"[^a-z0-9]+", lower)}:
+            return
+    raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(s.title for s in sharing)}? Their hub exports have "
+                     f"the same columns {list(spec.hf_columns)}: name the export's file or folder after the task "
+                     f"(e.g. {spec.name}/)", file=path)
+
+
+def _check_columns(spec: TaskSpec, row, source: str) -> None:
+    """The first record must have the task's hub columns (the label may be absent) and no other: an export of
+    another dataset is refused before any row is read."""
+    expected = f"the hub columns {list(spec.hf_columns)}"
+    if not isinstance(row, dict):
+        raise not_this_task(spec, source, f"its records are {type(row).__name__}, not objects", expected)
+    missing = [c for c in spec.hf_columns if c not in row and c != spec.hf_label]
+    foreign = sorted(c for c in row if c not in spec.hf_columns)
+    if missing or foreign:
+        what = "; ".join(part for part in (f"no column {missing}" if missing else "",
+                                           f"columns {foreign} the hub's {spec.title} has not" if foreign else "")
+                         if part)
+        raise not_this_task(spec, source, f"its records have {what}", expected, field=(missing or foreign)[0])
+    label = row.get(spec.hf_label)
+    if label is None or label == -1:
+        return
+    # The label's type tells exports with the same columns apart (SNLI vs SciTail, STS-B vs MRPC or RTE).
+    wanted = (str, "label names") if spec.hf_label_names else (float, "scores") if spec.regression else \
+        (int, "class indices")
+    if not isinstance(label, wanted[0]) or isinstance(label, bool):
+        raise not_this_task(spec, source, f"its {spec.hf_label!r} is {type(label).__name__} {label!r}",
+                            f"{wanted[1]} in {spec.hf_label!r}", field=spec.hf_label)
+
+
+def _example(spec: TaskSpec, row: dict, index: int, group: str | None, questions_seen: Counter):
+    if spec.format == "race":
         article_id = str(row["example_id"])
-        level = group or next((lv for lv in RACE_LEVELS if article_id.startswith(lv)), None)
+        level = group or next((lv for lv in spec.groups if article_id.startswith(lv)), None)
         q = questions_seen[article_id]
         questions_seen[article_id] += 1
-        label = spec.parse_label(row["answer"], "answer") if row.get("answer") not in (None, "") else None
+        answer = row.get(spec.hf_label)
+        label = spec.parse_label(answer, spec.hf_label) if answer not in (None, "") else None
         options = row["options"]
         if not isinstance(options, list) or len(options) != spec.n_choices:
             raise RowError(f"expected {spec.n_choices} options", field="options", detail=repr(options)[:80])
         return ChoiceExample(f"{article_id}#{q}", _str(row, "article"), _str(row, "question"),
                              tuple(str(o).strip() for o in options), label, level)
-    if spec.name == "storycloze":
+    if spec.format == "storycloze":
         story = " ".join(_str(row, f"input_sentence_{i}") for i in range(1, 5))
-        answer = row.get("answer_right_ending")
-        label = spec.parse_label(str(answer), "answer_right_ending") if answer not in (None, -1) else None
+        answer = row.get(spec.hf_label)
+        label = spec.parse_label(str(answer), spec.hf_label) if answer not in (None, -1) else None
         return ChoiceExample(str(row["story_id"]), story, "", (_str(row, "sentence_quiz1"),
                                                                  _str(row, "sentence_quiz2")), label, group)
     texts = tuple(_str(row, name) for name in spec.hf_text)
-    label = spec.parse_label(row["label"], "label") if "label" in row else None
+    label = spec.parse_label(row[spec.hf_label], spec.hf_label) if spec.hf_label in row else None
     return text_or_pair(str(row.get("idx", index)), texts, label, group)
 
 

@@ -1,2 +1,3 @@
--- MLflow keeps its own database beside Prefect's in the same Postgres.
+-- MLflow's databases beside Prefect's in the same Postgres: runs/metrics, and basic-auth users + permissions.
 CREATE DATABASE mlflow;
+CREATE DATABASE mlflow_auth;

@@ -1,16 +1,10 @@
-"""Pipeline stage 3: tokenize an ingested corpus into Arrow shards of packed blocks, and read them for training.
-
-Output layout (the contract every later stage reads):
-
-    OUT/manifest.json                    written last: its presence means the shards are complete
-    OUT/train/shard-00000.arrow ...      Arrow IPC *file* format (memory-mappable), one record batch, one column
-    OUT/val/shard-00000.arrow ...        `tokens`: fixed_size_list<uint16|uint32>[n_ctx + 1], `shard_rows` blocks
+"""Pipeline stage 3: tokenize an ingested corpus into Arrow shards of packed blocks (layout: layout.py).
 
 Packing. Each split is one token stream: its documents in stored order, each preceded by `tokenizer.boundary_id`
 (`_start_`). The stream is cut into non-overlapping windows of n_ctx + 1 tokens (inputs plus the shifted
 targets), so a block may span a document boundary but never the train/val split; the split's last partial block
 is dropped and counted (`dropped_tail_tokens`). Documents that encode to no tokens get no boundary either and are
-counted (`empty_documents`). Token ids are stored as uint16 when vocab_size <= 65,536, else uint32.
+counted (`empty_documents`). A run whose train split makes no complete block is an error (nothing is written).
 
 How the work is cut (and why the bytes never depend on --workers). `plan_partitions` splits every split's
 documents into partitions: contiguous row ranges of one Parquet part holding about `partition_bytes` of text,
@@ -36,15 +30,8 @@ dataclass; `tokenize_partition` is idempotent, so task retries are safe):
     wait(encode.map(unmapped(plan), plan.pending(), unmapped(tok_dir)))              # tokenize_partition
     manifest = tokenize_corpus(corpus, tok_dir, out, n_ctx=..., shard_rows=...)      # finds all done: packs
 
-Memory per process is bounded by ENCODE_BATCH_CHARS or the longest document (HF tokenizers holds ~100 bytes
-per character it is encoding), plus one shard being packed; it does not grow with the corpus.
-
-Reading. `BlockReader` memory-maps the shards of one split and serves blocks in a deterministic shuffled order
-per (seed, epoch) that does not depend on the number of ranks: global step i consumes blocks
-perm[i*G : (i+1)*G] (G = global batch) and rank r takes the r-th contiguous 1/world_size slice of it, split into
-micro-batches. `state_dict()` records (epoch, position in global samples), so training resumes at the exact next
-sample, even on a different number of ranks with the same global batch. The shuffle is a sort by a splitmix64
-hash of (seed, epoch, block index): stable across numpy/torch versions, unlike their RNG streams.
+Memory: documents are encoded `encode_chars` characters at a time, a long one in pieces with the ids of the whole
+(encode.py); memory per process does not grow with the corpus.
 """
 
 from __future__ import annotations
@@ -52,14 +39,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -67,19 +53,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from gpt1.config import load_config
 from gpt1.data.corpus import SPLITS, split_files
-from gpt1.io import InputError, atomic_path, read_json, sha256_file, sha256_tree, stable_hash, write_json
+from gpt1.data.shards.encode import ENCODE_CHARS, StreamEncoder
+from gpt1.data.shards.layout import FORMAT, MANIFEST, shard_name, shard_schema, token_dtype
+from gpt1.io import (InputError, OutputError, atomic_path, check_writable, read_json, sha256_file,
+                     sha256_tree, stable_hash, write_json)
 
 log = logging.getLogger(__name__)
 
-FORMAT = "gpt1-shards/1"
-MANIFEST = "manifest.json"
 WORK_DIR = ".work"
 PARTITION_BYTES = 1 << 20  # text per partition: many units keep processes balanced (~1-10 s of work each)
-# Text per encode_batch call. HF tokenizers holds ~100 bytes per character being encoded, so a call's memory is
-# bounded by max(this, the largest document), whatever the corpus size.
-ENCODE_BATCH_CHARS = 1 << 20
 
 
 try:  # glibc: hand freed memory back to the OS (see _release_freed_memory)
@@ -93,18 +76,6 @@ def _release_freed_memory() -> None:
     with the amount of text encoded (~10% over four passes of the same books); with it the peak stays flat."""
     if _malloc_trim is not None:
         _malloc_trim(0)
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
-
-
-def shard_name(split: str, index: int) -> str:
-    return f"{split}/shard-{index:05d}.arrow"
-
-
-def shard_schema(n_ctx: int, dtype: np.dtype) -> pa.Schema:
-    return pa.schema([pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype), n_ctx + 1), nullable=False)])
 
 
 # ------------------------------------------------------------------------------------------------- planning
@@ -181,6 +152,7 @@ class Plan:
     corpus_sha256: str
     partition_bytes: int
     partitions: list[Partition]
+    encode_chars: int = ENCODE_CHARS  # memory, not bytes: not part of the key
 
     @property
     def key(self) -> str:
@@ -232,14 +204,14 @@ def _load_tokenizer(tokenizer):
 
 
 def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path, *, n_ctx: int, shard_rows: int,
-                         partition_bytes: int = PARTITION_BYTES) -> Plan:
+                         partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> Plan:
     """Validate inputs and OUT, plan the partitions (or reuse the unfinished run's plan) and save the plan.
 
     When OUT already holds the finished output of these inputs (its manifest.json), the plan has no partitions.
     """
-    if n_ctx <= 0 or shard_rows <= 0 or partition_bytes <= 0:
-        raise ValueError(f"n_ctx, shard_rows and partition_bytes must be positive, got {n_ctx}, {shard_rows}, "
-                         f"{partition_bytes}")
+    if min(n_ctx, shard_rows, partition_bytes, encode_chars) <= 0:
+        raise ValueError(f"n_ctx, shard_rows, partition_bytes and encode_chars must be positive, got {n_ctx}, "
+                         f"{shard_rows}, {partition_bytes}, {encode_chars}")
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir).resolve()
     tokenizer = _load_tokenizer(tokenizer)
     if not 0 <= tokenizer.boundary_id < tokenizer.vocab_size:
@@ -248,7 +220,7 @@ def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path,
         split_files(corpus_dir, split)  # a clear error if this is not an ingested corpus
     plan = Plan(str(corpus_dir), str(out_dir), n_ctx, shard_rows, tokenizer.vocab_size, tokenizer.boundary_id,
                 token_dtype(tokenizer.vocab_size).name, tokenizer.sha256,
-                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [])
+                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [], encode_chars)
 
     manifest = _read_manifest_if_any(out_dir)
     plan_path = plan.work / "plan.json"
@@ -261,10 +233,11 @@ def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path,
     if manifest is None and previous is None and any(any((out_dir / s).glob("shard-*.arrow")) for s in SPLITS):
         raise ValueError(f"{out_dir} holds shards but no manifest.json or plan; use another --out or delete it")
 
+    if manifest is not None and _shards_complete(out_dir, manifest):
+        shutil.rmtree(plan.work, ignore_errors=True)  # left if a run was killed right after its manifest
+        return plan
+    check_writable(out_dir)
     if manifest is not None:
-        if _shards_complete(out_dir, manifest):
-            shutil.rmtree(plan.work, ignore_errors=True)  # left if a run was killed right after its manifest
-            return plan
         (out_dir / MANIFEST).unlink()  # a shard went missing since: rebuild it below
     _remove_temporaries(out_dir)
     if previous is not None and previous.partition_bytes == partition_bytes:
@@ -300,60 +273,34 @@ def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
     tokenizer = _load_tokenizer(tokenizer)
     if tokenizer.sha256 != plan.tokenizer_sha256:
         raise ValueError(f"tokenizer sha256 {tokenizer.sha256[:12]} is not the planned {plan.tokenizer_sha256[:12]}")
-    dtype = np.dtype(plan.dtype)
-    counts = {"documents": 0, "empty_documents": 0, "tokens": 0}
+    encoder = StreamEncoder(tokenizer, np.dtype(plan.dtype), plan.encode_chars)
     with atomic_path(plan.tokens_path(part)) as tmp, open(tmp, "wb") as out:
-        for texts in _partition_text_batches(Path(plan.corpus_dir) / part.file, part.start, part.stop):
-            encoded = tokenizer.encode_batch(texts)
-            stream = _with_boundaries(encoded, plan.boundary_id, dtype)
+        for stream in encoder.encode(_partition_texts(Path(plan.corpus_dir) / part.file, part.start, part.stop)):
             out.write(stream.tobytes())
-            counts["documents"] += len(texts)
-            counts["empty_documents"] += sum(1 for ids in encoded if not ids)
-            counts["tokens"] += len(stream)
-            del encoded, texts
+            del stream
             _release_freed_memory()
-    write_json(plan.sidecar_path(part), counts)
-    return counts
+    write_json(plan.sidecar_path(part), encoder.counts)
+    return encoder.counts
 
 
-def _partition_text_batches(path: Path, start: int, stop: int) -> Iterator[list[str]]:
-    """Texts of rows [start, stop) in encode_batch groups of at most ENCODE_BATCH_CHARS (or one longer text)."""
+def _partition_texts(path: Path, start: int, stop: int) -> Iterator[str]:
+    """Texts of rows [start, stop) of one Parquet part, in order, reading only the row groups that hold them."""
     parquet = pq.ParquetFile(path)
     groups, first_row, row = [], None, 0
-    for i in range(parquet.num_row_groups):  # read only the row groups that overlap the range
+    for i in range(parquet.num_row_groups):
         rows = parquet.metadata.row_group(i).num_rows
         if row < stop and row + rows > start:
             groups.append(i)
             first_row = row if first_row is None else first_row
         row += rows
     row = first_row or 0
-    batch, batch_chars = [], 0
     for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=["text"], use_threads=False):
         lo, hi = max(start - row, 0), min(stop - row, len(record_batch))
         row += len(record_batch)
-        if lo >= hi:
-            continue
-        for text in record_batch.column(0).slice(lo, hi - lo).to_pylist():
-            if batch and batch_chars + len(text) > ENCODE_BATCH_CHARS:
-                yield batch
-                batch, batch_chars = [], 0
-            batch.append(text)
-            batch_chars += len(text)
+        if lo < hi:
+            yield from record_batch.column(0).slice(lo, hi - lo).to_pylist()
         if row >= stop:
             break
-    if batch:
-        yield batch
-
-
-def _with_boundaries(encoded: list[list[int]], boundary_id: int, dtype: np.dtype) -> np.ndarray:
-    kept = [ids for ids in encoded if ids]
-    stream = np.empty(sum(len(ids) + 1 for ids in kept), dtype=dtype)
-    pos = 0
-    for ids in kept:
-        stream[pos] = boundary_id
-        stream[pos + 1:pos + 1 + len(ids)] = ids
-        pos += len(ids) + 1
-    return stream
 
 
 # -------------------------------------------------------------------------------------------------- packing
@@ -441,22 +388,32 @@ def _tokenize_in_worker(args: tuple[Plan, Partition]) -> dict:
 
 def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str | Path, *, n_ctx: int,
                     shard_rows: int, workers: int = 1, show_progress: bool = True,
-                    partition_bytes: int = PARTITION_BYTES) -> dict:
+                    partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> dict:
     """Tokenize and pack a corpus into OUT (see the module docstring); returns the manifest.
 
-    `workers` processes tokenize partitions in parallel; it changes speed, never the output bytes. An
-    interrupted run resumes where it stopped; a finished one returns its manifest without redoing anything.
+    `workers` processes tokenize partitions in parallel; it changes speed, never the output bytes, and neither
+    does `encode_chars` (memory). An interrupted run resumes where it stopped; a finished one returns its manifest
+    without redoing anything. A failed write (disk full) raises OutputError; what was finished is kept for the
+    re-run.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     tokenizer = _load_tokenizer(tokenizer_dir_or_obj)
     plan = prepare_tokenization(corpus_dir, tokenizer, out_dir, n_ctx=n_ctx, shard_rows=shard_rows,
-                                partition_bytes=partition_bytes)
+                                partition_bytes=partition_bytes, encode_chars=encode_chars)
     out_dir = Path(plan.out_dir)
     if (out_dir / MANIFEST).exists():  # checked by prepare_tokenization: these inputs, all shards present
         log.info("%s is up to date (key %s)", out_dir, plan.key)
         return read_json(out_dir / MANIFEST)
+    try:
+        return _tokenize(plan, tokenizer, workers, show_progress)
+    except OSError as err:  # ENOSPC, EDQUOT, EIO, ...: nothing half-written stays under a final name
+        raise OutputError(f"{out_dir}: writing failed ({err}); the partitions and shards finished so far are "
+                          "kept: re-run the same command to resume") from None
 
+
+def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
+    out_dir = Path(plan.out_dir)
     pending = plan.pending()
     total_bytes = sum(p.text_bytes for p in plan.partitions)
     new_bytes = sum(p.text_bytes for p in pending)
@@ -486,9 +443,14 @@ def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str |
              new_bytes / 1e6 / elapsed, sum(p.written for p in packers.values()),
              sum(p.kept for p in packers.values()))
 
-    for split, entry in splits.items():
-        if not entry["rows"]:
-            log.warning("the %s split has no complete block of %d tokens", split, plan.n_ctx + 1)
+    if not splits["train"]["rows"]:
+        _remove_output(plan, splits)
+        raise ValueError(f"{plan.corpus_dir}: no complete block of n_ctx + 1 = {plan.n_ctx + 1} tokens in the "
+                         f"train split (its {splits['train']['documents']:,} documents make "
+                         f"{splits['train']['stream_tokens']:,} tokens); nothing written: use a smaller --ctx or a "
+                         "larger corpus")
+    if not splits["val"]["rows"]:
+        log.warning("the val split has no complete block of %d tokens", plan.n_ctx + 1)
     manifest = _manifest(plan, splits)
     write_json(out_dir / MANIFEST, manifest)
     shutil.rmtree(plan.work)
@@ -507,6 +469,14 @@ def _run_partitions(plan: Plan, pending: list[Partition], tokenizer, workers: in
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes, _init_worker, (tokenizer, max(1, cores // processes))) as pool:
         yield pool.imap(_tokenize_in_worker, [(plan, p) for p in pending])
+
+
+def _remove_output(plan: Plan, splits: dict[str, dict]) -> None:
+    """Delete an unusable run's shards and partition files, so that another --ctx can use OUT."""
+    for entry in splits.values():
+        for shard in entry["shards"]:
+            (Path(plan.out_dir) / shard["file"]).unlink()
+    shutil.rmtree(plan.work)
 
 
 def _manifest(plan: Plan, splits: dict[str, dict]) -> dict:
@@ -531,200 +501,3 @@ def _manifest(plan: Plan, splits: dict[str, dict]) -> dict:
 def _shards_complete(out_dir: Path, manifest: dict) -> bool:
     return all((out_dir / s["file"]).exists() and (out_dir / s["file"]).stat().st_size == s["bytes"]
                for split in manifest["splits"].values() for s in split["shards"])
-
-
-# --------------------------------------------------------------------------------------------------- reading
-
-
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """A bijective 64-bit mixer (Steele et al.): equal inputs give equal outputs on every platform and version."""
-    x = x + np.uint64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
-def shuffled_order(n: int, seed: int, epoch: int) -> np.ndarray:
-    """The global block order of one epoch: a permutation of range(n) determined by (seed, epoch) only."""
-    mask = (1 << 64) - 1  # any Python int seed/epoch, negative ones included
-    salt = _splitmix64(_splitmix64(np.array([seed & mask], np.uint64)) ^ np.uint64(epoch & mask))
-    return np.argsort(_splitmix64(np.arange(n, dtype=np.uint64) + salt), kind="stable")
-
-
-class BlockReader:
-    """Random access to one split's packed blocks, in a shuffled global order shared by all ranks.
-
-        reader = BlockReader("shards", "train", seed=0, rank=r, world_size=W)
-        for step in reader.global_batches(64, micro_batch=8):   # LongTensor (accum, 8, n_ctx+1), this rank's part
-            for micro in step: ...                               # accum = 64 / (W * 8) micro-batches
-        ckpt["data"] = reader.state_dict()                       # resume: reader.load_state_dict(ckpt["data"])
-
-    Each call to `global_batches`/`batches`/`iter` continues the current epoch from its position; when the epoch
-    is exhausted the reader moves to the next one (incomplete final global batches are skipped, so every step
-    has the same size). `shuffle=False` keeps stored order (e.g. a fixed validation subset).
-    """
-
-    def __init__(self, shards_dir: str | Path, split: str, seed: int = 0, rank: int = 0, world_size: int = 1, *,
-                 shuffle: bool = True, verify_checksums: bool = False):
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        self.dir, self.split, self.seed, self.rank, self.world_size = Path(shards_dir), split, seed, rank, world_size
-        self.shuffle = shuffle
-        self.manifest = load_manifest(self.dir)
-        if split not in self.manifest["splits"]:
-            raise ValueError(f"{self.dir / MANIFEST}: no split {split!r} (has {sorted(self.manifest['splits'])})")
-        self.n_ctx, self.vocab_size = self.manifest["n_ctx"], self.manifest["vocab_size"]
-        self._blocks = [self._open(entry, verify_checksums) for entry in self.manifest["splits"][split]["shards"]]
-        self._starts = np.cumsum([0] + [len(b) for b in self._blocks])
-        self.epoch, self.position = 0, 0
-        self._order_cache: tuple[int, np.ndarray] | None = None
-
-    def _open(self, entry: dict, verify_checksums: bool) -> np.ndarray:
-        """Memory-map one shard and check it against the manifest; returns a zero-copy (rows, n_ctx+1) view."""
-        path = self.dir / entry["file"]
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: shard listed in {self.dir / MANIFEST} is missing; re-run `gpt1 tokenize`")
-        if path.stat().st_size != entry["bytes"]:
-            raise InputError(f"shard is {path.stat().st_size} bytes, manifest says {entry['bytes']} (truncated or "
-                             "overwritten); re-run `gpt1 tokenize`", file=path)
-        if verify_checksums and sha256_file(path) != entry["sha256"]:
-            raise InputError("shard sha256 does not match the manifest (corrupted); re-run `gpt1 tokenize`", file=path)
-        expected = shard_schema(self.n_ctx, np.dtype(self.manifest["dtype"]))
-        try:
-            table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-        except (pa.ArrowInvalid, OSError) as err:
-            raise InputError(f"not a readable Arrow shard ({err}); re-run `gpt1 tokenize`", file=path) from None
-        if not table.schema.equals(expected) or table.num_rows != entry["rows"] or table.column(0).num_chunks > 1:
-            raise InputError(f"shard holds {table.num_rows} rows of {table.schema.types}, manifest says "
-                             f"{entry['rows']} rows of {expected.types}", file=path)
-        if table.num_rows == 0:
-            return np.zeros((0, self.n_ctx + 1), np.dtype(self.manifest["dtype"]))
-        blocks = table.column(0).chunk(0)
-        return blocks.flatten().to_numpy(zero_copy_only=True).reshape(len(blocks), self.n_ctx + 1)
-
-    def __len__(self) -> int:
-        """Blocks in this split (all ranks together)."""
-        return int(self._starts[-1])
-
-    def __getitem__(self, index: int):
-        """Block `index` in stored order, as a LongTensor (n_ctx + 1,)."""
-        if not 0 <= index < len(self):
-            raise IndexError(f"block {index} out of range for {len(self)} blocks")
-        return self._gather(np.array([index]))[0]
-
-    def _gather(self, indices: np.ndarray):
-        import torch  # imported here so tokenizer worker processes (this module) never load torch
-
-        shard = np.searchsorted(self._starts, indices, side="right") - 1
-        out = np.empty((len(indices), self.n_ctx + 1), dtype=np.int64)
-        for j, (s, row) in enumerate(zip(shard, indices - self._starts[shard])):
-            out[j] = self._blocks[s][row]
-        return torch.from_numpy(out)
-
-    def order(self, epoch: int) -> np.ndarray:
-        """The global block order of `epoch` (identical on every rank and for every world size)."""
-        if not self.shuffle:
-            return np.arange(len(self))
-        if self._order_cache is None or self._order_cache[0] != epoch:
-            self._order_cache = (epoch, shuffled_order(len(self), self.seed, epoch))
-        return self._order_cache[1]
-
-    def steps_per_epoch(self, global_batch: int) -> int:
-        return len(self) // global_batch
-
-    def set_epoch(self, epoch: int) -> None:
-        """Start `epoch` from its beginning."""
-        self.epoch, self.position = epoch, 0
-
-    def global_batches(self, global_batch: int, micro_batch: int | None = None) -> Iterator[Any]:
-        """Per optimizer step: this rank's share of the global batch, as LongTensor (accum, micro, n_ctx + 1).
-
-        Step i covers blocks order[i*G:(i+1)*G] of the epoch; rank r takes its contiguous slice of G/world_size
-        blocks, split into micro-batches of `micro_batch` (default: the whole slice, accum = 1).
-        """
-        if global_batch % self.world_size:
-            raise ValueError(f"global batch {global_batch} is not divisible by world_size {self.world_size}")
-        share = global_batch // self.world_size
-        micro_batch = micro_batch or share
-        if share % micro_batch:
-            raise ValueError(f"per-rank batch {share} (global {global_batch} / {self.world_size} ranks) is not "
-                             f"divisible by micro_batch {micro_batch}")
-        if len(self) < global_batch:
-            raise ValueError(f"{self.split} split has {len(self)} blocks, fewer than one global batch of "
-                             f"{global_batch}")
-        order = self.order(self.epoch)
-        while self.position + global_batch <= len(self):
-            mine = order[self.position + self.rank * share:self.position + (self.rank + 1) * share]
-            self.position += global_batch  # before yielding: a checkpoint taken after this step resumes after it
-            yield self._gather(mine).view(share // micro_batch, micro_batch, self.n_ctx + 1)
-        self.set_epoch(self.epoch + 1)
-
-    def batches(self, batch_size: int) -> Iterator[Any]:
-        """This rank's batches of `batch_size` blocks (global batch = batch_size * world_size), LongTensor (B, T)."""
-        for step in self.global_batches(batch_size * self.world_size):
-            yield step[0]
-
-    def __iter__(self) -> Iterator[Any]:
-        """This rank's blocks one at a time (global batch = world_size), LongTensor (n_ctx + 1,)."""
-        for batch in self.batches(1):
-            yield batch[0]
-
-    def state_dict(self) -> dict:
-        return {"split": self.split, "seed": self.seed, "shuffle": self.shuffle, "blocks": len(self),
-                "epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Continue exactly after the last batch handed out when `state` was taken."""
-        mine = self.state_dict()
-        for key in ("split", "seed", "shuffle", "blocks"):
-            if state[key] != mine[key]:
-                raise ValueError(f"reader state was saved with {key}={state[key]!r}, this reader has {mine[key]!r}")
-        if not 0 <= state["position"] <= len(self):
-            raise ValueError(f"reader state position {state['position']} outside [0, {len(self)}]")
-        self.epoch, self.position = int(state["epoch"]), int(state["position"])
-
-
-def load_manifest(shards_dir: str | Path) -> dict:
-    path = Path(shards_dir) / MANIFEST
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: {shards_dir} is not a finished `gpt1 tokenize` output")
-    try:
-        manifest = read_json(path)
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON ({err})", file=path, line=err.lineno) from None
-    for field in ("format", "n_ctx", "dtype", "vocab_size", "splits"):
-        if field not in manifest:
-            raise InputError("missing field", file=path, field=field)
-    if manifest["format"] != FORMAT:
-        raise InputError(f"format {manifest['format']!r}, this reader reads {FORMAT!r}", file=path, field="format")
-    return manifest
-
-
-# ------------------------------------------------------------------------------------------------------- CLI
-
-
-def add_tokenize_args(parser) -> None:
-    parser.add_argument("--corpus", required=True, help="ingested corpus directory (gpt1 ingest --out)")
-    parser.add_argument("--tokenizer", required=True, help="directory holding tokenizer.json (gpt1 train-tokenizer)")
-    parser.add_argument("--out", required=True, help="output directory for shards + manifest.json")
-    parser.add_argument("--preset", default="paper", help="config preset supplying the defaults below (default: paper)")
-    parser.add_argument("--ctx", type=int, help="context length n_ctx; blocks hold n_ctx+1 tokens (default: preset)")
-    parser.add_argument("--shard-rows", type=int, help="blocks per shard (default: preset data.shard_rows)")
-    parser.add_argument("--workers", type=int, help="tokenizer processes; changes speed, never the output bytes")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def run_tokenize(args) -> int:
-    cfg = load_config(args.preset)
-    manifest = tokenize_corpus(
-        args.corpus, args.tokenizer, args.out,
-        n_ctx=args.ctx or cfg.model.n_ctx,
-        shard_rows=args.shard_rows or cfg.data.shard_rows,
-        workers=args.workers or cfg.data.workers,
-        show_progress=not args.no_progress,
-    )
-    totals = manifest["totals"]
-    per_split = ", ".join(f"{split}: {entry['rows']:,}" for split, entry in manifest["splits"].items())
-    print(f"{args.out}: {totals['rows']:,} blocks of {manifest['block_tokens']} tokens in {totals['shards']} shards "
-          f"({per_split}); dropped tail tokens {totals['dropped_tail_tokens']:,}")
-    return 0

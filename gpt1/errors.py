@@ -1,0 +1,86 @@
+"""Which failures are the user's (a one-line message, exit 2) and which are bugs (a traceback, exit 1).
+
+`gpt1 <command>` and the fine-tune worker processes share this policy, so a job fails the same way in a worker
+as in a subprocess:
+
+    code = exit_code(lambda: command(args), prefix="gpt1 finetune")
+
+User errors are bad input and a hostile environment: invalid config values, malformed or missing files (the
+message names the file, line and field), an output folder that must not be replaced or is busy, a folder that
+cannot be written, a full disk, a truncated weights file, data that is neither on disk nor reachable. Anything
+else is a bug in gpt1 and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+import traceback
+from typing import Callable
+
+USAGE = 2  # bad input: the message says what to fix
+BUG = 1  # anything else: the traceback is for us
+
+
+class Diverged(ValueError):
+    """Training produced a non-finite loss, gradient norm or weight, or a model non-finite outputs. A user error
+    (the learning rate or the data is the usual cause): the message names the step and what was kept."""
+
+
+def _offline_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the hub clients when data is neither cached nor reachable (only if those libraries are loaded)."""
+    found: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    hub = sys.modules.get("huggingface_hub.errors")
+    if hub is not None:
+        found += [getattr(hub, name) for name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled",
+                                                   "RepositoryNotFoundError", "RevisionNotFoundError")
+                  if hasattr(hub, name)]
+    datasets_errors = sys.modules.get("datasets.exceptions")
+    if datasets_errors is not None and hasattr(datasets_errors, "DatasetNotFoundError"):
+        found.append(datasets_errors.DatasetNotFoundError)
+    return tuple(found)
+
+
+def user_message(err: BaseException) -> str | None:
+    """The one-line message of a user error, or None when `err` is a bug."""
+    if isinstance(err, _offline_errors()):
+        return f"{_first_line(err)} (no network: supply the data as a local folder, or pre-fill the hub cache)"
+    if isinstance(err, OSError) and not isinstance(err, (FileNotFoundError, NotADirectoryError)):
+        where = f": {err.filename}" if err.filename else ""
+        if err.errno == errno.ENOSPC:
+            return f"no space left on the device{where}"
+        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"cannot write{where}: {err.strerror}"
+        return f"{err.strerror or _first_line(err)}{where}" if err.strerror else _first_line(err)
+    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError)):
+        return str(err)
+    safetensors = sys.modules.get("safetensors")
+    if safetensors is not None and isinstance(err, getattr(safetensors, "SafetensorError", ())):
+        return f"unreadable weights file (truncated or not safetensors): {err}"
+    return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
+    """Call `run`; a user error prints `<prefix>: error: <message>` and returns 2, a bug prints its traceback and
+    returns 1, Ctrl-C returns 130."""
+    try:
+        return int(run() or 0)
+    except KeyboardInterrupt:
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit as exit:  # argparse has printed its message; sys.exit("text") has not
+        if isinstance(exit.code, str):
+            print(exit.code, file=sys.stderr)
+        return exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    except Exception as err:  # noqa: BLE001 - the policy above decides what the user sees
+        message = user_message(err)
+        if message is None:
+            traceback.print_exc()
+            return BUG
+        print(f"{prefix}: error: {message}", file=sys.stderr)
+        return USAGE

@@ -1,0 +1,121 @@
+"""Child processes of a stage: their output streamed line by line, and their lives tied to whoever started them.
+
+    code = stream([...], log_line, env={**parent_env()})      # in the child: exit_with_parent() at start-up
+
+A stage that starts processes (pre-training workers, torchrun, a report) must not leave them running when it is
+killed, or they go on writing into a folder the next run takes over. So a child started with `parent_env()` knows
+its parent's pid, and `exit_with_parent()` (called first thing by `gpt1 <command>` and by a pre-training worker)
+watches it and stops the child's whole process group once that parent is gone, however it died (kill -9, OOM).
+Polling rather than PR_SET_PDEATHSIG: that signal fires when the *thread* that started the child ends, and the
+flows start stages from short-lived threads; and it reaches only direct children, not torchrun's workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+PARENT_PID_ENV = "GPT1_PARENT_PID"
+_POLL_SECONDS = 1.0
+
+
+def gpt1_command(*args: str) -> list[str]:
+    """`gpt1 ...` run with this interpreter (works inside any venv, no PATH assumptions)."""
+    return [sys.executable, "-m", "gpt1.cli", *args]
+
+
+def parent_env() -> dict[str, str]:
+    """Environment entries that make a child started by this process stop when this process dies."""
+    return {PARENT_PID_ENV: str(os.getpid())}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else (cannot be our parent, but do not guess)
+        return True
+    return True
+
+
+def exit_with_parent() -> None:
+    """If this process was started with `parent_env()`, stop its process group when that parent is gone.
+
+    The variable is removed from this process's environment, so processes it starts itself watch nothing unless
+    it passes its own `parent_env()` on."""
+    parent = os.environ.pop(PARENT_PID_ENV, None)
+    if not parent or not parent.isdigit() or not _alive(int(parent)):
+        return
+
+    def watch() -> None:
+        while _alive(int(parent)):
+            time.sleep(_POLL_SECONDS)
+        logging.getLogger("gpt1").error("parent process %s is gone: stopping", parent)
+        os.killpg(os.getpgid(0), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def stream(cmd: list[str], log_line: Callable[[str], None] = print, env: dict[str, str] | None = None, *,
+           new_session: bool = False, pass_fds: Iterable[int] = ()) -> int:
+    """Run `cmd`, forwarding each line of its output (stdout and stderr) to `log_line`; returns its exit code
+    (negative: killed by that signal). Progress bars are off (piped output has no terminal to redraw).
+    `new_session`: the command and everything it starts form a process group of their own."""
+    merged = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **os.environ, **(env or {})}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            env=merged, start_new_session=new_session, pass_fds=tuple(pass_fds))
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log_line(line.rstrip())
+    except BaseException:  # interrupted (Ctrl-C, a failing flow): the command must not run on unwatched
+        proc.terminate()
+        raise
+    finally:
+        code = proc.wait()
+    return code
+
+
+def run_stage_command(cmd: list[str], log_line: Callable[[str], None] = print,
+                      env: dict[str, str] | None = None) -> None:
+    """Run a `gpt1 ...` command as a stage does: in a session of its own, stopped when this process dies, its
+    output streamed; raises RuntimeError if it fails."""
+    code = stream(cmd, log_line, {**(env or {}), **parent_env()}, new_session=True)
+    if code != 0:
+        raise RuntimeError(f"command failed with exit code {code}: {' '.join(cmd)}")
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak-memory measurement for this process (a reused worker measures each job on its own).
+    Linux resets the high-water mark (VmHWM) on writing 5 to /proc/self/clear_refs; elsewhere nothing happens."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mb() -> float | None:
+    """Peak resident memory of this process since it started or since `reset_peak_rss`, in MB."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, kB on Linux
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale

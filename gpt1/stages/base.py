@@ -1,0 +1,139 @@
+"""What every stage shares: its inputs as keyed references, its one content key, and how it is run.
+
+A stage is a job dataclass (one per module in gpt1/stages/): the inputs it reads (`Ref`s) and the settings that
+decide its output. Its key hashes exactly those, and it is the same key whoever runs it:
+
+    job = tokenizer.Job(corpus=Ref.to("runs/corpus"), cfg=cfg.tokenizer)    # the CLI: keys read from the inputs
+    job = tokenizer.Job(corpus=plan.ref("ingest"), cfg=cfg.tokenizer)       # gpt1.pipeline: keys planned ahead
+    result = job.run(out, wait=True)                                        # skip, resume or build; then marked
+
+An input's key is the key the stage that wrote it recorded in its `.done` marker (for a folder inside a stage's
+output, e.g. pre-training's `final/`, a hash of that key and the relative path); anything else (a user's data
+folder, a hand-made tokenizer) is keyed by a hash of its bytes. The pipeline computes the same keys before
+anything runs, so its folders `WORK/<stage>/<key>` are named by the key the stage itself will record, and a
+stage started by the CLI with `--expect-key` checks that they agree.
+
+`job.run` applies the output policy of `gpt1.stages.outputs` (one writer, finished means marked, nothing replaced
+by accident) and is the only place that decides whether a stage runs again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gpt1.io import sha256_file, sha256_tree, stable_hash
+from gpt1.stages import outputs
+
+log = logging.getLogger(__name__)
+
+_MARKER_LEVELS = 3  # how far above an input to look for the marker of the stage output holding it
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A stage input: where it is and its content key."""
+
+    path: Path
+    key: str
+
+    @classmethod
+    def to(cls, path: str | os.PathLike) -> "Ref":
+        """The input at `path`, keyed from what is on disk (see `input_key`)."""
+        return cls(Path(path).absolute(), input_key(path))
+
+    def inside(self, relative: str) -> "Ref":
+        """A folder inside this input, keyed as `input_key` keys it once this input is written."""
+        return Ref(self.path / relative, stable_hash([self.key, relative]))
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+def input_key(path: str | os.PathLike) -> str:
+    """The content key of an input: its stage's recorded key, else a hash of its bytes."""
+    path = Path(path).absolute()
+    for folder in [path, *path.parents][: _MARKER_LEVELS + 1]:
+        marker = outputs.read_marker(folder)
+        if marker and marker.get("key"):
+            relative = path.relative_to(folder).as_posix()
+            return marker["key"] if relative == "." else stable_hash([marker["key"], relative])
+    if path.is_file():
+        return stable_hash(["bytes", sha256_file(path)])
+    if path.is_dir():
+        return stable_hash(["bytes", sha256_tree(path)])
+    raise FileNotFoundError(f"{path} does not exist")
+
+
+@dataclass
+class Result:
+    """What a stage run left: its folder, key and `.done` marker; `cached` when an earlier run had made it."""
+
+    path: Path
+    key: str
+    marker: dict
+    cached: bool
+
+
+class StageJob:
+    """Base of the stage jobs. Subclasses are dataclasses that set `stage` and implement `identity` and `build`."""
+
+    stage: ClassVar[str]
+    mode: ClassVar[str] = "atomic"  # how the output is written: atomic | resume | restart (gpt1.stages.outputs)
+    record_failure: ClassVar[bool] = False  # a failure leaves error.json in the output folder (for the report)
+
+    def identity(self) -> dict[str, Any]:
+        """The input keys and settings that decide the output (what the key hashes)."""
+        raise NotImplementedError
+
+    def check(self, out: Path) -> object:
+        """Validate the inputs and settings before anything is written (a mistake must not leave a folder that
+        blocks the corrected run). The default checks nothing; `build` may check more."""
+        return None
+
+    def build(self, out: Path) -> dict | None:
+        """Write the stage's output into `out`; returns what goes into the `.done` marker."""
+        raise NotImplementedError
+
+    def key(self) -> str:
+        return stable_hash({"stage": self.stage, **self.identity()})
+
+    def run(self, out: str | os.PathLike, *, wait: bool, force: bool = False, expect_key: str | None = None,
+            log_line=None) -> Result:
+        """Build into `out` unless a finished output of this key is there; see gpt1.stages.outputs."""
+        key = self.key()
+        if expect_key is not None and expect_key != key:
+            raise ValueError(f"{self.stage}: the inputs and settings given hash to key {key}, but the caller "
+                             f"planned {expect_key} (an input changed since the plan was made?)")
+        with outputs.claim(out, self.stage, key, wait=wait, force=force, mode=self.mode,
+                           info={"inputs": self.input_paths()}, record_failure=self.record_failure,
+                           log_line=log_line) as output:
+            if output.done:
+                log.info("%s: up to date (%s, key %s)", self.stage, output.path, key)
+                return Result(output.path, key, output.marker, cached=True)
+            self.check(output.path)
+            marker = output.build(self.build)
+        return Result(Path(out).absolute(), key, marker, cached=False)
+
+    def input_paths(self) -> dict[str, str]:
+        """Where the inputs were read from, for the marker (lineage)."""
+        return {name: str(value) for name, value in vars(self).items() if isinstance(value, Ref)}
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """The output options every stage command shares."""
+    group = parser.add_argument_group("output folder")
+    group.add_argument("--wait", action="store_true",
+                       help="if another process is writing the same output, wait for it (default: refuse)")
+    group.add_argument("--force", action="store_true",
+                       help="replace an output folder that holds something else (another stage's output, other "
+                            "settings, unknown files)")
+    group.add_argument("--expect-key", help=argparse.SUPPRESS)  # set by gpt1.pipeline: the key it planned
+
+
+def run_from_args(job: StageJob, args: argparse.Namespace) -> Result:
+    return job.run(args.out, wait=args.wait, force=args.force, expect_key=args.expect_key)

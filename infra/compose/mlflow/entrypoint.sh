@@ -1,0 +1,19 @@
+#!/bin/sh
+# `mlflow server --app-name basic-auth "$@"`, with the basic-auth users kept in MLFLOW_AUTH_DATABASE_URI (MLflow
+# reads that location only from its auth config file, which this writes). The admin account comes from
+# MLFLOW_AUTH_ADMIN_USERNAME / MLFLOW_AUTH_ADMIN_PASSWORD, the session key from MLFLOW_FLASK_SERVER_SECRET_KEY and
+# the backend store from MLFLOW_BACKEND_STORE_URI, all read by MLflow itself: no secret is on the command line.
+set -eu
+: "${MLFLOW_AUTH_DATABASE_URI:?set MLFLOW_AUTH_DATABASE_URI, the database of MLflow's users and permissions}"
+: "${MLFLOW_AUTH_ADMIN_PASSWORD:?set MLFLOW_AUTH_ADMIN_PASSWORD}"
+: "${MLFLOW_FLASK_SERVER_SECRET_KEY:?set MLFLOW_FLASK_SERVER_SECRET_KEY}"
+config=$(mktemp)
+# configparser interpolates '%': a URL-encoded character in the database URI must be written as '%%'.
+cat >"$config" <<INI
+[mlflow]
+default_permission = ${MLFLOW_AUTH_DEFAULT_PERMISSION:-READ}
+database_uri = $(printf '%s' "$MLFLOW_AUTH_DATABASE_URI" | sed 's/%/%%/g')
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+INI
+export MLFLOW_AUTH_CONFIG_PATH="$config"
+exec mlflow server --app-name basic-auth "$@"

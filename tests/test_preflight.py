@@ -1,0 +1,82 @@
+"""`gpt1 preflight`: every problem a run would hit, reported at once before any GPU is held (issue 13)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from gpt1.cli import main as cli
+from gpt1.config import load_config
+from gpt1.preflight import run_checks
+from tests.conftest import REPO
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))  # no profile with an API URL
+
+
+def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offline, tmp_path, capsys):
+    missing = tmp_path / "some" / "missing" / "dir"
+    code = cli(["preflight", "--preset", "paper", "--set", f"finetune.data={missing}", "--work", str(tmp_path / "w")])
+    out = capsys.readouterr().out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert code == 2 and "nothing was started" in out
+    assert sum(str(missing) in p for p in problems) == 12  # every task, one line each
+    assert any("hf:bookcorpus/bookcorpus" in p and "unreachable" in p for p in problems)  # and the corpus too
+    assert "note: data.source: hf:bookcorpus/bookcorpus has no pinned @revision" in out
+
+
+def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path, capsys):
+    assert cli(["preflight", "--preset", "smoke", "--work", str(tmp_path / "w")]) == 0
+    out = capsys.readouterr().out
+    assert "preflight: ok" in out and "pretrain  to run" in out and "12 task(s) x 2 variant(s)" in out
+    assert "disk: the run writes about" in out
+    assert not (tmp_path / "mlflow.db").exists()  # checked, not created
+
+
+def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
+    found = run_checks(load_config("smoke", ["orchestration.pretrain_nproc=3", "finetune.transfer_layers=9",
+                                             "finetune.task_data.storycloze=hf:story_cloze"]),
+                       tmp_path / "w", services=False)
+    text = "\n".join(found.problems)
+    assert "not divisible by the world size 3" in text
+    assert "finetune.transfer_layers=9 but the model has model.n_layer=3" in text
+    assert "storycloze has no downloadable hub copy" in text and "finetune.task_data.storycloze" in text
+
+
+def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path):
+    found = run_checks(load_config("cluster", ["data.source=sample", "finetune.data=sample"]), "runs")
+    text = "\n".join(found.problems)
+    assert "no Prefect API configured" in text and "gpt1-finetune/gpu" in text
+    assert "absolute path on the shared volume" in text
+
+
+@pytest.mark.slow
+def test_missing_deployments_pools_and_workers_are_found_on_a_real_server(services, tmp_path):
+    """Against a real Prefect server: a deployment that is not there, a pool without a worker."""
+    env = {**services, "PREFECT_API_URL": f"http://127.0.0.1:{services['GPT1_PREFECT_PORT']}/api",
+           "HF_HUB_OFFLINE": "1", "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    prefect = [sys.executable, "-m", "prefect"]
+    subprocess.run([*prefect, "work-pool", "create", "preflight-idle", "--type", "process"], env=env, check=True,
+                   capture_output=True)
+    spec = yaml.safe_load((REPO / "pipelines.yaml").read_text())
+    for deployment in spec["deployments"]:
+        deployment["work_pool"] = {"name": "preflight-idle", "work_queue_name": "default"}
+    rendered = tmp_path / "pipelines.yaml"
+    rendered.write_text(yaml.safe_dump(spec))
+    subprocess.run([*prefect, "--no-prompt", "deploy", "--prefect-file", str(rendered), "-n", "gpu"], env=env,
+                   check=True, capture_output=True, cwd=REPO)  # the fan-out target only
+    done = subprocess.run([sys.executable, "-m", "gpt1.cli", "preflight", "--preset", "cluster", "--set",
+                           "data.source=sample", "--set", "finetune.data=sample", "--work", str(tmp_path / "w")],
+                          env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "deployment gpt1-pretrain/gpu-node does not exist" in done.stdout
+    assert "work pool preflight-idle has no worker online" in done.stdout
