@@ -69,7 +69,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     P.run_pretrain(plan, threads="1")
     for variant in plan.variants:
         P.prepare_start(plan, variant)
-    with WorkerPool(2, preload=("torch", "sklearn.metrics", "gpt1.stages.finetune")) as workers, \
+    with WorkerPool(2) as workers, \
             ThreadPoolExecutor(2) as fanout:
         runs = {v: fanout.submit(P.run_finetune, plan, v, "rte", workers=workers) for v in plan.variants}
         metrics = {v: run.result() for v, run in runs.items()}
