@@ -129,3 +129,22 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
 
     assert cli.main(["report", "--results", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")]) == 2
     assert re.search(r"nothing.*does not exist", capsys.readouterr().err)
+
+
+def test_per_task_wall_time_and_peak_rss_tables(tmp_path):
+    """Each fine-tune's wall seconds (its stage marker) and peak RSS (its metrics.json) in results.md and .json."""
+    from gpt1.io import read_json
+    from gpt1.stages.outputs import mark_done
+
+    run = write_run(tmp_path / "full", "full", 0.8, tasks=("rte", "cola"))
+    for task, seconds, rss in (("rte", 41.6, 512.4), ("cola", 73.2, None)):  # cola: a result from before RSS
+        result = read_json(run / task / "metrics.json")
+        write_json(run / task / "metrics.json", {**result, "train": {"peak_rss_mb": rss}})
+        mark_done(run / task, "finetune", f"key-{task}", {"seconds": seconds})
+    files = build_report([run], tmp_path / "out")
+    text = files["markdown"].read_text()
+    assert table_rows(text, "Fine-tune wall time (s)")["ours: full"] == ["73", "42"]  # registry order: CoLA, RTE
+    assert table_rows(text, "Fine-tune peak RSS (MB)")["ours: full"] == ["—", "512"]
+    tasks = read_json(files["json"])["runs"]["full"]["tasks"]
+    assert (tasks["rte"]["wall_seconds"], tasks["rte"]["peak_rss_mb"]) == (41.6, 512.4)
+    assert tasks["cola"]["peak_rss_mb"] is None
