@@ -151,6 +151,7 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
             log.warning("%s: a second result for %s in %s, ignored", done, task, root)
             continue
         result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
+        result["peak_rss_mb"] = (result.get("train") or {}).get("peak_rss_mb")
         run.results[task] = result
     return run
 
@@ -218,12 +219,13 @@ def notes(runs: list[Run]) -> list[str]:
     return out
 
 
-def wall_time_table(runs: list[Run]) -> str:
-    """Seconds each fine-tune took (the stage's own measure: loading, training, evaluation, outputs)."""
+def per_task_table(runs: list[Run], field: str, title: str) -> str:
+    """One number per fine-tune: `wall_seconds` (the stage's own measure: loading, training, evaluation, outputs)
+    or `peak_rss_mb` (the fine-tune's own peak resident memory)."""
     tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
-    rows = [[f"ours: {r.label}", *(f"{r.results[t]['wall_seconds']:.0f}" if r.results.get(t, {}).get("wall_seconds")
+    rows = [[f"ours: {r.label}", *(f"{r.results[t][field]:.0f}" if r.results.get(t, {}).get(field)
                                   else MISSING for t in tasks_run)] for r in runs]
-    return "### Fine-tune wall time (s)\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
+    return f"### {title}\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
 
 
 def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> str:
@@ -236,7 +238,8 @@ def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> s
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
     if any(r.results for r in runs):
-        text += ["", wall_time_table(runs)]
+        text += ["", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
+                 "", per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)")]
     if not_run:
         text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
     extra = notes(runs)
@@ -313,7 +316,8 @@ def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
     return {
         "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
                            "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
-                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds")}
+                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds"),
+                                         "peak_rss_mb": res.get("peak_rss_mb")}
                                      for t, res in sorted(r.results.items())},
                            "errors": r.errors} for r in runs},
         "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,

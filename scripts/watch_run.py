@@ -21,6 +21,7 @@ STEP = re.compile(r"step (\d+)/(\d+) loss ([\d.]+)")
 SCORE = re.compile(r"\[(\S+)\] .*?(\w+): (\w+) = (-?[\d.]+) on (\w+) \(majority baseline (-?[\d.]+)\)")
 COMPILE = re.compile(r"Building extension module|Emitting ninja build file|Loading extension module")
 SAY_EVERY = 10.0  # seconds between two pre-training progress lines
+PAGE = 200  # log records per request: the most a Prefect server returns (PREFECT_API_DEFAULT_LIMIT)
 
 
 def clock(start: float) -> str:
@@ -102,13 +103,13 @@ def main() -> int:
                 follower.task_run(task_run)
             logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids),
                                                          timestamp=LogFilterTimestamp(after_=seen_after)),
-                                    sort=LogSort.TIMESTAMP_ASC, limit=500)
+                                    sort=LogSort.TIMESTAMP_ASC, limit=PAGE)
             for record in logs:
                 if record.id not in seen:  # `after_` includes the boundary: a record may come twice
                     seen.add(record.id)
                     follower.log(record)
                 seen_after = max(seen_after, record.timestamp)
-            if run.state.is_final() and len(logs) < 500:
+            if run.state.is_final() and len(logs) < PAGE:
                 break
             time.sleep(2)
     follower.say(f"flow run {run.name}: {run.state.name}" + (f" ({run.state.message})" if run.state.message else ""))

@@ -35,7 +35,12 @@ def test_smoke_is_small_and_offline():
     assert cfg.preset == "smoke"
     assert cfg.model.n_layer * cfg.model.n_embd <= 1024
     assert cfg.data.source == "sample" and cfg.finetune.data == "sample"
-    assert {"paper", "smoke"} <= set(available_presets())
+    assert {"paper", "smoke", "mini"} <= set(available_presets())
+
+
+@pytest.mark.parametrize("preset", available_presets())
+def test_every_shipped_preset_validates(preset):
+    assert load_config(preset).preset == preset
 
 
 def test_overrides_dotted_and_nested():

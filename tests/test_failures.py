@@ -20,32 +20,11 @@ import torch
 
 from gpt1.cli import main as cli
 from gpt1.config import ConfigError, load_config
+from gpt1.runtime.processes import alive
 from gpt1.stages.outputs import DONE
-from tests.test_pretrain_runs import data, env, pretrain_args  # noqa: F401 - `data` is a fixture
+from tests.test_pretrain_runs import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
 
 TIMEOUT = 900
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ")[1][0] != "Z"
-
-
-def workers_of(out: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "gpt1.pretrain" in cmdline and str(out) in cmdline and "gpt1.cli" not in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture(scope="module")

@@ -372,7 +372,7 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
     from gpt1.tokenizer import load as load_tokenizer
 
     plan = base.plan
-    info = lambda path: read_json(path / P.DONE)  # noqa: E731
+    info = lambda path: read_json(path / DONE)  # noqa: E731
     span = lambda i: (i["finished"] - i["seconds"], i["finished"])  # noqa: E731
     pretrain = span(info(plan.dir("pretrain")))
     scratch = {t: span(info(plan.task_dir(t, "no_pretrain"))) for t in TASKS}
@@ -446,9 +446,9 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
     error = read_json(plan.task_dir("rte") / "error.json")["error"]
     assert "train.tsv" in error, error  # the reason names the bad file
 
-    results = read_json(plan.dir("report") / "results.json")["runs"]["full"]
+    results = read_json(plan.report_dir() / "results.json")["runs"]["full"]
     assert set(results["tasks"]) == {"sst2", "stsb"} and set(results["errors"]) == {"rte"}
-    assert "failed" in (plan.dir("report") / "results.md").read_text(encoding="utf-8")
+    assert "failed" in (plan.report_dir() / "results.md").read_text(encoding="utf-8")
 
     runs = mlflow_runs(uri)
     parent = parent_run(runs, state.state_details.flow_run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 import yaml
@@ -20,13 +21,14 @@ def _by_name():
 
 def test_required_deployments_exist_on_the_right_pools():
     names = _by_name()
-    for required in ("full", "smoke", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "gpu",
+    for required in ("full", "smoke", "mini", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "gpu",
                      "gpu-node", "from-checkpoint"):
         assert required in names
     full = names["full"]
     assert full["parameters"]["preset"] == "cluster"
     assert full["schedules"][0]["cron"] and full["schedules"][0]["active"] is False
-    assert names["smoke"]["work_pool"]["name"] == "gpt1-local"
+    assert names["smoke"]["work_pool"]["name"] == names["mini"]["work_pool"]["name"] == "gpt1-local"
+    assert names["mini"]["parameters"] == {"preset": "mini"}  # paths stay in the preset: a run's overrides add to it
     # The orchestrating flows hold no GPU; pre-training takes whole nodes; a fine-tune one GPU, a few at a time.
     for name in ("full", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "from-checkpoint"):
         assert names[name]["work_pool"]["name"] == "gpt1-cpu" and "gpus" not in names[name]["work_pool"].get(
@@ -81,3 +83,13 @@ def test_a_runs_own_overrides_add_to_the_cluster_preset_and_bad_parameters_are_r
     for bad in ({"preset": "clusterr"}, {"overrides": ["data.source /x"]}, {"overrides": ["=1"]}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
+
+
+def test_make_demo_deploys_exactly_the_local_pools_deployments():
+    """scripts/services.sh deploys LOCAL_DEPLOYMENTS; a deployment on the local pool left out of it would exist in
+    pipelines.yaml but never on the demo's server (and one listed there but on another pool could never run)."""
+    listed = re.search(r"^LOCAL_DEPLOYMENTS=\(([^)]*)\)", (REPO / "scripts" / "services.sh").read_text(), re.M)
+    assert listed, "LOCAL_DEPLOYMENTS=(...) not found in scripts/services.sh"
+    local_pool = {d["name"] for d in DEPLOYMENTS["deployments"] if d["work_pool"]["name"] == "gpt1-local"}
+    assert set(listed.group(1).split()) == local_pool
+    assert {"smoke", "mini"} <= local_pool

@@ -11,7 +11,7 @@ import yaml
 from gpt1.cli import main as cli
 from gpt1.config import load_config
 from gpt1.preflight import run_checks
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_path
 
 
 @pytest.fixture
@@ -40,6 +40,23 @@ def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path
     assert "preflight: ok" in out and "pretrain  to run" in out and "12 task(s) x 2 variant(s)" in out
     assert "disk: the run writes about" in out
     assert not (tmp_path / "mlflow.db").exists()  # checked, not created
+
+
+def test_the_mini_preset_runs_the_tasks_it_finds_and_notes_the_others(offline, tmp_path, capsys):
+    """finetune.missing_data=skip (the mini preset): a task folder that is not there is a note, not a problem."""
+    books, rte = shared_path("books"), shared_path("glue-full", "RTE")
+    glue = tmp_path / "glue"
+    glue.mkdir()
+    (glue / "RTE").symlink_to(rte)
+    argv = ["preflight", "--preset", "mini", "--set", f"data.source={books}", "--set", f"finetune.data={glue}",
+            "--work", str(tmp_path / "w")]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "preflight: ok" in out and "1 task(s) x 2 variant(s) (full, no_pretrain)" in out
+    for task, folder in (("cola", "CoLA"), ("sst2", "SST-2"), ("mrpc", "MRPC"), ("stsb", "STS-B")):
+        assert f"note: finetune {task}: not run (no files at {glue / folder}" in out
+    assert cli([*argv, "--set", "finetune.missing_data=error"]) == 2
+    assert str(glue / "CoLA") in capsys.readouterr().out
 
 
 def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):

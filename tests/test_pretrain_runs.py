@@ -45,8 +45,8 @@ def data(tmp_path_factory):
     """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
     from gpt1 import tokenizer
     from gpt1.data import corpus
-    from gpt1.sample import write_sample_data
     from gpt1.data.shards import tokenize_corpus
+    from gpt1.sample import write_sample_data
 
     root = tmp_path_factory.mktemp("pretrain-data")
     write_sample_data(root / "sample", seed=0)
@@ -137,12 +137,26 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     assert run.data.tags["ref.final.uri"] == str((out / "final").resolve())
 
 
+def workers_of(out: Path) -> list[int]:
+    """The pre-training worker processes training into `out`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "gpt1.pretrain" in cmdline and str(out) in cmdline and "gpt1.cli" not in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     ref_out, _ = reference
     out, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = pretrain_args(data, out, "--tracking-uri", uri)
-    with open(tmp_path / "killed.txt", "w") as fh:  # own session: SIGKILL reaches the CLI and its worker
+    with open(tmp_path / "killed.txt", "w") as fh:  # own session: SIGKILL reaches the CLI
         victim = subprocess.Popen(args, env=env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + TIMEOUT
     while not (out / "checkpoints" / tag_for(3) / COMPLETE).exists():
@@ -150,6 +164,9 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
         time.sleep(0.1)
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
+    while workers_of(out):  # the worker has a session of its own: it stops once it sees its launcher gone
+        assert time.time() < deadline, "the pre-training worker outlived its killed launcher"
+        time.sleep(0.1)
     assert not (out / "final").exists()
     resumed_from = max(s for s in (3, 6) if (out / "checkpoints" / tag_for(s) / COMPLETE).exists())
     run_id = json.loads((out / "checkpoints" / tag_for(resumed_from) / "meta.json").read_text())["run_id"]

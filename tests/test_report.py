@@ -150,3 +150,22 @@ def test_plot_labels_every_value_shows_a_zero_and_a_failure_and_fits_mlflows_vie
     assert ax.get_xlim()[0] < 0  # the zero's mark at x=0 is inside the axes, not hidden by the spine
     width, height = fig.get_size_inches() * fig.dpi
     assert width == 750 and 300 < height < 1000
+
+
+def test_per_task_wall_time_and_peak_rss_tables(tmp_path):
+    """Each fine-tune's wall seconds (its stage marker) and peak RSS (its metrics.json) in results.md and .json."""
+    from gpt1.io import read_json
+    from gpt1.stages.outputs import mark_done
+
+    run = write_run(tmp_path / "full", "full", 0.8, tasks=("rte", "cola"))
+    for task, seconds, rss in (("rte", 41.6, 512.4), ("cola", 73.2, None)):  # cola: a result from before RSS
+        result = read_json(run / task / "metrics.json")
+        write_json(run / task / "metrics.json", {**result, "train": {"peak_rss_mb": rss}})
+        mark_done(run / task, "finetune", f"key-{task}", {"seconds": seconds})
+    files = build_report([run], tmp_path / "out")
+    text = files["markdown"].read_text()
+    assert table_rows(text, "Fine-tune wall time (s)")["ours: full"] == ["73", "42"]  # registry order: CoLA, RTE
+    assert table_rows(text, "Fine-tune peak RSS (MB)")["ours: full"] == ["—", "512"]
+    tasks = read_json(files["json"])["runs"]["full"]["tasks"]
+    assert (tasks["rte"]["wall_seconds"], tasks["rte"]["peak_rss_mb"]) == (41.6, 512.4)
+    assert tasks["cola"]["peak_rss_mb"] is None

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from gpt1.runtime.processes import alive
+
 # The parent: runs a stage command the way the pipeline does, forwarding its output.
 PARENT = """
 import sys
@@ -27,15 +29,6 @@ exit_with_parent()
 print("stage", os.getpid(), flush=True)
 time.sleep(120)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:  # a zombie has exited; it only waits to be reaped
-        return stat.read().split(") ")[1][0] != "Z"
 
 
 def start_parent(code: str, *args: str, tag: str) -> tuple[subprocess.Popen, int]:

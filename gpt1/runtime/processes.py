@@ -37,14 +37,19 @@ def parent_env() -> dict[str, str]:
     return {PARENT_PID_ENV: str(os.getpid())}
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs; a zombie (exited, waiting to be reaped) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, owned by someone else (cannot be our parent, but do not guess)
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):  # exited just now, or no /proc (not Linux: os.kill said it runs)
+        return not os.path.isdir("/proc")
 
 
 def exit_with_parent() -> None:
@@ -53,11 +58,11 @@ def exit_with_parent() -> None:
     The variable is removed from this process's environment, so processes it starts itself watch nothing unless
     it passes its own `parent_env()` on."""
     parent = os.environ.pop(PARENT_PID_ENV, None)
-    if not parent or not parent.isdigit() or not _alive(int(parent)):
+    if not parent or not parent.isdigit() or not alive(int(parent)):
         return
 
     def watch() -> None:
-        while _alive(int(parent)):
+        while alive(int(parent)):
             time.sleep(_POLL_SECONDS)
         logging.getLogger("gpt1").error("parent process %s is gone: stopping", parent)
         os.killpg(os.getpgid(0), signal.SIGTERM)

@@ -1,0 +1,114 @@
+"""The `mini` recipe end to end on real data at reduced budgets: the mechanics of a `gpt1/mini` run, not its scores.
+
+The real `mini` preset (its 4x128 model, its fine-tuning settings, its five tasks, `finetune.missing_data=skip`)
+with these budgets cut: the first ~2M characters of the shared books (`data.max_chars`), 300 merges, 20
+pre-training updates, and 200 of RTE's 2,490 train pairs (`finetune.max_train_examples`, evenly spaced). The task
+folder holds links to the COMPLETE RTE train and dev files (no test file, so none is read); the other four tasks
+have no folder and must come out as not run. The stages run through gpt1.pipeline, as the flow calls them (no
+Prefect): ingest, tokenizer, shards, pre-training (its `gpt1 pretrain` process), the two variants' fine-tunes in
+two reused worker processes, the report.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gpt1 import pipeline as P
+from gpt1.config import load_config
+from gpt1.runtime.workers import WorkerPool
+from tests.conftest import shared_path
+
+pytestmark = pytest.mark.slow
+
+TRAIN_EXAMPLES = 200
+RTE_TRAIN_ROWS, RTE_DEV_ROWS = 2490, 277  # the complete GLUE files (../shared/data/README.md)
+NOT_RUN = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B"}
+REDUCED = [
+    "data.max_chars=2000000", "tokenizer.merges=300",
+    "pretrain.max_steps=20", "pretrain.warmup_steps=5", "pretrain.log_every=5", "pretrain.eval_every=10",
+    "pretrain.eval_batches=2", "pretrain.save_every=10", "pretrain.probe_every=20", "pretrain.probe_max_examples=16",
+    f"finetune.max_train_examples={TRAIN_EXAMPLES}",
+]
+
+
+def tables(markdown: str) -> dict[str, list[list[str]]]:
+    """results.md's tables: section title -> rows of cells (header first, the |---| line dropped)."""
+    found = {}
+    for section in markdown.split("### ")[1:]:
+        title, _, body = section.partition("\n")
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines()
+                if line.startswith("|")]
+        if rows:
+            found[title.strip()] = [rows[0], *rows[2:]]
+    return found
+
+
+def column(table: list[list[str]], name: str) -> dict[str, str]:
+    """First cell -> the cell under column `name`."""
+    at = table[0].index(name)
+    return {row[0]: row[at] for row in table[1:]}
+
+
+def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tmp_path):
+    books, rte = shared_path("books"), shared_path("glue-full", "RTE")
+    glue = tmp_path / "glue"
+    (glue / "RTE").mkdir(parents=True)
+    for split in ("train.tsv", "dev.tsv"):
+        (glue / "RTE" / split).symlink_to(rte / split)
+    cfg = load_config("mini", [f"data.source={books}", f"finetune.data={glue}",
+                               f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *REDUCED])
+    assert cfg.model.n_layer == 4 and cfg.model.n_embd == 128 and cfg.finetune.epochs == 1  # the preset's own
+    plan = P.Plan.make(cfg, tmp_path / "work")
+    assert plan.tasks == ["rte"] and sorted(plan.missing_data()) == sorted(NOT_RUN)
+
+    for stage in ("ingest", "tokenizer", "shards"):
+        P.run_stage(plan, stage)
+    P.run_pretrain(plan, threads="1")
+    for variant in plan.variants:
+        P.prepare_start(plan, variant)
+    with WorkerPool(2) as workers, \
+            ThreadPoolExecutor(2) as fanout:
+        runs = {v: fanout.submit(P.run_finetune, plan, v, "rte", workers=workers) for v in plan.variants}
+        metrics = {v: run.result() for v, run in runs.items()}
+    report = P.run_report(plan)
+
+    stats = json.loads((plan.dir("ingest") / "stats.json").read_text())
+    assert stats["subset"]["limit_reached"]
+    training = json.loads((plan.dir("pretrain") / "final" / "training.json").read_text())
+    assert training["steps"] == 20
+    assert list(metrics) == ["full", "no_pretrain"]
+    for variant, result in metrics.items():
+        assert result["ablation"] == variant and result["eval_split"] == "dev"
+        assert result["data"]["splits"]["train"]["rows"] == RTE_TRAIN_ROWS  # the complete file was read ...
+        assert result["train"]["examples"] == TRAIN_EXAMPLES                 # ... and capped for the budget
+        assert result["splits"]["dev"]["examples"] == RTE_DEV_ROWS and "test" not in result["splits"]
+        assert 100 < result["train"]["peak_rss_mb"] < 4000
+
+    summary = json.loads((report.path / "results.json").read_text())
+    assert set(summary["runs"]) == {"full", "no_pretrain"}
+    assert summary["runs"]["no_pretrain"]["ablation"] == "no_pretrain"
+    for variant, run in summary["runs"].items():
+        rte_result = run["tasks"]["rte"]
+        assert rte_result["metrics"]["primary"] == metrics[variant]["metrics"]["primary"]
+        assert rte_result["wall_seconds"] > 0 and rte_result["peak_rss_mb"] == metrics[variant]["train"]["peak_rss_mb"]
+        assert set(run["tasks"]) == {"rte"} and run["errors"] == {}
+    assert set(summary["not_run"]) == set(NOT_RUN)
+    for task, folder in NOT_RUN.items():
+        assert summary["not_run"][task] == f"no files at {glue / folder}"
+
+    markdown = (report.path / "results.md").read_text()
+    found = tables(markdown)
+    rte_cells = column(next(t for t in found.values() if "RTE" in t[0]), "RTE")  # Table 2 (NLI)
+    for row in ("ours: full", "ours: no_pretrain", "majority class"):
+        assert 0 <= float(rte_cells[row]) <= 100, row  # a score, not "—"
+    assert float(rte_cells["majority class"]) == pytest.approx(metrics["full"]["majority"]["primary"], abs=0.05)
+    table5 = column(found["Table 5: ablations (GLUE tasks, primary metric)"], "RTE (acc)")
+    assert table5["ours: full (full)"] != "—" and table5["ours: no_pretrain (no_pretrain)"] != "—"
+    for title in ("Fine-tune wall time (s)", "Fine-tune peak RSS (MB)"):
+        cells = column(found[title], "RTE")
+        assert set(cells) == {"ours: full", "ours: no_pretrain"} and all(float(c) > 0 for c in cells.values()), title
+    not_run = markdown.split("### Not run")[1].split("###")[0]
+    assert all(f"no files at {glue / folder}" in not_run for folder in NOT_RUN.values())
