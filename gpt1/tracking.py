@@ -147,8 +147,16 @@ def process_uri(uri: str) -> Iterator[None]:
     resolving a `models:/<id>` source (it would otherwise open ./mlflow.db)."""
     from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-    with _PROCESS_URI_LOCK, _use_tracking_uri(uri):
-        yield
+    # MLflow's restore of "no URI set" also deletes $MLFLOW_TRACKING_URI from the environment; a reused process
+    # (a fine-tune worker) would then log its next runs to ./mlflow.db. Put it back.
+    with _PROCESS_URI_LOCK:
+        env = os.environ.get("MLFLOW_TRACKING_URI")
+        try:
+            with _use_tracking_uri(uri):
+                yield
+        finally:
+            if env is not None:
+                os.environ["MLFLOW_TRACKING_URI"] = env
 
 
 def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False

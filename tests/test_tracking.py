@@ -579,3 +579,16 @@ def test_replay_spool_refuses_what_it_cannot_replay(store, tmp_path, capsys):
     (spool / "mlflow-undelivered-bad-1.json").write_text('{"calls": []}')
     assert cli.main(["replay-spool", str(spool)]) == 2
     assert "not a gpt1 MLflow spool file" in capsys.readouterr().err
+
+
+def test_process_uri_keeps_the_environment_s_tracking_uri(monkeypatch, tmp_path):
+    """MLflow's own restore deletes $MLFLOW_TRACKING_URI; a fine-tune worker's next task then logged to ./mlflow.db."""
+    import mlflow
+
+    from gpt1.tracking import process_uri
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
+    with process_uri(f"sqlite:///{tmp_path / 'other.db'}"):
+        assert mlflow.get_tracking_uri().startswith("sqlite:")
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9"
+    assert mlflow.get_tracking_uri() == "http://127.0.0.1:9"
