@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -55,7 +55,6 @@ class Plan:
     jobs: dict
     checkpoint: Ref | None = None  # fine-tune from this model instead of this plan's pre-training
     given_tokenizer: Ref | None = None  # with `checkpoint`: its tokenizer when the checkpoint holds none
-    data_keys: dict[str, str] = field(default_factory=dict, repr=False)  # task -> its data's key, hashed once
 
     @classmethod
     def make(cls, cfg: PipelineConfig, work: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
@@ -117,9 +116,10 @@ class Plan:
     def variant_dir(self, variant: str) -> Path:
         settings = self.finetune_config(variant).model_dump(exclude={"tasks", "data", "task_data"})
         tokenizer_key = self.tokenizer.key if self.tokenizer else None
-        # Each task's data is in the key: other files (another folder, or edited ones) get another folder, so a
-        # result is never replaced by one from other data.
-        data = {task: self.task_data(task)[1] for task in self.tasks}
+        # Where each task's data is read from is in the key: another data folder gets another folder, never one
+        # holding a result of other inputs. (Its content is in each task's own stage key: files edited in place
+        # are refused there, by name, rather than silently mixing results across a running flow's tasks.)
+        data = {task: self.task_source(task) for task in self.tasks}
         return self.work / "finetune" / stable_hash({"start": self.start(variant).key, "finetune": settings,
                                                      "tokenizer": tokenizer_key, "data": data})
 
@@ -141,9 +141,7 @@ class Plan:
         where = self.task_source(task)
         if self.cfg.finetune.data == "sample" and task not in self.cfg.finetune.task_data:
             return where, self.ref("sample").inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
-        if task not in self.data_keys:
-            self.data_keys[task] = finetune.data_key(where)
-        return where, self.data_keys[task]
+        return where, finetune.data_key(where)
 
     def finetune_job(self, variant: str, task: str, parent_run_id: str | None = None) -> finetune.Job:
         data, data_key = self.task_data(task)

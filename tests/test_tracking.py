@@ -591,4 +591,3 @@ def test_process_uri_keeps_the_environment_s_tracking_uri(monkeypatch, tmp_path)
     with process_uri(f"sqlite:///{tmp_path / 'other.db'}"):
         assert mlflow.get_tracking_uri().startswith("sqlite:")
     assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:9"
-    assert mlflow.get_tracking_uri() == "http://127.0.0.1:9"
