@@ -26,6 +26,8 @@ flow run of `orchestration.finetune_deployment` (its work pool's concurrency lim
 
 Choices where the spec is silent:
 - Pre-training takes its slot before the early fine-tunes are submitted, so it never queues behind them.
+- The fine-tunes are submitted the likely longest first (`Plan.tasks_heaviest_first`), so a long task (RACE in
+  the demo, SST-2 in `mini`) runs beside shorter ones instead of alone at the end.
 - If pre-training fails, the fine-tunes already running beside it are let finish (their results stay for the
   re-run) before the flow run fails.
 - A failed child fine-tune is retried by the parent as a new child flow run (`<name>-retry<k>`), so each attempt
@@ -251,7 +253,7 @@ def _fan_out_deployments(plan: P.Plan, variants: list[str], parent_run_id: str |
                 time.sleep(o.retry_delay_seconds * 2**attempt)
         return message
 
-    jobs = [(v, n) for v in variants for n in plan.tasks]
+    jobs = [(v, n) for v in variants for n in plan.tasks_heaviest_first()]
     with ThreadPoolExecutor(len(jobs), thread_name_prefix="fan-out") as pool:  # each in this flow run's context
         futures = {f"{v}/{n}": pool.submit(contextvars.copy_context().run, one, v, n) for v, n in jobs}
     return {label: message for label, future in futures.items() if (message := future.result()) is not None}
@@ -273,8 +275,9 @@ def _start_fan_out(plan: P.Plan, variants: list[str], parent_run_id: str | None)
     for name, why in plan.missing_data().items():
         get_run_logger().warning("%s: not run (%s)", name, why)
     ft = _retrying(finetune_task, plan.cfg, "finetune")
+    order = plan.tasks_heaviest_first()  # the slots are taken roughly in submission order
     futures = {f"{variant}/{name}": ft.submit(plan, name, variant, parent_run_id)
-               for variant in variants for name in plan.tasks}
+               for variant in variants for name in order}
 
     def failures() -> dict[str, str]:
         failed = {}

@@ -166,6 +166,22 @@ class Plan:
         """The tasks this plan fine-tunes: finetune.tasks but the missing ones it may skip."""
         return [t for t in self.cfg.finetune.tasks if t not in self.missing_data()]
 
+    def tasks_heaviest_first(self) -> list[str]:
+        """`tasks`, the likely longest fine-tunes first, so that a fan-out with fewer slots than tasks does not end
+        on a long task that started last (RACE did in the demo). The estimate is the bytes of the task's local
+        files times its answers per example (each answer is a sequence through the model); a hub source counts
+        as one byte, so hub tasks keep their configured order among themselves."""
+
+        def weight(task: str) -> int:
+            where = Path(self.task_source(task))
+            if where.is_dir():
+                size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
+            else:
+                size = where.stat().st_size if where.is_file() else 1
+            return size * (tasks.get(task).n_choices or 1)
+
+        return sorted(self.tasks, key=weight, reverse=True)  # stable: equal weights keep finetune.tasks' order
+
     def probe_data(self) -> str | None:
         """Where pre-training's zero-shot probes read task folders (None: the hub, per finetune.data)."""
         source = self.cfg.finetune.data

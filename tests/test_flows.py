@@ -366,6 +366,20 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
         load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
 
+def test_the_fan_out_submits_the_likely_longest_fine_tunes_first(tmp_path):
+    """Fewer slots than tasks: the one long task must not start last. Bytes of local files x answers per example;
+    a task on the hub (no local size) keeps its configured place after them; a skipped task is not ordered."""
+    data = tmp_path / "glue"
+    for folder, size in {"CoLA": 1000, "SST-2": 3000, "RTE": 2000, "RACE/train/high": 900}.items():
+        (data / folder).mkdir(parents=True)
+        (data / folder / "train.tsv").write_bytes(b"x" * size)
+    tasks = "finetune.tasks=[cola,qqp,sst2,rte,race,mrpc]"
+    plan = plan_for(tmp_path, [f"finetune.data={data}", tasks, "finetune.missing_data=skip",
+                               "finetune.task_data={qqp: 'hf:glue/qqp'}"])
+    assert plan.tasks == ["cola", "qqp", "sst2", "rte", "race"]  # MRPC has no folder: skipped
+    assert plan.tasks_heaviest_first() == ["race", "sst2", "rte", "cola", "qqp"]  # RACE: 900 bytes x 4 answers
+
+
 @pytest.mark.slow
 def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
     from gpt1.model import CONFIG_NAME, load_model_config
