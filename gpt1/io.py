@@ -89,6 +89,14 @@ def sha256_tree(root: str | os.PathLike, pattern: str = "**/*") -> str:
     return digest.hexdigest()
 
 
+def size_on_disk(path: str | os.PathLike) -> int | None:
+    """Bytes of a file, or of every file under a folder; None when nothing is there."""
+    path = Path(path)
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size if path.is_file() else None
+
+
 def stable_hash(obj: Any, length: int = 16) -> str:
     """Order-independent hash of a JSON-able object (configs, input hashes); names content-addressed outputs."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()

@@ -28,7 +28,7 @@ from typing import Callable
 from gpt1 import tasks
 from gpt1 import tokenizer as bpe
 from gpt1.config import FinetuneConfig, PipelineConfig, flatten
-from gpt1.io import read_json, stable_hash
+from gpt1.io import read_json, size_on_disk, stable_hash
 from gpt1.runtime.workers import JobFailed, WorkerDied, WorkerPool
 from gpt1.stages import finetune, ingest, pretrain, report, sample, shards
 from gpt1.stages import tokenizer as train_tokenizer
@@ -173,12 +173,7 @@ class Plan:
         as one byte, so hub tasks keep their configured order among themselves."""
 
         def weight(task: str) -> int:
-            where = Path(self.task_source(task))
-            if where.is_dir():
-                size = sum(f.stat().st_size for f in where.rglob("*") if f.is_file())
-            else:
-                size = where.stat().st_size if where.is_file() else 1
-            return size * (tasks.get(task).n_choices or 1)
+            return (size_on_disk(self.task_source(task)) or 1) * (tasks.get(task).n_choices or 1)
 
         return sorted(self.tasks, key=weight, reverse=True)  # stable: equal weights keep finetune.tasks' order
 

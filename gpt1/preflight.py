@@ -37,6 +37,7 @@ import httpx
 from gpt1 import tasks
 from gpt1.config import PipelineConfig, load_config
 from gpt1.distributed import batch_layout
+from gpt1.io import size_on_disk
 from gpt1.pipeline import Plan
 from gpt1.stages.outputs import is_done
 from gpt1.tasks import hub as task_hub
@@ -249,9 +250,9 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
     params = n_parameters(cfg, vocab)
     parts: list[tuple[str, int]] = []
     if not is_done(plan.dir("ingest")):
-        source = Path(cfg.data.source)
-        text = sum(p.stat().st_size for p in source.rglob("*") if p.is_file()) if source.is_dir() else (
-            source.stat().st_size if source.is_file() else 5 * GIB if cfg.data.source.startswith("hf:") else 10**8)
+        text = size_on_disk(cfg.data.source)
+        if text is None:
+            text = 5 * GIB if cfg.data.source.startswith("hf:") else 10**8
         parts += [("corpus", text), ("shards", text)]  # Parquet text; ~2 bytes per token of ~4 characters
     if not is_done(plan.dir("pretrain")):  # fp32 weights + Adam moments per kept checkpoint, final + HF export
         parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 8))

@@ -54,7 +54,7 @@ import torch
 from gpt1 import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import Diverged, exit_code
-from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
+from gpt1.io import read_json, sha256_file, sha256_tree, size_on_disk, write_json, write_text
 from gpt1.progress import duration
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
@@ -497,8 +497,8 @@ def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, weigh
     hf = final / "hf"
     if not hf.is_dir():
         return
-    size = sum(p.stat().st_size for p in hf.rglob("*") if p.is_file())
-    run.log_files_model("pretrained", hf, upload=cfg.tracking.upload_checkpoints or size <= MODEL_UPLOAD_LIMIT,
+    upload = cfg.tracking.upload_checkpoints or size_on_disk(hf) <= MODEL_UPLOAD_LIMIT
+    run.log_files_model("pretrained", hf, upload=upload,
                         model_type="gpt1-pretrained", step=step,
                         params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
                         tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256})
