@@ -67,7 +67,8 @@ from gpt1.preflight import run_checks
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages import outputs
 from gpt1.stages.outputs import is_done
-from gpt1.tracking import RunLogger, start_pipeline_run
+from gpt1.mlflow_features import start_pipeline_run
+from gpt1.tracking import RunLogger
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # pre-training's progress lines (gpt1.pretrain)
@@ -304,7 +305,7 @@ def _pretrain_slot(plan: P.Plan, compute: LocalCompute, beside: bool) -> Iterato
 
 # -- MLflow parent run -------------------------------------------------------------------------------------------
 def _parent_run(cfg: PipelineConfig) -> RunLogger:
-    """The flow run's MLflow parent run (gpt1.tracking.start_pipeline_run), linked from its artifacts tab."""
+    """The flow run's MLflow parent run (gpt1.mlflow_features.start_pipeline_run), linked from its artifacts tab."""
     run = start_pipeline_run(cfg, flow=flow_run.flow_name, deployment=deployment.name, flow_run=flow_run.name,
                              flow_run_id=str(flow_run.id))
     if run.run_id and run.uri.startswith("http"):  # a server's UI: a link on the flow run's artifacts tab

@@ -24,7 +24,7 @@ and an MLflow child run: params, system metrics, per-update curves (`train/*`), 
 `task/<name>/<split>/...` for a split other than the headline one), the task files as `mlflow.data` datasets (hub
 id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.serving`,
 named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with `registered_model`, a
-Model Registry version of it, the alias `champion` on the best version (gpt1.tracking.update_champion).
+Model Registry version of it, the alias `champion` on the best version (gpt1.mlflow_features.update_champion).
 
 Choices where the spec is silent:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
@@ -77,6 +77,7 @@ from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
 from gpt1.tokenizer import TOKENIZER_FILE
+from gpt1.mlflow_features import monitor_system, register_model
 from gpt1.tracking import RunLogger, hub_dataset_source, stage_tags, start_run
 
 log = logging.getLogger(__name__)
@@ -424,7 +425,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
 
     data_splits = {s.name: {**s.report, "sha256": s.digest} for s in (train_set, *held_out.values())}
     with start_run(run_name, **tracking) as run:
-        run.monitor_system()
+        monitor_system(run)
         run.log_params({"task": spec.name, "data": str(data_path), "checkpoint": str(checkpoint_dir.resolve()),
                         "tokenizer_sha256": tokenizer.sha256, "ablation": ablation_name(cfg), "device": str(dev),
                         "n_parameters": model.transformer.num_parameters(), "train_examples": len(train_set.examples),
@@ -473,7 +474,7 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
             log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], name=name,
                       step=train_stats["steps"], tags={"gpt1.task": spec.name, "gpt1.ablation": ablation_name(cfg)})
             if registered_model:
-                run.register_model(registered_model, name, headline=best.metrics["primary"], tags={
+                register_model(run, registered_model, name, headline=best.metrics["primary"], tags={
                     "task": spec.name, "ablation": ablation_name(cfg), "eval_split": headline,
                     spec.primary_metric: best.metrics["primary"]})
         write_json(out_dir / METRICS_FILE, result)  # last: its presence means the task is complete

@@ -214,6 +214,7 @@ class Pretraining:
 
     # -- tracking --------------------------------------------------------------------------------------
     def _start_tracking(self, resumed: bool) -> None:
+        from gpt1.mlflow_features import monitor_system
         from gpt1.tracking import RunLogger, stage_tags
 
         write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
@@ -222,7 +223,7 @@ class Pretraining:
                 "gpt1.shards": self.manifest.get("key", "")}
         self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
                              parent_run_id=self.args.parent_run_id, run_id=self.run_id, tags=tags)
-        self.run.monitor_system()
+        monitor_system(self.run)
         if resumed and self.run_id is not None:
             self.run.set_tags({"resumed_at_step": self.step})
             return  # params are already on the run (MLflow refuses to change a logged param)

@@ -27,6 +27,7 @@ import shutil
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
+from gpt1.mlflow_features import publish_runs_view, register_model
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +100,8 @@ def replay_call(run, call: dict) -> None:
         run.log_files_model(call["model"], call["folder"], upload=call["upload"], model_type=call["model_type"],
                             params=call.get("params"), tags=call.get("tags"), step=call.get("step", 0))
     elif kind == "register_model":
-        run.register_model(call["registered_model"], call["model"], tags=call["tags"])
+        register_model(run, call["registered_model"], call["model"], tags=call["tags"])
     elif kind == "runs_view":
-        from gpt1.tracking import publish_runs_view
-
         publish_runs_view(run, call["name"], call["columns"])
     else:
         raise ValueError(f"not a call to replay one by one: {kind}")

@@ -1,5 +1,8 @@
 """MLflow logging that never stops training: run nesting, lineage, and buffered, retried writes.
 
+What a run adds on top of what it logs (the Model Registry champion, system metrics, the pipeline's parent run and
+its saved runs view) is gpt1.mlflow_features, which logs through `RunLogger`.
+
 Every stage logs through `RunLogger`. Metrics are buffered: `log_metrics` only appends to the run's buffer, and a
 background thread sends the buffer as one `log_batch` request (at most 1000 metrics each) once its oldest metric is
 `metrics_interval` seconds old (argument, default `METRICS_INTERVAL` = 2 s; 0 sends every call at once) or it holds
@@ -29,12 +32,6 @@ What runs carry (choices where the spec is silent):
   `runs:/<run_id>/<name>`): `log_model` takes the function that builds one (gpt1.serving for task models),
   `log_files_model` a folder (the pre-trained HF export: uploaded, or recorded by location as an external model
   when large). Both are linked to the metrics the run logged at the model's step.
-- `register_model` adds a Model Registry version of a logged model and moves the alias `champion` to the version
-  with the highest headline metric (`update_champion`). MLflow reserves the alias `latest`
-  (`_validate_model_alias_name_reserved`); `models:/<name>/latest` already names the newest version.
-- `monitor_system` samples MLflow's system metrics monitors (CPU, memory, disk, network; GPU when pynvml finds
-  one) and sends them through the run, so an outage queues them like any metric (MLflow's own monitor loop stops
-  for good on its first failed request).
 - Datasets are `mlflow.data` sources: a local path, or `hub_dataset_source` for Hugging Face hub data (id, config,
   split, revision).
 - MLflow's own asynchronous logging (`synchronous=False`, MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends one
@@ -50,7 +47,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import os
 import re
 import subprocess
@@ -64,8 +60,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 if TYPE_CHECKING:
     from mlflow.data.dataset_source import DatasetSource
-
-    from gpt1.config import PipelineConfig
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +81,6 @@ _BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is 
 _MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
 MODEL_UPLOAD_LIMIT = 200 * 2**20  # bytes: a larger model folder is logged by reference unless uploads are asked for
 TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
-HEADLINE_TAG = "gpt1.headline"  # a registered version's headline metric value (what `champion` is chosen by)
-CHAMPION = "champion"
-SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"  # MLflow's switch; "false" turns `monitor_system` off
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
 # already gave up on.
@@ -292,7 +283,10 @@ class RunLogger:
         self._retry_delay = 1.0
         self._experiment_id: str | None = None
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
-        self._system_metrics: SystemMetrics | None = None
+        self.reattached = run_id is not None  # an existing run continued (resumed training), not a new one
+        # Stopped by `end()` before the run is terminated: anything with `finish()` (gpt1.mlflow_features'
+        # system metrics sampler, set by its `monitor_system`).
+        self.system_metrics = None
         if enabled:
             self._ensure_run()
 
@@ -338,7 +332,9 @@ class RunLogger:
         self._retry_at = time.monotonic() + self._retry_delay
         self._retry_delay = min(2 * self._retry_delay, _MAX_RETRY_DELAY)
 
-    def _submit(self, what: str, fn: Callable[[], Any], record: dict | None = None) -> None:
+    def submit(self, what: str, fn: Callable[[], Any], record: dict | None = None) -> None:
+        """Queue `fn`, one MLflow request (or a few), to be delivered in order with the run's other calls and
+        retried like them; `record` (JSON) describes it for the spool file, `what` names it (gpt1.replay)."""
         if not self.enabled:
             return
         with self._lock:
@@ -469,7 +465,7 @@ class RunLogger:
         items = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in params.items()]
         for i in range(0, len(items), 100):  # the REST API caps a batch at 100 params
             chunk = items[i : i + 100]
-            self._submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c),
+            self.submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c),
                          {"params": {p.key: p.value for p in chunk}})
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None
@@ -485,7 +481,7 @@ class RunLogger:
             return
         record = {"metrics": {m.key: m.value for m in items}, "step": step or 0, "timestamp": now}
         if self.metrics_interval <= 0:
-            self._submit("log_metrics", self._metrics_request(items), record)
+            self.submit("log_metrics", self._metrics_request(items), record)
             return
         with self._lock:
             started = not self._buffer
@@ -506,19 +502,19 @@ class RunLogger:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
-        self._submit("set_tags", lambda: self.client.log_batch(self.run_id, tags=items),
+        self.submit("set_tags", lambda: self.client.log_batch(self.run_id, tags=items),
                      {"tags": {t.key: t.value for t in items}})
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         path = str(path)
         record = {"path": os.path.abspath(path), "artifact_path": artifact_path}
         if os.path.isdir(path):
-            self._submit("log_artifacts", lambda: self.client.log_artifacts(self.run_id, path, artifact_path), record)
+            self.submit("log_artifacts", lambda: self.client.log_artifacts(self.run_id, path, artifact_path), record)
         else:
-            self._submit("log_artifact", lambda: self.client.log_artifact(self.run_id, path, artifact_path), record)
+            self.submit("log_artifact", lambda: self.client.log_artifact(self.run_id, path, artifact_path), record)
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self._submit("log_text", lambda: self.client.log_text(self.run_id, text, artifact_file),
+        self.submit("log_text", lambda: self.client.log_text(self.run_id, text, artifact_file),
                      {"artifact_file": artifact_file, "text": text})
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
@@ -540,7 +536,7 @@ class RunLogger:
         dataset = Dataset(name=name, digest=digest[:_MAX_DIGEST_LEN], source_type=source._get_source_type(),
                           source=source.to_json(), profile=json.dumps(profile) if profile else None)
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
-        self._submit("log_inputs", lambda: self.client.log_inputs(self.run_id, datasets=inputs),
+        self.submit("log_inputs", lambda: self.client.log_inputs(self.run_id, datasets=inputs),
                      {"dataset": name, "digest": digest, "source_type": dataset.source_type,
                       "source": dataset.source, "context": context, "profile": profile})
 
@@ -561,7 +557,7 @@ class RunLogger:
         def send() -> None:
             self.model_ids[name] = make(self, attempt)
 
-        self._submit("log_model", send, {"model": name, **record})
+        self.submit("log_model", send, {"model": name, **record})
 
     def log_files_model(self, name: str, folder: str | os.PathLike, *, upload: bool, model_type: str,
                         params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
@@ -620,58 +616,15 @@ class RunLogger:
         for i in range(0, len(linked), METRICS_PER_REQUEST):
             client.log_batch(self.run_id, metrics=linked[i : i + METRICS_PER_REQUEST])
 
-    def register_model(self, registered_name: str, model: str, *, tags: dict[str, Any] | None = None,
-                       headline: float | None = None) -> None:
-        """A new version of Model Registry entry `registered_name` (created on first use) from this run's logged
-        model `model`, tagged with `tags` and its `headline` metric; then `update_champion`."""
-        if not self.enabled:
-            return
-        version_tags = {k: str(v) for k, v in (tags or {}).items()}
-        if headline is not None:
-            version_tags[HEADLINE_TAG] = repr(float(headline))
-
-        def register() -> None:
-            from mlflow.exceptions import MlflowException
-
-            try:
-                self.client.create_registered_model(registered_name)
-            except MlflowException as err:
-                if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                    raise
-            model_id = self.model_ids[model]
-            with process_uri(self.uri):
-                self.client.create_model_version(registered_name, f"models:/{model_id}", run_id=self.run_id,
-                                                 tags=version_tags, model_id=model_id)
-            update_champion(self.client, registered_name)
-
-        self._submit("register_model", register, {"registered_model": registered_name, "model": model,
-                                                  "tags": version_tags})
-
-    # -- system metrics ----------------------------------------------------------------------------------------
-    def monitor_system(self) -> None:
-        """Log system metrics (`system/*`) on this run every MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL seconds
-        (default 10) until `end()`, and once more at the end; nothing when MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING
-        is false. A re-attached run (resumed training) continues the earlier steps."""
-        if not self.enabled or self._system_metrics is not None:
-            return
-        if os.environ.get(SYSTEM_METRICS_ENV, "").strip().lower() in ("false", "0"):
-            return
-        try:
-            self._system_metrics = SystemMetrics(self)
-            self._system_metrics.start()
-        except Exception as err:  # a broken monitor (e.g. a GPU library) must never stop training
-            log.warning("MLflow run %s: no system metrics: %s", self.name, err)
-            self._system_metrics = None
-
     def end(self, status: str = "FINISHED") -> Path | None:
         """Terminate the run; undelivered calls are retried for up to `flush_timeout()` seconds, then spooled
         (`deliver`)."""
         if not self.enabled:
             return None
-        if self._system_metrics is not None:
-            self._system_metrics.finish()
-            self._system_metrics = None
-        self._submit("end", lambda: self.client.set_terminated(self.run_id, status=status), {"status": status})
+        if self.system_metrics is not None:
+            self.system_metrics.finish()
+            self.system_metrics = None
+        self.submit("end", lambda: self.client.set_terminated(self.run_id, status=status), {"status": status})
         return self.deliver()
 
     def deliver(self) -> Path | None:
@@ -753,148 +706,3 @@ def start_run(name: str, **kwargs: Any) -> Iterator[RunLogger]:
         run.end("FAILED")
         raise
     run.end("FINISHED")
-
-
-# -- Model Registry, system metrics, pipeline runs ------------------------------------------------------------------
-def update_champion(client, registered_name: str) -> str | None:
-    """Point the alias `champion` at the version of `registered_name` with the highest headline metric (tag
-    `gpt1.headline`: the task's primary metric on its evaluation split, higher is better for every task); on a tie
-    the earliest such version keeps it, so a re-run scoring the same does not take it over. Versions without the
-    tag (registered by hand) are never chosen. Returns the champion's version."""
-    quote = '"' if "'" in registered_name else "'"
-    scored = []
-    for version in client.search_model_versions(f"name={quote}{registered_name}{quote}"):
-        try:
-            value = float(version.tags[HEADLINE_TAG])
-        except (KeyError, ValueError):
-            continue
-        if not math.isnan(value):
-            scored.append((value, -int(version.version)))
-    if not scored:
-        return None
-    best = str(-max(scored)[1])
-    client.set_registered_model_alias(registered_name, CHAMPION, best)
-    return best
-
-
-class SystemMetrics:
-    """MLflow's system metrics monitor (its CPU, memory, disk and network monitors, and the GPU one when pynvml
-    finds a GPU; its sampling settings MLFLOW_SYSTEM_METRICS_*), with a sampling thread of its own that logs through
-    a RunLogger: MLflow's loop polls the run's status over HTTP every sample and stops for good on the first
-    failure, so an outage would end system metrics for the rest of training."""
-
-    def __init__(self, run: RunLogger):
-        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-        resumed = run.run_id is not None and run._experiment_id is None  # attached by id: continue its steps
-        self.monitor = SystemMetricsMonitor(run.run_id, resume_logging=resumed, tracking_uri=run.uri)
-        self.run = run
-        self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
-        self.samples = 0
-        self.step = self.monitor._logging_step  # 0, or after the resumed run's last system step
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="gpt1-system-metrics", daemon=True)
-
-    def start(self) -> None:
-        import psutil
-
-        psutil.cpu_percent()  # the first reading then covers the time since this call, not since boot
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.monitor.sampling_interval):
-            self._sample()
-
-    def _sample(self) -> None:
-        try:
-            self.monitor.collect_metrics()
-        except Exception as err:  # a monitor failing (e.g. a GPU gone) skips a sample, never stops training
-            log.warning("system metrics: a sample failed: %s", err)
-            return
-        self.samples += 1
-        if self.samples >= self.monitor.samples_before_logging:
-            self._publish()
-
-    def _publish(self) -> None:
-        metrics = self.monitor.aggregate_metrics()
-        for monitor in self.monitor.monitors:
-            monitor.clear_metrics()
-        self.samples = 0
-        self.run.log_metrics({self.prefix + k: v for k, v in metrics.items()}, step=self.step)
-        self.step += 1
-
-    def finish(self) -> None:
-        """Stop sampling; a last sample covers the time since the previous one (a run shorter than the interval
-        still gets one)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
-        self._sample()
-        if self.samples:
-            self._publish()
-
-
-RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved runs-table view of the MLflow UI (columns, sort)
-
-
-def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
-    """Save a runs-table view of `experiment_id` named `name` showing `columns` (e.g. "metrics.`glue_score`",
-    "tags.`gpt1.preset`"), newest runs first; returns its link (relative to the tracking server's UI).
-
-    MLflow 3.17 has no per-experiment default columns: the table's columns live in the browser (local storage) and
-    start at Source/Models/Dataset. Its saved views are experiment tags `mlflow.sharedViewState.<key>` holding
-    {name, createdAt, updatedAt, state} (state: the view as JSON, which the UI also reads uncompressed); they are
-    listed under "Views" on the runs page, and `#/experiments/<id>/runs?viewStateShareKey=<key>` opens one. The
-    key hashes the view, so saving the same view again replaces it rather than adding another."""
-    from gpt1.io import stable_hash
-
-    state = {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
-    key = stable_hash(state)
-    now = int(time.time() * 1000)
-    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + key, json.dumps(
-        {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
-
-
-def start_pipeline_run(cfg: "PipelineConfig", *, flow: str, deployment: str | None = None,
-                       flow_run: str | None = None, flow_run_id: str | None = None) -> RunLogger:
-    """The MLflow parent run of one pipeline flow run, named after the Prefect deployment and flow run
-    (`gpt1/smoke · crimson-falcon`; without a deployment `gpt1 [smoke] · crimson-falcon`), tagged with their ids,
-    the preset and the code version; its params are the config as asked (the stages add `resolved.*` params, the
-    values actually used, once known). The experiment gets a saved runs-table view with the headline metrics
-    (`runs_view`): its link is the parent's tag `gpt1.runs_view` and the experiment's description, unless someone
-    else wrote that."""
-    from gpt1.config import flatten
-
-    where = f"{flow}/{deployment}" if deployment else f"{flow} [{cfg.preset}]"
-    name = f"{where} · {flow_run}" if flow_run else where
-    tags = {"prefect.flow": flow, "prefect.deployment": deployment or "(none)", "gpt1.preset": cfg.preset}
-    if flow_run:
-        tags["prefect.flow_run_name"] = flow_run
-    if flow_run_id:
-        tags["prefect.flow_run_id"] = flow_run_id
-    run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags)
-    run.log_params(flatten(cfg.model_dump(mode="json")))
-    tasks = cfg.finetune.tasks
-    publish_runs_view(run, f"headline metrics: {', '.join(tasks)}"[:100],
-                      ["attributes.`Models`", "tags.`gpt1.preset`", "metrics.`glue_score`",
-                       *(f"metrics.`task/{task}/primary`" for task in tasks)])
-    return run
-
-
-def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
-    """`runs_view` of the run's experiment, linked from the run (tag `gpt1.runs_view`) and from the experiment's
-    description (when it has none, or one written here before)."""
-
-    def publish() -> None:
-        link = runs_view(run.client, run.experiment_id, name, columns)
-        run.client.set_tag(run.run_id, "gpt1.runs_view", link)
-        note = run.client.get_experiment(run.experiment_id).tags.get("mlflow.note.content")
-        if note is None or note.startswith(_VIEW_NOTE):
-            run.client.set_experiment_tag(run.experiment_id, "mlflow.note.content",
-                                          f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.")
-
-    run._submit("runs_view", publish, {"name": name, "columns": columns})
-
-
-_VIEW_NOTE = "[Runs table with the headline metrics]"

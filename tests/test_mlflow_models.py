@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpt1 import pipeline as P
-from gpt1 import tasks, tracking
+from gpt1 import mlflow_features, tasks, tracking
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune import finetune
@@ -84,7 +84,7 @@ def test_champion_is_the_best_version_and_loads_by_alias_on_raw_inputs(registere
     versions = sorted(client.search_model_versions(f"name='{REGISTERED}'"), key=lambda v: int(v.version))
     assert [v.run_id for v in versions] == [result["run_id"] for _, result in registered]
     scores = [result["metrics"]["primary"] for _, result in registered]
-    assert [float(v.tags[tracking.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
+    assert [float(v.tags[mlflow_features.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the rule: highest, the earliest on a tie
     assert client.get_registered_model(REGISTERED).aliases == {"champion": versions[best].version}
 
@@ -173,7 +173,7 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     cfg = load_config("smoke", ["finetune.tasks=[sst2]", f"tracking.tracking_uri={store}",
                                 f"tracking.experiment={EXPERIMENT}"])
     plan = P.Plan.make(cfg, work / "plan")
-    parent = tracking.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
+    parent = mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
 
     # the tokenizer stage (finished earlier): its child run, and on the parent the vocabulary and merges learnt
     stats = {"vocab_size": 1383, "merges": 1313, "merges_requested": cfg.tokenizer.merges}

@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import gpt1
-from gpt1 import tracking
+from gpt1 import mlflow_features, tracking
 from gpt1.tracking import METRICS_PER_REQUEST, RunLogger, start_run
 from tests.conftest import REPO
 
@@ -427,7 +427,7 @@ def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_p
 def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     run, client = recorded_run(store, "system", metrics_interval=0.1)
-    run.monitor_system()
+    mlflow_features.monitor_system(run)
     assert wait_until(lambda: any(k.startswith("system/") for r in client.requests for k, *_ in r["metrics"]))
     client.down = True
     time.sleep(1.0)  # samples taken while the server is unreachable: queued, not lost, and sampling goes on
@@ -440,7 +440,7 @@ def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
     off, _ = recorded_run(store, "no-system")
-    off.monitor_system()
+    mlflow_features.monitor_system(off)
     off.end()
     assert not any(k.startswith("system/") for k in MlflowClient(store).get_run(off.run_id).data.metrics)
 
@@ -461,13 +461,13 @@ class FakeRegistry:
 
 
 def test_champion_is_the_best_headline_ties_keep_the_earliest():
-    h = tracking.HEADLINE_TAG
+    h = mlflow_features.HEADLINE_TAG
     registry = FakeRegistry([(1, {h: "71.5"}), (2, {h: "80.25"}), (3, {h: "80.25"}), (4, {h: "nan"}), (5, {}),
                              (6, {h: "bad"})])
-    assert tracking.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
+    assert mlflow_features.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
     registry = FakeRegistry([(1, {h: "-3.0"}), (2, {h: "12.0"})])  # MCC and Pearson can be negative
-    assert tracking.update_champion(registry, "m") == "2"
-    assert tracking.update_champion(FakeRegistry([(1, {})]), "m") is None
+    assert mlflow_features.update_champion(registry, "m") == "2"
+    assert mlflow_features.update_champion(FakeRegistry([(1, {})]), "m") is None
 
 
 def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_view(store):
@@ -475,9 +475,9 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
 
     cfg = load_config("smoke", ["tracking.experiment=t", f"tracking.tracking_uri={store}",
                                 "finetune.tasks=[sst2,stsb]"])
-    run = tracking.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="crimson-falcon",
+    run = mlflow_features.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="crimson-falcon",
                                       flow_run_id="1234")
-    bare = tracking.start_pipeline_run(cfg, flow="gpt1", flow_run="quiet-owl")
+    bare = mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="quiet-owl")
     run.end()
     bare.end()
     client = MlflowClient(store)
@@ -492,15 +492,15 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     experiment = client.get_experiment(got.info.experiment_id)
     key = link.split("viewStateShareKey=")[1]
     assert link.startswith(f"#/experiments/{experiment.experiment_id}/runs?")
-    saved = json.loads(experiment.tags[tracking.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
+    saved = json.loads(experiment.tags[mlflow_features.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
     assert saved["name"] == "headline metrics: sst2, stsb" and isinstance(saved["createdAt"], int)
     assert json.loads(saved["state"])["selectedColumns"][-3:] == [
         "metrics.`glue_score`", "metrics.`task/sst2/primary`", "metrics.`task/stsb/primary`"]
-    assert sum(k.startswith(tracking.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # the second run: the same view
+    assert sum(k.startswith(mlflow_features.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # the second run: the same view
     assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
 
     client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", "my notes")
-    tracking.start_pipeline_run(cfg, flow="gpt1", flow_run="x").end()
+    mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="x").end()
     assert client.get_experiment(experiment.experiment_id).tags["mlflow.note.content"] == "my notes"  # kept
 
 
