@@ -295,7 +295,7 @@ def corpus_source(spec: str):
 def log_cached_pretrain(plan: Plan, result: Result, parent_run_id: str | None) -> None:
     """Pre-training found finished (`result.cached`) still shows under the parent: a child run `pretrain` with its
     recorded metrics, tagged `gpt1.cached=true` (a pre-training that ran logged its own run)."""
-    from gpt1.pretrain import log_finished
+    from gpt1.pretrain_outputs import log_finished
     from gpt1.tracking import stage_tags
 
     if not result.cached or not parent_run_id:

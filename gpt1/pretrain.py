@@ -21,10 +21,10 @@ Outputs:
     OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
     OUT/loss_curve.png
 
+What the run starts from (resolved config, tokenizer, probe data, resume point, number of updates) is checked by
+gpt1.pretrain_inputs, before launch and again here; what it wrote is read back and logged by gpt1.pretrain_outputs.
+
 Choices where the spec is silent:
-- The model's vocabulary is the tokenizer's: model.vocab_size is set from the shards' manifest.
-- Total updates: pretrain.max_steps, else epochs x (train blocks // global batch) (the reader drops each epoch's
-  incomplete final global batch, so an epoch is a whole number of updates).
 - Schedule and weight-decay groups: gpt1.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
   DeepSpeed steps and checkpoints).
 - Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
@@ -32,10 +32,7 @@ Choices where the spec is silent:
   split in stored order, the same blocks at every evaluation and for every world size.
 - Dropout RNG is seeded per rank (seed + rank); model init uses `seed` on every rank. Evaluation, probes and
   samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
-- Without --resume, an OUT that already has checkpoints is refused (no silent restart from scratch).
 - A worker started by a launcher stops when that launcher dies (gpt1.runtime.processes.exit_with_parent).
-- Zero-shot probe data: --task-data DIR, else finetune.data when it is 'hf' or a folder ('sample' needs
-  --task-data); the Winograd probe always runs (built-in items). Probes cap examples at pretrain.probe_max_examples.
 """
 
 from __future__ import annotations
@@ -44,7 +41,6 @@ import argparse
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -54,7 +50,10 @@ import torch
 from gpt1 import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import Diverged, exit_code
-from gpt1.io import read_json, sha256_file, sha256_tree, size_on_disk, write_json, write_text
+from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
+from gpt1.pretrain_inputs import (CHECKPOINTS, FINAL, load_tokenizer, resolve_config, resume_point, task_data_source,
+                                  total_steps)
+from gpt1.pretrain_outputs import log_pretrained_model, plot_loss_curve, stage_key
 from gpt1.progress import duration
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
@@ -62,78 +61,7 @@ log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
 SAMPLE_TOKENS = 32
-FINAL = "final"
 WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
-CHECKPOINTS = "checkpoints"
-
-
-def total_steps(pretrain, train_blocks: int) -> int:
-    if pretrain.max_steps is not None:
-        return pretrain.max_steps
-    return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
-
-
-# --------------------------------------------------------------------------- validation before launch
-
-
-def resolve_config(cfg: PipelineConfig, manifest: dict) -> PipelineConfig:
-    """The config a run uses: model vocabulary from the shards; context checked against the shards."""
-    if manifest["n_ctx"] != cfg.model.n_ctx:
-        raise ValueError(f"shards hold blocks of n_ctx={manifest['n_ctx']} (+1) tokens but model.n_ctx="
-                         f"{cfg.model.n_ctx}: re-tokenize with --ctx {cfg.model.n_ctx} or --set "
-                         f"model.n_ctx={manifest['n_ctx']}")
-    if manifest["vocab_size"] != cfg.model.vocab_size:
-        log.info("model.vocab_size set to the shards' tokenizer vocabulary: %d", manifest["vocab_size"])
-        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"vocab_size": manifest["vocab_size"]})})
-    return cfg
-
-
-def load_tokenizer(path: str | os.PathLike | None, manifest: dict):
-    """The tokenizer the shards were made with (checked by hash), or None when no path is given."""
-    if path is None:
-        return None
-    from gpt1 import tokenizer as tokenizer_lib
-
-    tokenizer = tokenizer_lib.load(path)
-    if tokenizer.sha256 != manifest.get("tokenizer_sha256"):
-        raise ValueError(f"tokenizer {path} (sha256 {tokenizer.sha256[:12]}) is not the one the shards were made "
-                         f"with (manifest tokenizer_sha256 {str(manifest.get('tokenizer_sha256'))[:12]})")
-    return tokenizer
-
-
-def task_data_source(cfg: PipelineConfig, task_data: str | None) -> str | None:
-    """Where the zero-shot probes read task data: --task-data, else finetune.data unless it is 'sample'."""
-    if task_data is not None:
-        if not Path(task_data).is_dir():
-            raise FileNotFoundError(f"--task-data {task_data}: not a directory")
-        return task_data
-    if cfg.finetune.data == "sample":
-        log.info("finetune.data is 'sample' but no --task-data given: data-driven zero-shot probes are skipped")
-        return None
-    return cfg.finetune.data
-
-
-def resume_point(out: Path, resume: str | None, model_cfg: dict) -> Path | None:
-    """The checkpoint to resume from (None: start fresh); refuses an OUT with checkpoints when not resuming."""
-    from gpt1.checkpoint import COMPLETE, META, CheckpointManager
-
-    latest = CheckpointManager(out / CHECKPOINTS).latest_complete()
-    if resume is None:
-        if latest is not None:
-            raise ValueError(f"{out} already has checkpoints (latest {latest.name}); pass --resume auto to continue "
-                             "or use a new --out")
-        return None
-    path = latest if resume == "auto" else Path(resume)
-    if path is None:
-        log.info("--resume auto: no complete checkpoint in %s, starting from scratch", out / CHECKPOINTS)
-        return None
-    if not (path / COMPLETE).exists():
-        raise ValueError(f"--resume {resume}: {path} is not a complete checkpoint (no {COMPLETE} marker)")
-    saved = read_json(path / META).get("model")
-    if saved is not None and saved != model_cfg:
-        changed = sorted(k for k in model_cfg if saved.get(k) != model_cfg[k])
-        raise ValueError(f"cannot resume {path}: model config changed since it was written ({changed})")
-    return path
 
 
 # --------------------------------------------------------------------------------------------- a worker
@@ -464,104 +392,6 @@ class Pretraining:
             self.run.log_artifact(final / "training.json", "final")
         log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
         self.run.end("FINISHED")
-
-
-# ------------------------------------------------------------------------------------------------ MLflow
-
-
-def stage_key(out: Path) -> str | None:
-    """The content key of the stage output this worker writes (its `.stage.json`), if a stage started it."""
-    from gpt1.stages.outputs import IDENTITY
-
-    try:
-        return read_json(out / IDENTITY).get("key")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def last_metrics(path: Path) -> dict[str, float]:
-    """The latest value of every metric in metrics.jsonl (training loss, validation, probes): what the finished
-    run reports."""
-    latest: dict[str, float] = {}
-    for _, record in sorted(read_metrics(path).items()):
-        latest.update({k: v for k, v in record.items() if k not in ("step", "seconds") and isinstance(v, (int, float))
-                       and not isinstance(v, bool)})
-    return latest
-
-
-def log_pretrained_model(run, final: Path, cfg: PipelineConfig, step: int, weights_sha256: str) -> None:
-    """The transformers export `final/hf` as the logged model `pretrained` of the run, with the model config as
-    params and the metrics of the last update (`step`) linked to it: uploaded when `tracking.upload_checkpoints` or
-    smaller than `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
-    from gpt1.tracking import MODEL_UPLOAD_LIMIT
-
-    hf = final / "hf"
-    if not hf.is_dir():
-        return
-    upload = cfg.tracking.upload_checkpoints or size_on_disk(hf) <= MODEL_UPLOAD_LIMIT
-    run.log_files_model("pretrained", hf, upload=upload,
-                        model_type="gpt1-pretrained", step=step,
-                        params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
-                        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256})
-
-
-def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,
-                 tags: dict[str, str]) -> str | None:
-    """A child run for a pre-training that an earlier run did (a cached re-run): the config it resolved to, its
-    recorded final metrics (metrics.jsonl, final/training.json), tagged `gpt1.source_run_id` (the run that trained,
-    holding the curves and the logged model). Returns the new run's id."""
-    from gpt1.tracking import start_run
-
-    out = Path(out)
-    cfg = config_from_dict(read_json(out / "config.json"))
-    summary = read_json(out / FINAL / "training.json")
-    run_tags = {**tags, "gpt1.shards": summary.get("shards_key") or ""}
-    if summary.get("mlflow_run_id"):
-        run_tags["gpt1.source_run_id"] = summary["mlflow_run_id"]
-    with start_run("pretrain", experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id,
-                   tags=run_tags) as run:
-        run.log_params(flatten(cfg.model_dump(mode="json")))
-        run.log_metrics({**last_metrics(out / "metrics.jsonl"), "tokens_seen": summary["tokens_seen"]},
-                        step=summary["steps"])
-        run.log_artifact(out / FINAL / "training.json", "final")
-    return run.run_id
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    """metrics.jsonl -> {step: merged record}; a resumed run's later lines win (same values when exact)."""
-    by_step: dict[int, dict] = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                record = json.loads(line)
-                by_step.setdefault(record["step"], {}).update(record)
-    return by_step
-
-
-def plot_loss_curve(metrics_path: Path, out: Path) -> Path | None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    by_step = read_metrics(metrics_path)
-    train = sorted((s, r["loss"]) for s, r in by_step.items() if "loss" in r)
-    val = sorted((s, r["val_loss"]) for s, r in by_step.items() if "val_loss" in r)
-    if not train:
-        return None
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*zip(*train), label="train loss", linewidth=1)
-    if val:
-        ax.plot(*zip(*val), "o-", label="val loss")
-    ax.set_xlabel("update")
-    ax.set_ylabel("cross-entropy (nats/token)")
-    ax.set_title("GPT-1 pre-training")
-    ax.legend()
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
 
 
 # ---------------------------------------------------------------------------------- worker entry point

@@ -79,7 +79,6 @@ METRICS_PER_REQUEST = 1000
 _MAX_RETRY_DELAY = 30.0  # seconds between attempts while a server stays down
 _BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is delivering the same run's calls
 _MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
-MODEL_UPLOAD_LIMIT = 200 * 2**20  # bytes: a larger model folder is logged by reference unless uploads are asked for
 TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait

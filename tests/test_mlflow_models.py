@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpt1 import pipeline as P
-from gpt1 import mlflow_features, tasks, tracking
+from gpt1 import mlflow_features, pretrain_outputs, tasks, tracking
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune import finetune
@@ -26,8 +26,8 @@ from gpt1.finetune import log_finished as log_finished_finetune
 from gpt1.io import read_json, write_json
 from gpt1.model import GPT1
 from gpt1.predict import raw_inputs
-from gpt1.pretrain import log_finished as log_finished_pretrain
-from gpt1.pretrain import log_pretrained_model
+from gpt1.pretrain_outputs import log_finished as log_finished_pretrain
+from gpt1.pretrain_outputs import log_pretrained_model
 from gpt1.report import build_report
 from gpt1.sample import write_sample_data
 from gpt1.stages.base import Result
@@ -119,7 +119,7 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
         return run
 
     small = pretrain_run()
-    monkeypatch.setattr(tracking, "MODEL_UPLOAD_LIMIT", 1024)  # the same folder counted as large
+    monkeypatch.setattr(pretrain_outputs, "MODEL_UPLOAD_LIMIT", 1024)  # the same folder counted as large
     large = pretrain_run()
 
     client = MlflowClient(store)

@@ -24,7 +24,8 @@ from gpt1.generate import generate
 from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model import GPT1, flops_per_token
 from gpt1.optim import lr_factor, param_groups
-from gpt1.pretrain import read_metrics, resume_point, total_steps
+from gpt1.pretrain_inputs import resume_point, total_steps
+from gpt1.pretrain_outputs import read_metrics
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 

@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 from gpt1.checkpoint import COMPLETE, tag_for
 from gpt1.distributed import free_port
 from gpt1.io import write_json
-from gpt1.pretrain import read_metrics
+from gpt1.pretrain_outputs import read_metrics
 
 TIMEOUT = 900
 MODEL = ["model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128"]

@@ -148,7 +148,7 @@ def test_pretrain_stage_runs_as_a_slurm_job(data, cluster):
     from mlflow.tracking import MlflowClient
 
     from gpt1.model import GPT1
-    from gpt1.pretrain import read_metrics
+    from gpt1.pretrain_outputs import read_metrics
 
     uri, parent = mlflow_store(cluster / "mlflow")
     out = data.work / "pretrain"

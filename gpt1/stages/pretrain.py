@@ -29,7 +29,8 @@ from gpt1.config import PipelineConfig, load_config
 from gpt1.data.shards import BlockReader, load_manifest, verify_shards
 from gpt1.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
-from gpt1.pretrain import FINAL, WORKER, load_tokenizer, resolve_config, resume_point, task_data_source
+from gpt1.pretrain import WORKER
+from gpt1.pretrain_inputs import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
 from gpt1.runtime import processes, slurm
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
