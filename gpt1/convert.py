@@ -263,8 +263,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 tokenizer = AutoTokenizer.from_pretrained("THIS_FOLDER")
 model = AutoModelForCausalLM.from_pretrained("THIS_FOLDER")
 generate = pipeline("text-generation", model="THIS_FOLDER")
-print(generate("the old man said", max_new_tokens=20)[0]["generated_text"])
+prompt = "the old man said"
+out = generate(prompt, max_new_tokens=20, do_sample=False, return_full_text=False)  # greedy
+print(prompt, out[0]["generated_text"])
 ```
+
+The pipeline samples unless told `do_sample=False`. Words end in `</w>`, so the space after the prompt belongs to
+the prompt's last token: the pipeline decodes only the new tokens, and its `return_full_text=True` would glue them
+to the prompt without that space. Join them with one, as above, or decode `model.generate`'s ids whole.
 
 `tokenizer(text)` starts with `_start_`, as every pre-training document did; generation stops when the model
 starts a new document (`_start_` is the eos token). Fine-tuning inputs are written with the specials, e.g.

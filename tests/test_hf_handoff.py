@@ -224,6 +224,17 @@ def test_pipeline_greedy_text_generation_matches_ours(exported, trained, prompt)
     assert text["generated_text"].strip() == continue_text(model, trained, prompt, 12, temperature=0)
 
 
+def test_the_model_cards_example_prints_our_greedy_continuation(exported, trained, capsys):
+    model, folder = exported
+    card = (folder / "README.md").read_text()
+    example = card.split("```python\n")[1].split("```")[0].replace("THIS_FOLDER", str(folder))
+    exec(example, {})  # the card's code as a user would paste it
+    printed = capsys.readouterr().out.strip()
+    prompt = "the old man said"
+    ours = continue_text(model, trained, prompt, 20, temperature=0)
+    assert ours and printed == f"{prompt} {ours}"
+
+
 # ------------------------------------------------------------------------------------ our own folder layout
 
 
