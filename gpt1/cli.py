@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(command).parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("huggingface_hub").propagate = False  # it has a handler of its own: no line twice
         if not args.command:
             build_parser().print_help()
             return 2

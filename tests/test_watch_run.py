@@ -1,0 +1,52 @@
+"""scripts/watch_run.py, the terminal follower of `make demo`: a fine-tune's task run is Running while it waits for
+a compute slot, so its start line and its time come from its first log line, not from its state."""
+
+from __future__ import annotations
+
+import importlib.util
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("watch_run", REPO / "scripts" / "watch_run.py")
+watch_run = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(watch_run)
+
+T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
+
+
+def task_run(run_id: str, name: str, state: str, start: int | None, end: int | None = None):
+    at = lambda s: None if s is None else T0 + timedelta(seconds=s)  # noqa: E731
+    return SimpleNamespace(id=run_id, name=name, start_time=at(start), end_time=at(end),
+                           state=SimpleNamespace(type=SimpleNamespace(value=state), message=None))
+
+
+def log(run_id: str, second: int, message: str = "[full/sst2] loading"):
+    return SimpleNamespace(task_run_id=run_id, timestamp=T0 + timedelta(seconds=second), message=message, level=20)
+
+
+def lines(capsys) -> list[str]:
+    return [line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_queued_fine_tune_starts_at_its_first_log_line_and_is_timed_from_there(capsys):
+    follower = watch_run.Follower(start=0.0)
+    follower.names = {"a": "finetune-full-sst2", "b": "ingest"}
+    follower.task_run(task_run("a", "finetune-full-sst2", "RUNNING", 0))
+    follower.task_run(task_run("b", "ingest", "RUNNING", 0))
+    assert lines(capsys) == ["> ingest"]  # the fine-tune only waits for a slot so far
+
+    follower.log(log("a", 100))
+    follower.log(log("a", 101))
+    follower.task_run(task_run("a", "finetune-full-sst2", "COMPLETED", 0, 130))
+    follower.task_run(task_run("b", "ingest", "COMPLETED", 0, 3))
+    assert lines(capsys) == ["> finetune-full-sst2", "  finetune-full-sst2 done (30 s)", "  ingest done (3 s)"]
+
+
+def test_a_fine_tune_seen_only_when_finished_is_timed_from_its_state(capsys):
+    follower = watch_run.Follower(start=0.0)
+    follower.names = {"a": "finetune-full-rte"}
+    follower.task_run(task_run("a", "finetune-full-rte", "COMPLETED", 0, 40))
+    follower.log(log("a", 10))  # its logs arrive after it finished: no late start line
+    assert lines(capsys) == ["  finetune-full-rte done (40 s)"]
