@@ -85,6 +85,8 @@ def run_cli(args: argparse.Namespace) -> int:
     from gpt1.model import GPT1
 
     checkpoint = Path(args.checkpoint)
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such folder (a model folder, e.g. pretrain OUT/final)")
     tokenizer_path = Path(args.tokenizer) if args.tokenizer else checkpoint / "tokenizer.json"
     if not tokenizer_path.exists():
         raise FileNotFoundError(f"{tokenizer_path} not found: pass --tokenizer DIR (the train-tokenizer output)")

@@ -152,6 +152,8 @@ def test_a_truncated_weights_file_is_one_line_not_a_traceback(trained, tmp_path,
     assert cli(["generate", "--checkpoint", str(broken), "--prompt", "the"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and "weights" in err.lower()
+    assert cli(["generate", "--checkpoint", str(tmp_path / "nowhere"), "--prompt", "the"]) == 2
+    assert "--checkpoint " + str(tmp_path / "nowhere") + ": no such folder" in capsys.readouterr().err
 
 
 def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_not_survive(data, trained, tmp_path,  # noqa: F811
