@@ -284,7 +284,7 @@ def results_figure(runs: list[Run]):
 
     bar, gap = 0.32, 0.45  # inches per bar and between groups
     group = bar * len(series) + gap
-    fig, ax = plt.subplots(figsize=(7.5, 1.6 + group * len(columns)), dpi=100)
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + group * len(columns)), dpi=100, layout="constrained")
     values = [v for _, vals, _ in series for v in vals if v is not None]
     low, high = min([0.0, *values]), max([100.0, *values])
     for g, (name, task, _) in enumerate(columns):
@@ -304,11 +304,11 @@ def results_figure(runs: list[Run]):
     ax.set_xlim(low - (18 if low < 0 else 3), high + 15)  # room for the value labels and the zero marks
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_xlabel("score (%; MCC and Pearson x 100)", fontsize=11)
-    fig.suptitle("GPT-1 fine-tuning: ours vs the paper", fontsize=13)
-    ax.legend(fontsize=10, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=min(len(series), 3),
-              frameon=False)
+    # The title heads the legend, above the bars: constrained layout makes room for one block there (a suptitle
+    # beside an axes legend was drawn over it).
+    fig.legend(fontsize=10, loc="outside upper center", ncols=min(len(series), 3), frameon=False,
+               title="GPT-1 fine-tuning: ours vs the paper", title_fontsize=13)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
     return fig
 
 

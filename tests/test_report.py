@@ -150,6 +150,10 @@ def test_plot_labels_every_value_shows_a_zero_and_a_failure_and_fits_mlflows_vie
     assert ax.get_xlim()[0] < 0  # the zero's mark at x=0 is inside the axes, not hidden by the spine
     width, height = fig.get_size_inches() * fig.dpi
     assert width == 750 and 300 < height < 1000
+    fig.canvas.draw()  # laid out as saved: the titled legend sits above the bars, inside the image
+    legend, bars = fig.legends[0].get_window_extent(), ax.get_window_extent()
+    assert fig.legends[0].get_title().get_text() == "GPT-1 fine-tuning: ours vs the paper"
+    assert bars.y1 <= legend.y0 and legend.y1 <= height and legend.x0 >= 0 and legend.x1 <= width
 
 
 def test_per_task_wall_time_and_peak_rss_tables(tmp_path):
