@@ -160,6 +160,7 @@ class SystemMetrics:
 
 # -- the pipeline's parent run and its runs view ----------------------------------------------------------------
 RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved runs-table view of the MLflow UI (columns, sort)
+_VIEW_NOTE = "[Runs table with the headline metrics]"  # starts the experiment description written here
 
 
 def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
@@ -217,5 +218,3 @@ def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
 
     run.submit("runs_view", publish, {"name": name, "columns": columns})
 
-
-_VIEW_NOTE = "[Runs table with the headline metrics]"
