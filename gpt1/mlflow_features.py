@@ -217,4 +217,3 @@ def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
                                           f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.")
 
     run.submit("runs_view", publish, {"name": name, "columns": columns})
-
