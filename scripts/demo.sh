@@ -32,6 +32,6 @@ Next, in any shell (the servers keep running until \`make down\`):
   prefect deployment ls
   gpt1 --help
   python -c "import mlflow, pandas; m = mlflow.pyfunc.load_model('models:/gpt1-smoke-sst2@champion'); print(m.predict(pandas.DataFrame([{'sentence': 'a delightful, moving film'}])))"
-  prefect deployment run gpt1/smoke --param overrides='["finetune.lr=1e-4"]'   # a changed setting redoes only what depends on it
+  prefect deployment run gpt1/smoke --param overrides='["finetune.lr=1e-4"]' --watch   # redoes only what the change touches
 NEXT
 exit "$status"
