@@ -24,7 +24,7 @@ and an MLflow child run: params, system metrics, per-update curves (`train/*`), 
 `task/<name>/<split>/...` for a split other than the headline one), the task files as `mlflow.data` datasets (hub
 id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.serving`,
 named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with `registered_model`, a
-Model Registry version of it, the alias `champion` on the best version (gpt1.mlflow_features.update_champion).
+Model Registry version of it, the alias `champion` on the best version (gpt1.mlflow_models.update_champion).
 
 Choices where the spec is silent:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
@@ -77,8 +77,9 @@ from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
 from gpt1.tokenizer import TOKENIZER_FILE
-from gpt1.mlflow_features import monitor_system, register_model
-from gpt1.tracking import RunLogger, hub_dataset_source, stage_tags, start_run
+from gpt1.mlflow_features import hub_dataset_source, monitor_system, stage_tags
+from gpt1.mlflow_models import register_model
+from gpt1.tracking import RunLogger, start_run
 
 log = logging.getLogger(__name__)
 

@@ -1,11 +1,13 @@
-"""What a pipeline run shows in MLflow beyond the values it logs: Model Registry versions with the alias
-`champion`, system metrics, the pipeline's parent run and its saved runs-table view. Everything here sends through
-a `gpt1.tracking.RunLogger`, so an outage queues, retries and spools it like any other call.
+"""What a pipeline run carries in MLflow beyond the values it logs: the stage tags, Hugging Face dataset sources,
+system metrics, the pipeline's parent run and its saved runs-table view. Everything here sends through a
+`gpt1.tracking.RunLogger`, so an outage queues, retries and spools it like any other call; logged models and the
+Model Registry are gpt1.mlflow_models.
 
 Choices where the spec is silent:
-- `register_model` adds a Model Registry version of a logged model and moves the alias `champion` to the version
-  with the highest headline metric (`update_champion`). MLflow reserves the alias `latest`
-  (`_validate_model_alias_name_reserved`); `models:/<name>/latest` already names the newest version.
+- Stage runs are tagged by `stage_tags`: `gpt1.stage`, `gpt1.key` (the stage's content key), `gpt1.preset`,
+  `gpt1.cached`.
+- Datasets are `mlflow.data` sources: a local path, or `hub_dataset_source` for Hugging Face hub data (id, config,
+  split, revision).
 - `monitor_system` samples MLflow's system metrics monitors (CPU, memory, disk, network; GPU when pynvml finds
   one) and sends them through the run, so an outage queues them like any metric (MLflow's own monitor loop stops
   for good on its first failed request).
@@ -17,71 +19,42 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpt1.config import PipelineConfig, flatten
 from gpt1.io import stable_hash
-from gpt1.tracking import RunLogger, process_uri
+from gpt1.tracking import RunLogger
+
+if TYPE_CHECKING:
+    from mlflow.data.dataset_source import DatasetSource
 
 log = logging.getLogger(__name__)
 
-HEADLINE_TAG = "gpt1.headline"  # a registered version's headline metric value (what `champion` is chosen by)
-CHAMPION = "champion"
+TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
 SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"  # MLflow's switch; "false" turns `monitor_system` off
 
 
-# -- Model Registry ---------------------------------------------------------------------------------------------
-def register_model(run: RunLogger, registered_name: str, model: str, *, tags: dict[str, Any] | None = None,
-                   headline: float | None = None) -> None:
-    """A new version of Model Registry entry `registered_name` (created on first use) from the run's logged model
-    `model`, tagged with `tags` and its `headline` metric; then `update_champion`."""
-    if not run.enabled:
-        return
-    version_tags = {k: str(v) for k, v in (tags or {}).items()}
-    if headline is not None:
-        version_tags[HEADLINE_TAG] = repr(float(headline))
-
-    def register() -> None:
-        from mlflow.exceptions import MlflowException
-
-        try:
-            run.client.create_registered_model(registered_name)
-        except MlflowException as err:
-            if err.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        model_id = run.model_ids[model]
-        with process_uri(run.uri):
-            run.client.create_model_version(registered_name, f"models:/{model_id}", run_id=run.run_id,
-                                            tags=version_tags, model_id=model_id)
-        update_champion(run.client, registered_name)
-
-    run.submit("register_model", register, {"registered_model": registered_name, "model": model,
-                                            "tags": version_tags})
+# -- tags and dataset sources ---------------------------------------------------------------------------------
+def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False
+               ) -> dict[str, str]:
+    """The tags of a stage's run: which stage, its content key, the preset, and whether it was done already."""
+    tags = {TAG_STAGE: stage, TAG_CACHED: str(cached).lower()}
+    if key:
+        tags[TAG_KEY] = key
+    if preset:
+        tags[TAG_PRESET] = preset
+    return tags
 
 
-def update_champion(client, registered_name: str) -> str | None:
-    """Point the alias `champion` at the version of `registered_name` with the highest headline metric (tag
-    `gpt1.headline`: the task's primary metric on its evaluation split, higher is better for every task); on a tie
-    the earliest such version keeps it, so a re-run scoring the same does not take it over. Versions without the
-    tag (registered by hand) are never chosen. Returns the champion's version."""
-    quote = '"' if "'" in registered_name else "'"
-    scored = []
-    for version in client.search_model_versions(f"name={quote}{registered_name}{quote}"):
-        try:
-            value = float(version.tags[HEADLINE_TAG])
-        except (KeyError, ValueError):
-            continue
-        if not math.isnan(value):
-            scored.append((value, -int(version.version)))
-    if not scored:
-        return None
-    best = str(-max(scored)[1])
-    client.set_registered_model_alias(registered_name, CHAMPION, best)
-    return best
+def hub_dataset_source(path: str, *, config: str | None = None, split: str | None = None,
+                       revision: str | None = None) -> "DatasetSource":
+    """An `mlflow.data` source for Hugging Face hub data (what `datasets.load_dataset` would be given)."""
+    from mlflow.data.sources import HuggingFaceDatasetSource
+
+    return HuggingFaceDatasetSource(path, config_name=config, split=split, revision=revision)
 
 
 # -- system metrics -------------------------------------------------------------------------------------------

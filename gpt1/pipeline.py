@@ -248,7 +248,7 @@ def log_stage(plan: Plan, stage: str, result: Result, parent_run_id: str | None)
     """A child MLflow run per in-process stage: its settings, numeric outputs, lineage and key (cached or not).
     The tokenizer stage also records on the parent run the values the later stages really use (`resolved.*`
     params): the vocabulary learnt (the model's vocab_size) and the merges learnt, beside the config as asked."""
-    from gpt1.tracking import stage_tags
+    from gpt1.mlflow_features import stage_tags
 
     cfg = plan.cfg
     section = {"sample": "data", "ingest": "data", "tokenizer": "tokenizer", "shards": "data"}[stage]
@@ -282,7 +282,7 @@ def log_stage(plan: Plan, stage: str, result: Result, parent_run_id: str | None)
 def corpus_source(spec: str):
     """The ingest source as an `mlflow.data` source: hub id, split and revision for hub data, else the path."""
     from gpt1.data.ingest import HFSource
-    from gpt1.tracking import hub_dataset_source
+    from gpt1.mlflow_features import hub_dataset_source
 
     if spec.startswith("hf:"):
         source = HFSource(spec)
@@ -296,7 +296,7 @@ def log_cached_pretrain(plan: Plan, result: Result, parent_run_id: str | None) -
     """Pre-training found finished (`result.cached`) still shows under the parent: a child run `pretrain` with its
     recorded metrics, tagged `gpt1.cached=true` (a pre-training that ran logged its own run)."""
     from gpt1.pretrain_outputs import log_finished
-    from gpt1.tracking import stage_tags
+    from gpt1.mlflow_features import stage_tags
 
     if not result.cached or not parent_run_id:
         return
@@ -312,7 +312,7 @@ def log_cached_finetune(plan: Plan, variant: str, task: str, parent_run_id: str 
     `gpt1.cached=true`."""
     from gpt1.finetune import log_finished
     from gpt1.stages.outputs import read_marker
-    from gpt1.tracking import stage_tags
+    from gpt1.mlflow_features import stage_tags
 
     out = plan.task_dir(task, variant)
     if not parent_run_id or read_json(out / finetune.METRICS_FILE).get("parent_run_id") == parent_run_id:

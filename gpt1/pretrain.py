@@ -142,8 +142,8 @@ class Pretraining:
 
     # -- tracking --------------------------------------------------------------------------------------
     def _start_tracking(self, resumed: bool) -> None:
-        from gpt1.mlflow_features import monitor_system
-        from gpt1.tracking import RunLogger, stage_tags
+        from gpt1.mlflow_features import monitor_system, stage_tags
+        from gpt1.tracking import RunLogger
 
         write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
         write_json(self.out / "deepspeed_config.json", self.ds_config)

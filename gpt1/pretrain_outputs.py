@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.io import read_json, size_on_disk
+from gpt1.mlflow_models import log_files_model
 from gpt1.pretrain_inputs import FINAL
 from gpt1.stages.outputs import IDENTITY
 from gpt1.tracking import RunLogger, start_run
@@ -43,7 +44,7 @@ def log_pretrained_model(run: RunLogger, final: Path, cfg: PipelineConfig, step:
     if not hf.is_dir():
         return
     upload = cfg.tracking.upload_checkpoints or size_on_disk(hf) <= MODEL_UPLOAD_LIMIT
-    run.log_files_model("pretrained", hf, upload=upload,
+    log_files_model(run, "pretrained", hf, upload=upload,
                         model_type="gpt1-pretrained", step=step,
                         params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
                         tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256})

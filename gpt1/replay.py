@@ -27,7 +27,8 @@ import shutil
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
-from gpt1.mlflow_features import publish_runs_view, register_model
+from gpt1.mlflow_features import publish_runs_view
+from gpt1.mlflow_models import log_files_model, register_model
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def replay_call(run, call: dict) -> None:
         log_model(run, call["model_dir"], call["input_example"], name=call["model"], step=call["step"],
                   tags=call.get("tags"))
     elif kind == "log_model":
-        run.log_files_model(call["model"], call["folder"], upload=call["upload"], model_type=call["model_type"],
+        log_files_model(run, call["model"], call["folder"], upload=call["upload"], model_type=call["model_type"],
                             params=call.get("params"), tags=call.get("tags"), step=call.get("step", 0))
     elif kind == "register_model":
         register_model(run, call["registered_model"], call["model"], tags=call["tags"])

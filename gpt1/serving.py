@@ -82,7 +82,7 @@ def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, n
     def make(run, attempt: dict) -> str:
         from mlflow.models import Model
 
-        from gpt1.tracking import process_uri
+        from gpt1.mlflow_models import process_uri
 
         predictor = TaskPredictor(model_dir)
         example = pd.DataFrame(input_example)

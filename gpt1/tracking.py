@@ -1,7 +1,8 @@
 """MLflow logging that never stops training: run nesting, lineage, and buffered, retried writes.
 
-What a run adds on top of what it logs (the Model Registry champion, system metrics, the pipeline's parent run and
-its saved runs view) is gpt1.mlflow_features, which logs through `RunLogger`.
+This module is the delivery. What runs carry is elsewhere and logs through `RunLogger`: logged models and the Model
+Registry in gpt1.mlflow_models; stage tags, dataset sources, system metrics and the pipeline's parent run in
+gpt1.mlflow_features.
 
 Every stage logs through `RunLogger`. Metrics are buffered: `log_metrics` only appends to the run's buffer, and a
 background thread sends the buffer as one `log_batch` request (at most 1000 metrics each) once its oldest metric is
@@ -23,17 +24,12 @@ written as JSON (every undelivered call's params, metrics with step and timestam
 entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
 one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.replay) delivers such files later.
 
-What runs carry (choices where the spec is silent):
+Choices where the spec is silent:
 - Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
   tracked folder of a git checkout, the commit as `mlflow.source.git.commit` (the tag MLflow's UI shows) and
-  `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one. Stage runs add `stage_tags`:
-  `gpt1.stage`, `gpt1.key` (the stage's content key), `gpt1.preset`, `gpt1.cached`.
-- Models are MLflow 3 logged models (the run's "Logged models", the experiment's Models tab, `models:/<model_id>`,
-  `runs:/<run_id>/<name>`): `log_model` takes the function that builds one (gpt1.serving for task models),
-  `log_files_model` a folder (the pre-trained HF export: uploaded, or recorded by location as an external model
-  when large). Both are linked to the metrics the run logged at the model's step.
-- Datasets are `mlflow.data` sources: a local path, or `hub_dataset_source` for Hugging Face hub data (id, config,
-  split, revision).
+  `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one.
+- A model is logged by `log_model`, which queues the function that builds it (gpt1.serving for task models,
+  gpt1.mlflow_models for a folder of files) like any other call.
 - MLflow's own asynchronous logging (`synchronous=False`, MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends one
   request per call unless MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS is set (then it waits that long before any
   delivery), sends from up to 10 threads in no fixed order, and drops a batch that fails; the buffered sender
@@ -50,7 +46,6 @@ import logging
 import os
 import re
 import subprocess
-import tempfile
 import threading
 import time
 from collections import deque
@@ -79,7 +74,6 @@ METRICS_PER_REQUEST = 1000
 _MAX_RETRY_DELAY = 30.0  # seconds between attempts while a server stays down
 _BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is delivering the same run's calls
 _MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
-TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
 # already gave up on.
@@ -125,47 +119,6 @@ def code_version() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
-
-
-_PROCESS_URI_LOCK = threading.RLock()
-
-
-@contextlib.contextmanager
-def process_uri(uri: str) -> Iterator[None]:
-    """MLflow's process-wide tracking URI set to `uri` for the block, one block at a time in the process. For the
-    MLflow functions that ignore their client's URI: `Model.log` and its fluent helpers, and the SQL registry store
-    resolving a `models:/<id>` source (it would otherwise open ./mlflow.db)."""
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    # MLflow's restore of "no URI set" also deletes $MLFLOW_TRACKING_URI from the environment; a reused process
-    # (a fine-tune worker) would then log its next runs to ./mlflow.db. Put it back.
-    with _PROCESS_URI_LOCK:
-        env = os.environ.get("MLFLOW_TRACKING_URI")
-        try:
-            with _use_tracking_uri(uri):
-                yield
-        finally:
-            if env is not None:
-                os.environ["MLFLOW_TRACKING_URI"] = env
-
-
-def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False
-               ) -> dict[str, str]:
-    """The tags of a stage's run: which stage, its content key, the preset, and whether it was done already."""
-    tags = {TAG_STAGE: stage, TAG_CACHED: str(cached).lower()}
-    if key:
-        tags[TAG_KEY] = key
-    if preset:
-        tags[TAG_PRESET] = preset
-    return tags
-
-
-def hub_dataset_source(path: str, *, config: str | None = None, split: str | None = None,
-                       revision: str | None = None) -> "DatasetSource":
-    """An `mlflow.data` source for Hugging Face hub data (what `datasets.load_dataset` would be given)."""
-    from mlflow.data.sources import HuggingFaceDatasetSource
-
-    return HuggingFaceDatasetSource(path, config_name=config, split=split, revision=revision)
 
 
 @dataclass
@@ -557,63 +510,6 @@ class RunLogger:
             self.model_ids[name] = make(self, attempt)
 
         self.submit("log_model", send, {"model": name, **record})
-
-    def log_files_model(self, name: str, folder: str | os.PathLike, *, upload: bool, model_type: str,
-                        params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
-                        step: int = 0) -> None:
-        """A folder of model files (not an MLflow-format model, e.g. a transformers export) as a logged model of
-        this run, linked to the metrics the run logged at `step` (as `Model.log` links them): uploaded when
-        `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags `gpt1.location` and
-        `gpt1.sha256` say where it is and what it holds."""
-        folder = Path(folder).resolve()
-        record = {"kind": "files", "folder": str(folder), "upload": upload, "model_type": model_type,
-                  "params": {k: str(v) for k, v in (params or {}).items()},
-                  "tags": {k: str(v) for k, v in (tags or {}).items()}, "step": step}
-
-        def make(run: RunLogger, attempt: dict) -> str:
-            from mlflow.entities import LoggedModelOutput, LoggedModelStatus
-            from mlflow.models import Model
-            from mlflow.models.utils import get_external_mlflow_model_spec
-            from mlflow.utils.mlflow_tags import MLFLOW_MODEL_IS_EXTERNAL
-
-            from gpt1.io import sha256_tree
-
-            client = run.client
-            if "model_id" not in attempt:
-                model_tags = {**record["tags"], "gpt1.location": str(folder), "gpt1.sha256": sha256_tree(folder)}
-                if not upload:
-                    model_tags[MLFLOW_MODEL_IS_EXTERNAL] = "true"
-                attempt["model_id"] = client.create_logged_model(
-                    run.experiment_id, name=name, source_run_id=run.run_id, tags=model_tags,
-                    params=record["params"], model_type=model_type).model_id
-            model_id = attempt["model_id"]
-            if upload:
-                client.log_model_artifacts(model_id, str(folder))
-            else:  # MLflow's placeholder MLmodel of an external model, as `mlflow.create_external_model` writes
-                spec: Model = get_external_mlflow_model_spec(client.get_logged_model(model_id))
-                with tempfile.TemporaryDirectory() as tmp:
-                    spec.save(os.path.join(tmp, "MLmodel"))
-                    client.log_model_artifacts(model_id, tmp)
-            client.finalize_logged_model(model_id, LoggedModelStatus.READY)
-            client.log_outputs(run.run_id, [LoggedModelOutput(model_id, step)])
-            run.link_metrics(model_id, step)
-            return model_id
-
-        self.log_model(name, make, record)
-
-    def link_metrics(self, model_id: str, step: int) -> None:
-        """Link the metrics this run logged at `step` to a logged model: the same points logged again with the
-        model id, as `mlflow.models.Model.log` does (the store keeps one point per key, step, time and value, so
-        the run's curves do not grow). System metrics are left out (their steps count samples, not updates). Only
-        inside a queued call."""
-        from mlflow.entities import Metric
-
-        client = self.client
-        keys = [k for k in client.get_run(self.run_id).data.metrics if not k.startswith("system/")]
-        linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id) for key in keys
-                  for m in client.get_metric_history(self.run_id, key) if m.step == step and m.model_id is None]
-        for i in range(0, len(linked), METRICS_PER_REQUEST):
-            client.log_batch(self.run_id, metrics=linked[i : i + METRICS_PER_REQUEST])
 
     def end(self, status: str = "FINISHED") -> Path | None:
         """Terminate the run; undelivered calls are retried for up to `flush_timeout()` seconds, then spooled

@@ -18,7 +18,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpt1 import pipeline as P
-from gpt1 import mlflow_features, pretrain_outputs, tasks, tracking
+from gpt1 import mlflow_features, mlflow_models, pretrain_outputs, tasks, tracking
 from gpt1 import tokenizer as tokenization
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune import finetune
@@ -84,7 +84,7 @@ def test_champion_is_the_best_version_and_loads_by_alias_on_raw_inputs(registere
     versions = sorted(client.search_model_versions(f"name='{REGISTERED}'"), key=lambda v: int(v.version))
     assert [v.run_id for v in versions] == [result["run_id"] for _, result in registered]
     scores = [result["metrics"]["primary"] for _, result in registered]
-    assert [float(v.tags[mlflow_features.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
+    assert [float(v.tags[mlflow_models.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the rule: highest, the earliest on a tie
     assert client.get_registered_model(REGISTERED).aliases == {"champion": versions[best].version}
 
@@ -94,7 +94,7 @@ def test_champion_is_the_best_version_and_loads_by_alias_on_raw_inputs(registere
     dev = [ex for ex in tasks.load("sst2", sample_tasks / "SST-2", "dev") if ex.id in expected][:6]
     raw = pd.DataFrame([raw_inputs(tasks.get("sst2"), ex) for ex in dev])
     assert list(raw.columns) == ["sentence"]
-    with tracking.process_uri(store):
+    with mlflow_models.process_uri(store):
         champion = mlflow.pyfunc.load_model(f"models:/{REGISTERED}@champion")
         newest = mlflow.pyfunc.load_model(f"models:/{REGISTERED}/latest")  # MLflow reserves the alias "latest"
     assert list(champion.predict(raw)["prediction"]) == [expected[ex.id] for ex in dev]
@@ -140,7 +140,7 @@ def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metr
     client = MlflowClient(store)
     parent = tracking.RunLogger("gpt1/smoke · rerun", experiment=EXPERIMENT, uri=store)
     out_dir, result = registered[0]
-    tags = tracking.stage_tags("finetune", key="k1", preset="smoke", cached=True)
+    tags = mlflow_features.stage_tags("finetune", key="k1", preset="smoke", cached=True)
     cached_id = log_finished_finetune(out_dir, run_name="full/sst2", parent_run_id=parent.run_id,
                                       experiment=EXPERIMENT, tracking_uri=store, tags=tags)
     cached, trained = client.get_run(cached_id), client.get_run(result["run_id"])
@@ -160,7 +160,7 @@ def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metr
     write_json(out / "final" / "training.json", {"steps": 2, "tokens_seen": 4096, "mlflow_run_id": "abc",
                                                  "shards_key": "s1"})
     pretrain_id = log_finished_pretrain(out, parent_run_id=parent.run_id, experiment=EXPERIMENT, tracking_uri=store,
-                                        tags=tracking.stage_tags("pretrain", key="k2", cached=True))
+                                        tags=mlflow_features.stage_tags("pretrain", key="k2", cached=True))
     parent.end()
     logged = client.get_run(pretrain_id)
     assert logged.data.metrics == {"loss": 4.0, "lr": 2e-4, "val_loss": 4.5, "val_ppl": 90.0, "tokens_seen": 4096}

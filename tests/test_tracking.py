@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import gpt1
-from gpt1 import mlflow_features, tracking
+from gpt1 import mlflow_features, mlflow_models, tracking
 from gpt1.tracking import METRICS_PER_REQUEST, RunLogger, start_run
 from tests.conftest import REPO
 
@@ -353,7 +353,7 @@ def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tm
 
 def test_datasets_are_mlflow_data_sources_with_hub_ids_and_revisions(store):
     run, _ = recorded_run(store, "datasets")
-    run.log_dataset("sst2/dev", "ab" * 40, tracking.hub_dataset_source("nyu-mll/glue", config="sst2",
+    run.log_dataset("sst2/dev", "ab" * 40, mlflow_features.hub_dataset_source("nyu-mll/glue", config="sst2",
                                                                        split="validation", revision="bcdcba79"),
                     context="evaluation", profile={"rows": 872})
     run.log_dataset("corpus", "cd" * 40, "/data/corpus", context="training")
@@ -377,9 +377,9 @@ def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_m
     run, _ = recorded_run(store, "pretrain-like")
     run.log_metrics({"val_loss": 4.0}, step=20)
     run.log_metrics({"val_loss": 3.5}, step=30)
-    run.log_files_model("pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
+    mlflow_models.log_files_model(run, "pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
                         params={"model.n_layer": 1}, tags={"gpt1.preset": "smoke"})
-    run.log_files_model("by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
+    mlflow_models.log_files_model(run, "by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
     run.end()
 
     client = MlflowClient(store)
@@ -390,7 +390,7 @@ def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_m
     assert uploaded.params == {"model.n_layer": "1"} and uploaded.tags["gpt1.location"] == str(folder)
     assert [(m.key, m.value, m.step) for m in uploaded.metrics] == [("val_loss", 3.5, 30)]  # the model's step
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "val_loss")] == [(20, 4.0), (30, 3.5)]
-    with tracking.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
+    with mlflow_models.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
         local = Path(download_artifacts(f"models:/{uploaded.model_id}", dst_path=str(tmp_path / "down")))
     assert (local / "model.safetensors").read_bytes() == b"weights"
     assert external.tags["mlflow.model.isExternal"] == "true" and str(external.status) == "READY"
@@ -414,7 +414,7 @@ def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_p
         return real(model_id, local_dir, artifact_path)
 
     client.log_model_artifacts = fail_once
-    run.log_files_model("pretrained", folder, upload=True, model_type="t")
+    mlflow_models.log_files_model(run, "pretrained", folder, upload=True, model_type="t")
     assert run.pending == 1 and "pretrained" not in run.model_ids
     run.end()
     assert calls[0] == calls[1] == run.model_ids["pretrained"]  # the same model completed
@@ -461,13 +461,13 @@ class FakeRegistry:
 
 
 def test_champion_is_the_best_headline_ties_keep_the_earliest():
-    h = mlflow_features.HEADLINE_TAG
+    h = mlflow_models.HEADLINE_TAG
     registry = FakeRegistry([(1, {h: "71.5"}), (2, {h: "80.25"}), (3, {h: "80.25"}), (4, {h: "nan"}), (5, {}),
                              (6, {h: "bad"})])
-    assert mlflow_features.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
+    assert mlflow_models.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
     registry = FakeRegistry([(1, {h: "-3.0"}), (2, {h: "12.0"})])  # MCC and Pearson can be negative
-    assert mlflow_features.update_champion(registry, "m") == "2"
-    assert mlflow_features.update_champion(FakeRegistry([(1, {})]), "m") is None
+    assert mlflow_models.update_champion(registry, "m") == "2"
+    assert mlflow_models.update_champion(FakeRegistry([(1, {})]), "m") is None
 
 
 def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_view(store):
@@ -496,7 +496,7 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     assert saved["name"] == "headline metrics: sst2, stsb" and isinstance(saved["createdAt"], int)
     assert json.loads(saved["state"])["selectedColumns"][-3:] == [
         "metrics.`glue_score`", "metrics.`task/sst2/primary`", "metrics.`task/stsb/primary`"]
-    assert sum(k.startswith(mlflow_features.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # the second run: the same view
+    assert sum(k.startswith(mlflow_features.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # run 2: the same view
     assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
 
     client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", "my notes")
@@ -585,7 +585,7 @@ def test_process_uri_keeps_the_environment_s_tracking_uri(monkeypatch, tmp_path)
     """MLflow's own restore deletes $MLFLOW_TRACKING_URI; a fine-tune worker's next task then logged to ./mlflow.db."""
     import mlflow
 
-    from gpt1.tracking import process_uri
+    from gpt1.mlflow_models import process_uri
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     with process_uri(f"sqlite:///{tmp_path / 'other.db'}"):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gpt1 import errors, tracking
+from gpt1 import errors, mlflow_features, tracking
 from gpt1.config import PipelineConfig, load_config
 from gpt1.finetune import METRICS_FILE, PREDICTIONS_DIR, ablation_name, finetune, registered_model_name
 from gpt1.io import read_json, write_json
@@ -71,7 +71,7 @@ class Job(StageJob):
                           parent_run_id=self.parent_run_id, tracking_uri=cfg.tracking.tracking_uri,
                           experiment=cfg.tracking.experiment, run_name=self.label, track=self.track,
                           device=self.device, registered_model=registered_model_name(cfg, self.task),
-                          run_tags=tracking.stage_tags("finetune", key=self.key(), preset=cfg.preset))
+                          run_tags=mlflow_features.stage_tags("finetune", key=self.key(), preset=cfg.preset))
         return {"task": self.task, "ablation": ablation_name(cfg.finetune), "eval_split": result["eval_split"],
                 "primary": result["metrics"].get("primary"), "run_id": result.get("run_id")}
 
