@@ -26,8 +26,9 @@ flow run of `orchestration.finetune_deployment` (its work pool's concurrency lim
 
 Choices where the spec is silent:
 - Pre-training takes its slot before the early fine-tunes are submitted, so it never queues behind them.
-- The fine-tunes are submitted the likely longest first (`Plan.tasks_heaviest_first`), so a long task (RACE in
-  the demo, SST-2 in `mini`) runs beside shorter ones instead of alone at the end.
+- The fine-tunes start the likely longest first (`Plan.tasks_heaviest_first`), so a long task (RACE in the demo,
+  SST-2 in `mini`) runs beside shorter ones instead of alone at the end. A fine-tune's task run is submitted only
+  once it holds a slot, so the order holds and its duration in the UI is its work, not its wait.
 - If pre-training fails, the fine-tunes already running beside it are let finish (their results stay for the
   re-run) before the flow run fails.
 - A failed child fine-tune is retried by the parent as a new child flow run (`<name>-retry<k>`), so each attempt
@@ -169,10 +170,9 @@ def pretrain_task(plan: P.Plan, parent_run_id: str | None, threads: str | None =
 
 @task(name="finetune", task_run_name="finetune-{variant}-{name}", persist_result=False)
 def finetune_task(plan: P.Plan, name: str, variant: str, parent_run_id: str | None) -> dict:
-    compute = _local_compute[str(flow_run.id)]
-    with compute.slots:
-        return P.run_finetune(plan, variant, name, parent_run_id, workers=compute.workers,
-                              log_line=get_run_logger().info)
+    """One fine-tune in a reused worker; submitted only once it holds a slot (see _submit_in_slots)."""
+    return P.run_finetune(plan, variant, name, parent_run_id, workers=_local_compute[str(flow_run.id)].workers,
+                          log_line=get_run_logger().info)
 
 
 @task(name="report", persist_result=False)
@@ -276,13 +276,43 @@ def _start_fan_out(plan: P.Plan, variants: list[str], parent_run_id: str | None)
     for name, why in plan.missing_data().items():
         get_run_logger().warning("%s: not run (%s)", name, why)
     ft = _retrying(finetune_task, plan.cfg, "finetune")
-    order = plan.tasks_heaviest_first()  # the slots are taken roughly in submission order
-    futures = {f"{variant}/{name}": ft.submit(plan, name, variant, parent_run_id)
-               for variant in variants for name in order}
+    jobs = {f"{variant}/{name}": (plan, name, variant, parent_run_id)
+            for variant in variants for name in plan.tasks_heaviest_first()}
+    return _submit_in_slots(ft, jobs, _local_compute[str(flow_run.id)].slots)
+
+
+def _submit_in_slots(ft, jobs: dict[str, tuple], slots: threading.Semaphore) -> Callable[[], dict[str, str]]:
+    """Submit each job (label -> task arguments, in order) once it holds one of the slots, from a thread of its
+    own; the slot is freed when its task run ends (after its retries). So a fine-tune's task run is Running only
+    while it works (its time in the UI is its own) and the jobs start in their order. Returns a function that
+    waits for all of them and returns the failures by label."""
+    futures: dict[str, object] = {}
+    not_submitted: list[str] = []
+
+    def submit_in_order() -> None:
+        for label, args in jobs.items():
+            slots.acquire()
+            try:
+                future = ft.submit(*args)
+            except Exception as e:  # noqa: BLE001 - reported by failures(), with the jobs never submitted
+                slots.release()
+                not_submitted.append(f"not submitted: {type(e).__name__}: {e}")
+                return
+            future.add_done_callback(lambda _: slots.release())
+            futures[label] = future
+
+    # In this flow run's context: Task.submit needs its task runner and flow run.
+    dispatcher = threading.Thread(target=contextvars.copy_context().run, args=(submit_in_order,),
+                                  name="fan-out", daemon=True)
+    dispatcher.start()
 
     def failures() -> dict[str, str]:
+        dispatcher.join()
         failed = {}
-        for label, future in futures.items():
+        for label in jobs:
+            if (future := futures.get(label)) is None:
+                failed[label] = not_submitted[0]
+                continue
             future.wait()
             if not future.state.is_completed():
                 failed[label] = str(future.state.message or future.state.name)

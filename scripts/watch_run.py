@@ -29,15 +29,10 @@ def clock(start: float) -> str:
     return f"[{seconds // 60:02d}:{seconds % 60:02d}]"
 
 
-QUEUED = "finetune-"  # task runs that are Running while they wait for a compute slot (flows/pipeline.py)
-
-
 class Follower:
     def __init__(self, start: float):
         self.start = start
         self.states: dict = {}
-        self.names: dict = {}  # task run id -> name
-        self.began: dict = {}  # task run id -> when its work began (for a queued one: its first log line)
         self.step_said = 0.0
         self.compile_said = False
         self.first_step: tuple[float, int] | None = None
@@ -50,10 +45,8 @@ class Follower:
         if self.states.get(run.id) == state:
             return
         self.states[run.id] = state
-        began = self.began.get(run.id, run.start_time)
-        seconds = (run.end_time - began).total_seconds() if run.end_time and began else None
-        if state == "RUNNING" and not run.name.startswith(QUEUED):
-            self.began[run.id] = run.start_time
+        seconds = (run.end_time - run.start_time).total_seconds() if run.end_time and run.start_time else None
+        if state == "RUNNING":
             self.say(f"> {run.name}")
         elif state == "COMPLETED":
             self.say(f"  {run.name} done" + (f" ({seconds:.0f} s)" if seconds is not None else ""))
@@ -62,11 +55,6 @@ class Follower:
 
     def log(self, record) -> None:
         message = record.message
-        name = self.names.get(record.task_run_id, "")
-        if name.startswith(QUEUED) and record.task_run_id not in self.began and self.states.get(
-                record.task_run_id) in (None, "PENDING", "RUNNING"):  # it has a slot now
-            self.began[record.task_run_id] = record.timestamp
-            self.say(f"> {name}")
         if step := STEP.search(message):
             done, total, loss = int(step[1]), int(step[2]), float(step[3])
             now = time.monotonic()
@@ -112,7 +100,6 @@ def main() -> int:
             ids = [run.id, *(c.id for c in children)]
             task_runs = sorted(client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=ids))),
                                key=lambda t: t.start_time or t.expected_start_time)
-            follower.names.update((t.id, t.name) for t in task_runs)
             logs = client.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=ids),
                                                          timestamp=LogFilterTimestamp(after_=seen_after)),
                                     sort=LogSort.TIMESTAMP_ASC, limit=PAGE)
@@ -121,7 +108,7 @@ def main() -> int:
                     seen.add(record.id)
                     follower.log(record)
                 seen_after = max(seen_after, record.timestamp)
-            for task_run in task_runs:  # after the logs: a queued task run's first line says when its work began
+            for task_run in task_runs:
                 follower.task_run(task_run)
             if run.state.is_final() and len(logs) < PAGE:
                 break

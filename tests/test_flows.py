@@ -408,6 +408,26 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
         assert metrics["model_config"] == read_json(plan.dir("pretrain") / "final" / CONFIG_NAME)
 
 
+@pytest.mark.slow
+def test_a_fine_tunes_task_run_is_running_only_while_it_holds_a_slot(base):
+    """Fine-tunes are submitted as they get one of the 2 slots (pre-training holds one while it runs): no more
+    task runs are Running at once than there are slots, so a fine-tune's time in the Prefect UI is its work,
+    not its wait."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run_id = base.state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+    spans = {run.name: (run.start_time, run.end_time) for run in task_runs}
+    finetunes = [span for name, span in spans.items() if name.startswith("finetune-")]
+    pretrain = [span for name, span in spans.items() if name.startswith("pretrain")]
+    assert len(finetunes) == 2 * len(TASKS) and len(pretrain) == 1, sorted(spans)
+    events = sorted([(start, 1) for start, _ in finetunes + pretrain] + [(end, -1) for _, end in finetunes + pretrain])
+    running = [sum(change for _, change in events[:i + 1]) for i in range(len(events))]
+    assert max(running) == 2, (spans, running)  # an end sorts before a start at the same instant
+
+
 def test_the_cli_keys_a_stage_as_the_plan_does(base):
     """One content key everywhere: a stage run by hand on the plan's folders computes the key the plan named
     them by, and finds them finished (no re-run)."""

@@ -1,5 +1,4 @@
-"""scripts/watch_run.py, the terminal follower of `make demo`: a fine-tune's task run is Running while it waits for
-a compute slot, so its start line and its time come from its first log line, not from its state."""
+"""scripts/watch_run.py, the terminal follower of `make demo`: what it prints of task run states and log lines."""
 
 from __future__ import annotations
 
@@ -30,23 +29,19 @@ def lines(capsys) -> list[str]:
     return [line.split("] ", 1)[1] for line in capsys.readouterr().out.splitlines()]
 
 
-def test_a_queued_fine_tune_starts_at_its_first_log_line_and_is_timed_from_there(capsys):
+def test_a_task_run_is_said_once_per_state_and_timed_by_its_own_start_and_end(capsys):
+    """The flow submits a fine-tune only once it holds a slot, so its task run's times are its work's."""
     follower = watch_run.Follower(start=0.0)
-    follower.names = {"a": "finetune-full-sst2", "b": "ingest"}
-    follower.task_run(task_run("a", "finetune-full-sst2", "RUNNING", 0))
-    follower.task_run(task_run("b", "ingest", "RUNNING", 0))
-    assert lines(capsys) == ["> ingest"]  # the fine-tune only waits for a slot so far
-
-    follower.log(log("a", 100))
-    follower.log(log("a", 101))
-    follower.task_run(task_run("a", "finetune-full-sst2", "COMPLETED", 0, 130))
-    follower.task_run(task_run("b", "ingest", "COMPLETED", 0, 3))
-    assert lines(capsys) == ["> finetune-full-sst2", "  finetune-full-sst2 done (30 s)", "  ingest done (3 s)"]
+    follower.task_run(task_run("a", "finetune-full-sst2", "RUNNING", 100))
+    follower.task_run(task_run("a", "finetune-full-sst2", "RUNNING", 100))  # polled again: said once
+    follower.log(log("a", 101, "[full/sst2] sst2: acc = 91.50 on dev (majority baseline 50.00); outputs in out"))
+    follower.task_run(task_run("a", "finetune-full-sst2", "COMPLETED", 100, 130))
+    assert lines(capsys) == ["> finetune-full-sst2", "  full/sst2: acc 91.5 on dev (majority class 50.0)",
+                             "  finetune-full-sst2 done (30 s)"]
 
 
 def test_a_fine_tune_seen_only_when_finished_is_timed_from_its_state(capsys):
     follower = watch_run.Follower(start=0.0)
-    follower.names = {"a": "finetune-full-rte"}
     follower.task_run(task_run("a", "finetune-full-rte", "COMPLETED", 0, 40))
     follower.log(log("a", 10))  # its logs arrive after it finished: no late start line
     assert lines(capsys) == ["  finetune-full-rte done (40 s)"]
