@@ -10,8 +10,9 @@ cache; Story Cloze has no downloadable hub copy and must be supplied through `fi
 MLflow server (reachable, and the experiment writable), the Prefect deployments and work pools the run hands work
 to (each deployment exists, its pool exists and has a worker online), processes per node against the GPUs the
 pre-training pool gives a job, the work dir (writable; an absolute path when other pods must see it), the settings
-that must agree (batch layout for the world size, transfer layers, a checkpoint's shape, cached shards' context),
-and free disk against an estimate of the run's outputs.
+that must agree (batch layout for the world size, transfer layers, cached shards' context), and free disk against
+an estimate of the run's outputs. The vocabulary needs no check: the run trains its own tokenizer, and every later
+stage is keyed by it.
 
 Prefect is reached through its REST API (PREFECT_API_URL, or the active profile's), so this package never imports
 Prefect. Unpinned hub revisions are notes, not problems: the run works, but a re-run cannot tell if the data moved.

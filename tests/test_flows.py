@@ -428,6 +428,29 @@ def test_a_fine_tunes_task_run_is_running_only_while_it_holds_a_slot(base):
     assert max(running) == 2, (spans, running)  # an end sorts before a start at the same instant
 
 
+@pytest.mark.slow
+def test_the_no_pretrain_deployment_runs_no_pretraining(base):
+    """`gpt1/ablation-no-pretrain` (variant no_pretrain): every variant fine-tunes a random init, so the flow runs
+    no pre-training at all, not even for a pre-training key nobody has computed."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from flows.pipeline import gpt1_pipeline
+
+    extra = [*BASE, "pretrain.max_steps=31"]
+    plan = P.Plan.make(P.variant_config(load_config("smoke", [*TINY, *extra]), "no_pretrain"), base.work)
+    assert not plan.dir("pretrain").exists()
+    state = gpt1_pipeline(preset="smoke", overrides=overrides(base.uri, extra), variant="no_pretrain",
+                          work_dir=str(base.work), return_state=True)
+    assert state.is_completed(), state.message
+    assert not plan.dir("pretrain").exists()
+    with get_client(sync_client=True) as client:
+        names = [run.name for run in client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))]
+    assert not [n for n in names if n.startswith("pretrain")], names
+    assert all(is_done(plan.task_dir(t, v)) for t in TASKS for v in plan.variants), plan.variants
+
+
 def test_the_cli_keys_a_stage_as_the_plan_does(base):
     """One content key everywhere: a stage run by hand on the plan's folders computes the key the plan named
     them by, and finds them finished (no re-run)."""
