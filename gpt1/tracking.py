@@ -1,15 +1,13 @@
 """MLflow logging that never stops training: run nesting, lineage, and buffered, retried writes.
 
-This module is the delivery. What runs carry is elsewhere and logs through `RunLogger`: logged models and the Model
-Registry in gpt1.mlflow_models; stage tags, dataset sources, system metrics and the pipeline's parent run in
-gpt1.mlflow_features.
+This module is the delivery; what runs carry (logged models and the Registry: gpt1.mlflow_models; stage tags,
+datasets, system metrics, the parent run: gpt1.mlflow_features) logs through `RunLogger`, as every stage does.
 
-Every stage logs through `RunLogger`. Metrics are buffered: `log_metrics` only appends to the run's buffer, and a
-background thread sends the buffer as one `log_batch` request (at most 1000 metrics each) once its oldest metric is
-`metrics_interval` seconds old (argument, default `METRICS_INTERVAL` = 2 s; 0 sends every call at once) or it holds
-1000 metrics. Any other call of the run (params, tags, artifacts, datasets, model registration, end) and `flush()`
-send the buffer first, so the store receives everything in the order it was logged; timestamps and steps are those
-of the original `log_metrics` call.
+Metrics are buffered: `log_metrics` only appends to the run's buffer, and a background thread sends the buffer as
+one `log_batch` request (at most 1000 metrics each) once its oldest metric is `metrics_interval` seconds old
+(argument, default `METRICS_INTERVAL` = 2 s; 0 sends every call at once) or it holds 1000 metrics. Any other
+call (params, tags, artifacts, datasets, models, end) and `flush()` send the buffer first, so the store receives
+everything in the order it was logged, with the steps and timestamps of the original `log_metrics` calls.
 
 Each MLflow request is attempted once (short timeout, no long HTTP retry loop); on failure it is queued and replayed
 in order on a later call or `flush()`, so an unreachable tracking server costs nothing but a warning, and the run
@@ -30,10 +28,9 @@ Choices where the spec is silent:
   `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one.
 - A model is logged by `log_model`, which queues the function that builds it (gpt1.serving for task models,
   gpt1.mlflow_models for a folder of files) like any other call.
-- MLflow's own asynchronous logging (`synchronous=False`, MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends one
-  request per call unless MLFLOW_ASYNC_LOGGING_BUFFERING_SECONDS is set (then it waits that long before any
-  delivery), sends from up to 10 threads in no fixed order, and drops a batch that fails; the buffered sender
-  here delivers sooner in fewer requests (benchmarks/bench_tracking.py) and replays after an outage.
+- MLflow's own asynchronous logging (MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends from up to 10 threads in
+  no fixed order and drops a batch that fails; the buffered sender here replays after an outage and delivers
+  sooner in fewer requests (benchmarks/bench_tracking.py).
 """
 
 from __future__ import annotations
