@@ -50,11 +50,11 @@ def main() -> None:
 
     import deepspeed
 
-    from gpt1.checkpoint import CheckpointManager, consolidated_state_dict
+    from gpt1.pretrain.checkpoint import CheckpointManager, consolidated_state_dict
     from gpt1.config import load_config
-    from gpt1.distributed import deepspeed_config, init_world
-    from gpt1.model import GPT1
-    from gpt1.optim import param_groups
+    from gpt1.pretrain.distributed import deepspeed_config, init_world
+    from gpt1.model.transformer import GPT1
+    from gpt1.model.optim import param_groups
 
     init_world()
     cfg = load_config("paper", [f"pretrain.zero_stage={args.zero_stage}", f"pretrain.precision={args.precision}",
@@ -100,7 +100,7 @@ def main() -> None:
 
 
 def _as_model(cfg, state):
-    from gpt1.model import GPT1
+    from gpt1.model.transformer import GPT1
 
     with torch.device("meta"):
         model = GPT1(cfg.model)

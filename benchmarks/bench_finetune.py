@@ -26,13 +26,13 @@ import torch
 
 from gpt1 import tasks
 from gpt1.config import FinetuneConfig, load_config
-from gpt1.convert import hf_config_dict, to_hf_state_dict
-from gpt1 import optim
-from gpt1.finetune import Split, train
-from gpt1.mfu import measure_matmul_flops
-from gpt1.model import GPT1, GPT1ForTask, flops_per_token
+from gpt1.model.convert import hf_config_dict, to_hf_state_dict
+from gpt1.model import optim
+from gpt1.finetune.train import Split, train
+from gpt1.model.mfu import measure_matmul_flops
+from gpt1.model.transformer import GPT1, GPT1ForTask, flops_per_token
 from gpt1.tasks import Encoded, TextExample
-from gpt1.tracking import RunLogger
+from gpt1.tracking.logger import RunLogger
 
 
 def synthetic_ids(n: int, seq: int, vocab: int, seed: int) -> torch.Tensor:

@@ -58,17 +58,17 @@ def main() -> None:
     import ftfy
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from gpt1 import tokenizer as tokenization
+    from gpt1.data.train_tokenizer import bpe
 
     vocab = SHARED / "openai-gpt1"
-    ours = tokenization.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
+    ours = bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
     paragraphs = [p for book in sorted((SHARED / "books").glob("*.txt")) for p in book_paragraphs(book)[:: args.every]]
     fixed = [ftfy.fix_text(p) for p in paragraphs]
     expected = ours.encode_batch(paragraphs)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-hf-tokenizer-"))
     export = tmp / "export"
-    tokenization.save_transformers(ours, export, model_max_length=512)
+    bpe.save_transformers(ours, export, model_max_length=512)
     (export / "config.json").write_text(json.dumps({"model_type": "openai-gpt"}))  # as in a model folder
     variants = {
         "as is": (PreTrainedTokenizerFast(tokenizer_file=str(ours.save(tmp / "plain"))), paragraphs),

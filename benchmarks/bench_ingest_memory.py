@@ -58,7 +58,7 @@ def scaled_corpus(books: Path, out: Path, scale: int, fmt: str) -> int:
 
 def child(source: str | None, out: str) -> None:
     """Run in a fresh process: ingest (or only import, when `source` is None) and print what it cost."""
-    from gpt1.data.ingest import BOOKCORPUS_ROWS_PER_DOC, ingest
+    from gpt1.data.ingest.ingest import BOOKCORPUS_ROWS_PER_DOC, ingest
 
     cpu, stats = time.process_time(), None
     if source:  # rows are grouped into documents as for hub BooksCorpus

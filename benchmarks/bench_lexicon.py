@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gpt1 import tokenizer as tokenization
-from gpt1.sample import lexicon as lex
-from gpt1.model import GPT1
+from gpt1.data.train_tokenizer import bpe
+from gpt1.sample_data import lexicon as lex
+from gpt1.model.transformer import GPT1
 
 
 def word_states(model: GPT1, tok, frame: str, words: list[str]) -> torch.Tensor:
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random-init peer")
     args = parser.parse_args()
 
-    tok = tokenization.load(args.tokenizer or args.checkpoint / "tokenizer.json")
+    tok = bpe.load(args.tokenizer or args.checkpoint / "tokenizer.json")
     pretrained = GPT1.from_pretrained(args.checkpoint).eval()
     torch.manual_seed(args.seed)
     scratch = GPT1(pretrained.config).eval()

@@ -90,9 +90,9 @@ def export_checkpoint(pretrain_dir: Path, step: int, tokenizer_dir: Path, out: P
     config.json is written last, so an existing one means a complete folder."""
     import torch
 
-    from gpt1 import tokenizer
+    from gpt1.data.train_tokenizer import bpe
     from gpt1.config import config_from_dict
-    from gpt1.model import GPT1
+    from gpt1.model.transformer import GPT1
 
     if (out / "config.json").is_file():
         return out
@@ -105,18 +105,18 @@ def export_checkpoint(pretrain_dir: Path, step: int, tokenizer_dir: Path, out: P
     state = torch.load(tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=True)["module"]
     model = GPT1(cfg.model)
     model.load_checked_state_dict(state, source=tag)
-    tokenizer.load(tokenizer_dir).save(out)
+    bpe.load(tokenizer_dir).save(out)
     model.save_pretrained(out)
     return out
 
 
 def write_random_init(cfg, vocab_size: int, tokenizer_dir: Path, out: Path) -> Path:
     """A model folder with the preset's shape (config.json + tokenizer): what from-scratch fine-tuning reads."""
-    from gpt1 import tokenizer
+    from gpt1.data.train_tokenizer import bpe
     from gpt1.io import write_json as write
 
     write(out / "config.json", cfg.model.model_copy(update={"vocab_size": vocab_size}).model_dump())
-    tokenizer.load(tokenizer_dir).save(out)
+    bpe.load(tokenizer_dir).save(out)
     return out
 
 
@@ -179,7 +179,7 @@ def main() -> int:
     parser.add_argument("--work", required=True, type=Path, help="folder for every stage's output")
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--source", help="corpus source (default: the preset's data.source)")
+    parser.add_argument("--source", help="corpus source (default: the preset's ingest.source)")
     parser.add_argument("--data", type=Path, help="folder of GLUE task folders (default: the preset's finetune.data)")
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASK_FOLDERS), help="default: the preset's five")
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0],
@@ -220,15 +220,15 @@ def main() -> int:
         parser.error(f"--budgets: steps {bad} are not multiples of the smallest budget's {save_every} steps")
     keep = len({s for s in steps.values() if s != max_steps}) + 1
 
-    stage("ingest", ["ingest", "--source", args.source or cfg.data.source, "--out", str(work / "corpus"),
-                     "--val-fraction", str(cfg.data.val_fraction), "--no-progress"],
+    stage("ingest", ["ingest", "--source", args.source or cfg.ingest.source, "--out", str(work / "corpus"),
+                     "--val-fraction", str(cfg.ingest.val_fraction), "--no-progress"],
           work / "corpus" / "stats.json", 1)
     stage("train-tokenizer", ["train-tokenizer", "--corpus", str(work / "corpus"), "--out", str(work / "tokenizer"),
-                              "--merges", str(cfg.tokenizer.merges)], work / "tokenizer" / "tokenizer.json", 1)
+                              "--merges", str(cfg.train_tokenizer.merges)], work / "tokenizer" / "tokenizer.json", 1)
     stage("tokenize", ["tokenize", "--corpus", str(work / "corpus"), "--tokenizer", str(work / "tokenizer"),
                        "--out", str(work / "shards"), "--preset", args.preset, "--ctx", str(cfg.model.n_ctx),
-                       "--workers", str(cfg.data.workers), "--no-progress"], work / "shards" / "manifest.json",
-          cfg.data.workers)
+                       "--workers", str(cfg.tokenize.workers), "--no-progress"], work / "shards" / "manifest.json",
+          cfg.tokenize.workers)
     vocab = read_json(work / "shards" / "manifest.json")["vocab_size"]
     scratch_init = write_random_init(cfg, vocab, work / "tokenizer", work / "models" / "random_init")
 

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from gpt1.config import ModelConfig, load_config
-from gpt1.convert import hf_config_dict, to_hf_state_dict
-from gpt1.mfu import gpu_peak_flops
-from gpt1.model import GPT1, flops_per_token
+from gpt1.model.convert import hf_config_dict, to_hf_state_dict
+from gpt1.model.mfu import gpu_peak_flops
+from gpt1.model.transformer import GPT1, flops_per_token
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

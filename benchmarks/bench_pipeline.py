@@ -41,11 +41,11 @@ import time
 from pathlib import Path
 
 from flows.pipeline import FINETUNE_PRELOAD
-from gpt1 import pipeline as P
+from gpt1.pipeline import plan as P
 from gpt1.config import load_config
 from gpt1.io import read_json
 from gpt1.runtime.workers import WorkerPool
-from gpt1.stages.finetune import InWorker
+from gpt1.finetune.stage import InWorker
 
 UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
 

@@ -36,14 +36,14 @@ from pathlib import Path
 import torch
 
 from gpt1.config import load_config
-from gpt1.model import GPT1
-from gpt1.optim import lr_factor, param_groups
+from gpt1.model.transformer import GPT1
+from gpt1.model.optim import lr_factor, param_groups
 
 
 def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int | None, vocab: int | None) -> dict:
     import deepspeed
 
-    from gpt1.distributed import deepspeed_config, init_world
+    from gpt1.pretrain.distributed import deepspeed_config, init_world
 
     init_world()
     cfg = load_config("smoke" if shape == "smoke" else "paper",

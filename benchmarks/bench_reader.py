@@ -38,7 +38,7 @@ A100_BF16_FLOPS, A100_MFU = 312e12, 0.40
 def build_shards(work: Path, mb: float) -> Path:
     from bench_tokenize import gpt1_tokenizer, ingest_books  # this folder: the same corpus and tokenizer
 
-    from gpt1.data.shards import tokenize_corpus
+    from gpt1.data.tokenize import tokenize_corpus
 
     corpus_dir = ingest_books(work, mb)
     tokenize_corpus(corpus_dir, gpt1_tokenizer(corpus_dir), work / "shards", n_ctx=512, shard_rows=256, workers=2,
@@ -48,7 +48,7 @@ def build_shards(work: Path, mb: float) -> Path:
 
 def reader_rate(shards: Path, seconds: float, world_size: int, global_batch: int = 64, micro: int = 8) -> float:
     """Blocks/s this rank receives from `global_batches`, shuffles of every new epoch included."""
-    from gpt1.data.shards import BlockReader
+    from gpt1.data.tokenize import BlockReader
 
     reader = BlockReader(shards, "train", seed=0, rank=0, world_size=world_size)
     blocks, started = 0, time.perf_counter()
@@ -59,7 +59,7 @@ def reader_rate(shards: Path, seconds: float, world_size: int, global_batch: int
 
 
 def random_access_rate(shards: Path, seconds: float) -> float:
-    from gpt1.data.shards import BlockReader
+    from gpt1.data.tokenize import BlockReader
 
     reader = BlockReader(shards, "train")
     order = torch.randperm(len(reader)).tolist()
@@ -76,7 +76,7 @@ def training_rate(preset: str, vocab_size: int, batch: int, steps: int) -> tuple
     """Tokens/s one forward + backward + AdamW step consumes for `preset`'s model on this CPU (best step), with
     the shards' vocabulary (as `gpt1 pretrain` sets it)."""
     from gpt1.config import load_config
-    from gpt1.model import GPT1
+    from gpt1.model.transformer import GPT1
 
     cfg = load_config(preset).model.model_copy(update={"vocab_size": vocab_size})
     model = GPT1(cfg).train()
@@ -111,8 +111,8 @@ def main() -> None:
         shards = build_shards(work, args.mb)
 
     from gpt1.config import load_config
-    from gpt1.data.shards import load_manifest
-    from gpt1.model import flops_per_token
+    from gpt1.data.tokenize import load_manifest
+    from gpt1.model.transformer import flops_per_token
 
     manifest = load_manifest(shards)
     block = manifest["n_ctx"] + 1

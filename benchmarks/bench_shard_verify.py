@@ -32,7 +32,7 @@ CHUNK = 1 << 20
 
 
 def shard_files(shards: Path) -> list[Path]:
-    from gpt1.data.shards import load_manifest
+    from gpt1.data.tokenize import load_manifest
 
     manifest = load_manifest(shards)
     return [shards / s["file"] for split in manifest["splits"].values() for s in split["shards"]]
@@ -68,7 +68,7 @@ def best_of(rounds: int, run, files: list[Path], cold: bool) -> float:
 
 def batch_check_share(shards: Path, batches: int) -> tuple[float, float]:
     """(seconds per global batch of 64 served, seconds of the vocabulary check on such a batch)."""
-    from gpt1.data.shards import BlockReader
+    from gpt1.data.tokenize import BlockReader
 
     reader = BlockReader(shards, "train", seed=0)
     served, started = 0, time.perf_counter()
@@ -94,7 +94,7 @@ def main() -> None:
 
     from bench_tokenize import SHARED, gpt1_tokenizer, ingest_books
 
-    from gpt1.data.shards import BlockReader, tokenize_corpus, verify_shards
+    from gpt1.data.tokenize import BlockReader, tokenize_corpus, verify_shards
 
     if not (SHARED / "books").is_dir():
         sys.exit(f"shared books not found at {SHARED / 'books'} (set GPT1_SHARED_DATA)")

@@ -47,7 +47,7 @@ SHARD_ROWS = 1024  # 0.5M tokens: the 1x corpus already fills several shards, so
 def ingest_books(work: Path, mb: float) -> Path:
     """The smallest shared books up to `mb` MB, ingested: many documents, as in BooksCorpus ingested in ~80 KB
     documents, so parallel work can be balanced (one book = one document)."""
-    from gpt1.data.ingest import ingest
+    from gpt1.data.ingest.ingest import ingest
 
     books, total = work / "books", 0
     books.mkdir()
@@ -63,7 +63,7 @@ def ingest_books(work: Path, mb: float) -> Path:
 def repeat_corpus(one: Path, out: Path, copies: int) -> Path:
     """`copies` x every document of `one`, in the corpus.py layout with ingest's row groups (ingest itself would
     deduplicate the copies)."""
-    from gpt1.data import corpus
+    from gpt1.data.ingest import corpus
     from gpt1.io import write_json
 
     for split in corpus.SPLITS:
@@ -82,13 +82,13 @@ def repeat_corpus(one: Path, out: Path, copies: int) -> Path:
 
 def gpt1_tokenizer(corpus_dir: Path):
     """The original GPT-1 vocabulary when the shared files exist, else 2,000 merges trained on the corpus."""
-    from gpt1 import tokenizer
-    from gpt1.data.corpus import iter_texts
+    from gpt1.data.train_tokenizer import bpe
+    from gpt1.data.ingest.corpus import iter_texts
 
     vocab = SHARED / "openai-gpt1"
     if (vocab / "encoder_bpe_40000.json").exists():
-        return tokenizer.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
-    return tokenizer.train(iter_texts(corpus_dir, "train"), merges=2000, show_progress=False)
+        return bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
+    return bpe.train(iter_texts(corpus_dir, "train"), merges=2000, show_progress=False)
 
 
 def peak_rss_mb() -> dict:
@@ -104,7 +104,7 @@ def cpu_seconds() -> float:
 
 def child(args: argparse.Namespace) -> dict:
     """One measurement in this (fresh) process; prints a JSON line."""
-    from gpt1.data.corpus import SPLITS, iter_texts
+    from gpt1.data.ingest.corpus import SPLITS, iter_texts
 
     if args.child in ("raw", "tokenizer"):
         texts = [t for split in SPLITS for t in iter_texts(args.corpus, split)]
@@ -115,22 +115,22 @@ def child(args: argparse.Namespace) -> dict:
             started, cpu = time.perf_counter(), cpu_seconds()
             tokens = sum(len(e.ids) for e in encoder.encode_batch_fast(texts))
         else:
-            from gpt1 import tokenizer
+            from gpt1.data.train_tokenizer import bpe
 
-            encoder = tokenizer.load(args.tokenizer)
+            encoder = bpe.load(args.tokenizer)
             started, cpu = time.perf_counter(), cpu_seconds()
             tokens = sum(len(ids) for ids in encoder.encode_batch(texts))
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         chars = sum(map(len, texts))
     else:
-        from gpt1 import tokenizer
-        from gpt1.data.shards import tokenize_corpus
+        from gpt1.data.train_tokenizer import bpe
+        from gpt1.data.tokenize import tokenize_corpus
 
         out = Path(args.out)
         shutil.rmtree(out, ignore_errors=True)
         encoder, in_encode = args.tokenizer, [0.0]
         if args.workers == 1:  # in-process: also time the tokenizer's own share of the stage
-            encoder = tokenizer.load(args.tokenizer)
+            encoder = bpe.load(args.tokenizer)
             encode_batch = encoder.encode_batch
 
             def timed_encode_batch(texts):

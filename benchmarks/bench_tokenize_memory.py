@@ -37,8 +37,8 @@ def one_document_corpus(books: Path, out: Path, max_chars: int | None) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from gpt1.data import corpus
-    from gpt1.data.clean import decode
+    from gpt1.data.ingest import corpus
+    from gpt1.data.ingest.clean import decode
     from gpt1.io import write_json
 
     text = "\n\n".join(decode(p.read_bytes())[0] for p in sorted(books.glob("*.txt")))
@@ -61,10 +61,10 @@ def vm_hwm_bytes() -> int:
 
 
 def child(corpus: str, tokenizer_dir: str, out: str, encode_chars: int) -> None:
-    from gpt1 import tokenizer
-    from gpt1.data.shards import tokenize_corpus
+    from gpt1.data.train_tokenizer import bpe
+    from gpt1.data.tokenize import tokenize_corpus
 
-    tok = tokenizer.load(tokenizer_dir)
+    tok = bpe.load(tokenizer_dir)
     tok.encode_batch(["start the thread pool"] * 64)
     before, started, cpu = vm_hwm_bytes(), time.perf_counter(), time.process_time()
     manifest = tokenize_corpus(corpus, tok, out, n_ctx=512, shard_rows=1024, show_progress=False,
@@ -102,7 +102,7 @@ def main() -> None:
 
     from bench_tokenize import SHARED, gpt1_tokenizer
 
-    from gpt1.data.shards import ENCODE_CHARS
+    from gpt1.data.tokenize import ENCODE_CHARS
 
     if not (SHARED / "books").is_dir():
         sys.exit(f"shared books not found at {SHARED / 'books'} (set GPT1_SHARED_DATA)")

@@ -60,14 +60,14 @@ def throughput(args: argparse.Namespace) -> dict:
     import ftfy
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
-    from gpt1 import tokenizer as gpt1_tokenizer
+    from gpt1.data.train_tokenizer import bpe
 
     texts = sample_paragraphs(args.books, args.chars)
     few = texts[::10]
-    ours = gpt1_tokenizer.from_openai(*vocab_files(args.vocab))
-    exact = gpt1_tokenizer.from_openai(*vocab_files(args.vocab), exact=True)
+    ours = bpe.from_openai(*vocab_files(args.vocab))
+    exact = bpe.from_openai(*vocab_files(args.vocab), exact=True)
     original = OracleEncoder(*vocab_files(args.vocab))
-    fixed = [gpt1_tokenizer.fix_text(t) for t in texts]
+    fixed = [bpe.fix_text(t) for t in texts]
     rust = ours._tokenizer
 
     def peer(pre_tokenizer) -> Tokenizer:
@@ -89,7 +89,7 @@ def throughput(args: argparse.Namespace) -> dict:
         "ours, no ftfy": (lambda: rust_tokens(rust, fixed), texts),
         "raw peer": (lambda: rust_tokens(raw, fixed), texts),
         "whitespace peer": (lambda: rust_tokens(whitespace, fixed), texts),
-        "fix_text (ours)": (lambda: clean_only(gpt1_tokenizer.fix_text), texts),
+        "fix_text (ours)": (lambda: clean_only(bpe.fix_text), texts),
         "ftfy.fix_text": (lambda: clean_only(ftfy.fix_text), texts),
         "exact": (lambda: sum(map(len, exact.encode_batch(few))), few),
         "original": (lambda: sum(len(original.encode(t)) for t in few), few),
@@ -156,12 +156,12 @@ def mismatch_class(chunk: str) -> str:
 def parity(args: argparse.Namespace) -> None:
     import ftfy
 
-    from gpt1 import tokenizer as gpt1_tokenizer
+    from gpt1.data.train_tokenizer import bpe
 
     books = sorted(args.books.glob("*.txt"))
     paragraphs = [p for book in books for p in book_paragraphs(book)][:: args.every]
-    fast = gpt1_tokenizer.from_openai(*vocab_files(args.vocab))
-    exact = gpt1_tokenizer.from_openai(*vocab_files(args.vocab), exact=True)
+    fast = bpe.from_openai(*vocab_files(args.vocab))
+    exact = bpe.from_openai(*vocab_files(args.vocab), exact=True)
     original = OracleEncoder(*vocab_files(args.vocab))
     words = fast._tokenizer.pre_tokenizer
     normalize = fast._tokenizer.normalizer
@@ -172,7 +172,7 @@ def parity(args: argparse.Namespace) -> None:
           f"{time.perf_counter() - start:.0f} s")
     ours = fast.encode_batch(paragraphs)
     exact_ids = exact.encode_batch(paragraphs)
-    ftfy_same = sum(gpt1_tokenizer.fix_text(p) == ftfy.fix_text(p) for p in paragraphs)
+    ftfy_same = sum(bpe.fix_text(p) == ftfy.fix_text(p) for p in paragraphs)
 
     total = sum(map(len, reference))
     same = matched = 0
@@ -185,7 +185,7 @@ def parity(args: argparse.Namespace) -> None:
             continue
         matched += sum(b.size for b in difflib.SequenceMatcher(None, want, got, autojunk=False).get_matching_blocks())
         found = set()
-        for chunk in set(gpt1_tokenizer.standardize(ftfy.fix_text(paragraph)).split(" ")) - {"\n"}:
+        for chunk in set(bpe.standardize(ftfy.fix_text(paragraph)).split(" ")) - {"\n"}:
             spacy_words = [t.text.lower() for t in original.nlp(chunk)]
             our_words = [w for w, _ in words.pre_tokenize_str(normalize.normalize_str(chunk))]
             if spacy_words != our_words:

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from mlflow.store.tracking.rest_store import RestStore
 
-from gpt1.distributed import free_port
-from gpt1.tracking import METRICS_INTERVAL, RunLogger
+from gpt1.runtime.processes import free_port
+from gpt1.tracking.logger import METRICS_INTERVAL, RunLogger
 
 KEYS = ("train/loss", "train/lr", "train/grad_norm")
 

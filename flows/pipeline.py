@@ -60,21 +60,21 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from pydantic import StringConstraints
 
-from gpt1 import pipeline as P
+from gpt1.pipeline import plan as P
 from gpt1.config import PipelineConfig, available_presets, config_from_dict, load_config
 from gpt1.io import read_json
-from gpt1.distributed import threads_per_process
-from gpt1.preflight import run_checks
+from gpt1.runtime.processes import threads_per_process
+from gpt1.pipeline.preflight import run_checks
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages import outputs
 from gpt1.stages.outputs import is_done
-from gpt1.mlflow_features import start_pipeline_run
-from gpt1.tracking import RunLogger
+from gpt1.tracking.runs import start_pipeline_run
+from gpt1.tracking.logger import RunLogger
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # pre-training's progress lines (gpt1.pretrain)
 # What a fine-tune worker imports once (torch, the task metrics, MLflow models), instead of once per task.
-FINETUNE_PRELOAD = ("torch", "sklearn.metrics", "gpt1.stages.finetune")
+FINETUNE_PRELOAD = ("torch", "sklearn.metrics", "gpt1.finetune.stage")
 
 Preset = Literal[tuple(available_presets())]  # a dropdown in the UI; the server refuses other names
 Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+=")]
@@ -374,7 +374,7 @@ def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = N
     run = _parent_run(cfg)
     try:
         with local_compute(plan) as compute:
-            if cfg.data.source == "sample" or cfg.finetune.data == "sample":
+            if cfg.ingest.source == "sample" or cfg.finetune.data == "sample":
                 _run_stage(plan, "sample", run.run_id)
             for stage in ("ingest", "tokenizer", "shards"):
                 _run_stage(plan, stage, run.run_id)

@@ -18,18 +18,18 @@ from gpt1.errors import exit_code
 from gpt1.runtime.processes import exit_with_parent
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "sample-data": ("gpt1.stages.sample", "write the offline sample corpus and the 12 tasks in official layouts"),
-    "ingest": ("gpt1.stages.ingest", "clean, dedup and split a corpus into Parquet documents + stats.json"),
-    "train-tokenizer": ("gpt1.stages.tokenizer", "train the GPT-1 BPE tokenizer on an ingested corpus"),
-    "tokenize": ("gpt1.stages.shards", "tokenize and pack a corpus into Arrow shards + manifest.json"),
-    "pretrain": ("gpt1.stages.pretrain", "pre-train with DeepSpeed (launches workers)"),
-    "finetune": ("gpt1.stages.finetune", "fine-tune and evaluate one task from a checkpoint"),
-    "report": ("gpt1.stages.report", "results table beside the paper's numbers (markdown + PNG)"),
-    "preflight": ("gpt1.preflight", "check a run's data, services, pools and disk before it starts"),
-    "generate": ("gpt1.generate", "continue a prompt with a checkpoint"),
-    "predict": ("gpt1.predict", "score raw task inputs with a fine-tuned model"),
-    "convert": ("gpt1.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),
-    "replay-spool": ("gpt1.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
+    "sample-data": ("gpt1.sample_data.stage", "write the offline sample corpus and the 12 tasks in official layouts"),
+    "ingest": ("gpt1.data.ingest.stage", "clean, dedup and split a corpus into Parquet documents + stats.json"),
+    "train-tokenizer": ("gpt1.data.train_tokenizer.stage", "train the GPT-1 BPE tokenizer on an ingested corpus"),
+    "tokenize": ("gpt1.data.tokenize.stage", "tokenize and pack a corpus into Arrow shards + manifest.json"),
+    "pretrain": ("gpt1.pretrain.stage", "pre-train with DeepSpeed (launches workers)"),
+    "finetune": ("gpt1.finetune.stage", "fine-tune and evaluate one task from a checkpoint"),
+    "report": ("gpt1.report.stage", "results table beside the paper's numbers (markdown + PNG)"),
+    "preflight": ("gpt1.pipeline.preflight", "check a run's data, services, pools and disk before it starts"),
+    "generate": ("gpt1.model.generate", "continue a prompt with a checkpoint"),
+    "predict": ("gpt1.finetune.predict", "score raw task inputs with a fine-tuned model"),
+    "convert": ("gpt1.model.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),
+    "replay-spool": ("gpt1.tracking.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
 }
 
 

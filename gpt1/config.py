@@ -61,21 +61,19 @@ class ModelConfig(_Section):
         return self
 
 
-class TokenizerConfig(_Section):
-    merges: int = Field(40000, gt=0, description="BPE merges to learn (paper: 40,000)")
-    min_frequency: int = Field(2, ge=1)
-    max_train_chars: int | None = Field(None, gt=0, description="cap on corpus characters fed to BPE training")
-    limit_alphabet: int = Field(1000, gt=0, description="base alphabet: the most frequent characters, rest -> <unk>")
+class SampleDataConfig(_Section):
+    """The `sample-data` stage: the generated offline corpus and task files."""
+
+    seed: int = Field(0, description="the same seed writes byte-identical files")
 
 
-class DataConfig(_Section):
-    """Ingestion and tokenization. The block length is model.n_ctx + 1 (inputs and shifted targets)."""
+class IngestConfig(_Section):
+    """The `ingest` stage: a text source -> cleaned, deduplicated documents split into train/val."""
 
     source: str = Field(
         "hf:bookcorpus/bookcorpus:train",
         description="dir/glob of .txt, .jsonl/.parquet, hf:id[@rev][:split], or 'sample' (generated offline corpus)",
     )
-    sample_seed: int = 0
     text_column: str = "text"
     rows_per_doc: int | None = Field(
         None, ge=1, description="rows joined per document for row sources; None = 1000 for hub BooksCorpus, else 1"
@@ -93,8 +91,22 @@ class DataConfig(_Section):
     max_chars: int | None = Field(
         None, gt=0, description="subset: whole documents in source order up to this many characters in all"
     )
+
+
+class TrainTokenizerConfig(_Section):
+    """The `train-tokenizer` stage: word-level BPE on the ingested corpus."""
+
+    merges: int = Field(40000, gt=0, description="BPE merges to learn (paper: 40,000)")
+    min_frequency: int = Field(2, ge=1)
+    max_train_chars: int | None = Field(None, gt=0, description="cap on corpus characters fed to BPE training")
+    limit_alphabet: int = Field(1000, gt=0, description="base alphabet: the most frequent characters, rest -> <unk>")
+
+
+class TokenizeConfig(_Section):
+    """The `tokenize` stage: the corpus packed into Arrow shards of model.n_ctx + 1 tokens (inputs + targets)."""
+
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
-    workers: int = Field(2, gt=0)
+    workers: int = Field(2, gt=0, description="tokenizer processes; changes speed, never the bytes")
 
 
 class PretrainConfig(_Section):
@@ -197,8 +209,10 @@ class OrchestrationConfig(_Section):
 class PipelineConfig(_Section):
     preset: str = "paper"
     model: ModelConfig = Field(default_factory=ModelConfig)
-    tokenizer: TokenizerConfig = Field(default_factory=TokenizerConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
+    sample_data: SampleDataConfig = Field(default_factory=SampleDataConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
+    train_tokenizer: TrainTokenizerConfig = Field(default_factory=TrainTokenizerConfig)
+    tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)

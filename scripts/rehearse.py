@@ -108,7 +108,7 @@ def flaky_copy(state: Path, work: Path) -> tuple[Path, bytes]:
     """The flaky task's official folder from the sample data, with its train file broken; returns (folder, the
     good train file's bytes)."""
     from gpt1 import tasks
-    from gpt1.sample import write_sample_data
+    from gpt1.sample_data import write_sample_data
 
     sample = state / "rehearse-sample"
     if not (sample / "tasks").is_dir():
@@ -159,7 +159,7 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterStartTime
 
     from gpt1.config import load_config
-    from gpt1.pipeline import Plan, variant_config
+    from gpt1.pipeline.plan import Plan, variant_config
     from gpt1.stages.outputs import DONE
 
     cfg = load_config("rehearse")

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from torch._dynamo.utils import counters
 
 from gpt1.config import ModelConfig
-from gpt1.model import GPT1, WEIGHTS_NAME
+from gpt1.model.transformer import GPT1, WEIGHTS_NAME
 from test_pretrain_runs import data, env, losses, pretrain_args, run  # noqa: F401 (data: the run tests' shards)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -97,7 +97,7 @@ def test_variable_lengths_compile_one_dynamic_graph_per_mode(trained_pair):
 def test_compiled_pretraining_resumes_bit_identical(data, tmp_path):  # noqa: F811 (the imported fixture)
     """`gpt1 pretrain` with model.compile=true through the DeepSpeed engine, dropout on: killed after a checkpoint
     and resumed, it ends with the uninterrupted run's weights; checkpoints carry no `_orig_mod.` names."""
-    from gpt1.checkpoint import COMPLETE, tag_for
+    from gpt1.pretrain.checkpoint import COMPLETE, tag_for
 
     def args(out):
         return pretrain_args(data, out, "--tracking-uri", f"sqlite:///{out}.db", sets=["model.compile=true"])

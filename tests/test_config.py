@@ -22,7 +22,7 @@ def test_paper_preset_is_the_paper():
     assert (m.n_layer, m.n_embd, m.n_head, m.d_ff, m.n_ctx) == (12, 768, 12, 3072, 512)
     assert m.vocab_size == 40478 + 3 and m.layer_norm_eps == 1e-5 and m.init_std == 0.02
     assert (m.embd_pdrop, m.attn_pdrop, m.resid_pdrop) == (0.1, 0.1, 0.1)
-    assert cfg.tokenizer.merges == 40000
+    assert cfg.train_tokenizer.merges == 40000
     assert (p.lr, p.warmup_steps, p.schedule, p.epochs, p.global_batch_size) == (2.5e-4, 2000, "cosine", 100, 64)
     assert (p.weight_decay, p.grad_clip) == (0.01, 1.0)
     assert (f.lr, f.batch_size, f.epochs, f.warmup_fraction, f.clf_pdrop, f.aux_lm_weight) == (
@@ -34,7 +34,7 @@ def test_smoke_is_small_and_offline():
     cfg = load_config("smoke")
     assert cfg.preset == "smoke"
     assert cfg.model.n_layer * cfg.model.n_embd <= 1024
-    assert cfg.data.source == "sample" and cfg.finetune.data == "sample"
+    assert cfg.ingest.source == "sample" and cfg.finetune.data == "sample"
     assert {"paper", "smoke", "mini"} <= set(available_presets())
 
 

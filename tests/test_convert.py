@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1 import tokenizer as tokenization
+from gpt1.data.train_tokenizer import bpe
 from gpt1.cli import main
 from gpt1.config import ModelConfig
-from gpt1.convert import from_hf_state_dict, load_openai_release, release_config, to_hf_state_dict
+from gpt1.model.convert import from_hf_state_dict, load_openai_release, release_config, to_hf_state_dict
 from gpt1.io import InputError
-from gpt1.model import GPT1
+from gpt1.model.transformer import GPT1
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -54,13 +54,13 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @pytest.fixture(scope="module")
-def trained() -> tokenization.GPT1Tokenizer:
+def trained() -> bpe.GPT1Tokenizer:
     corpus = ["The lowest towers were lower than the newest ones, and the newer towers were the lowest.",
               "She said: 'I'll see the towers at 3:30 p.m. tomorrow.' Then she left!"] * 3
-    return tokenization.train(corpus, merges=30, show_progress=False)
+    return bpe.train(corpus, merges=30, show_progress=False)
 
 
-def bpe_vocab(tokenizer: tokenization.GPT1Tokenizer) -> int:
+def bpe_vocab(tokenizer: bpe.GPT1Tokenizer) -> int:
     return tokenizer.vocab_size - 3  # without the specials, as the release and HF's openai-gpt have it
 
 
@@ -143,7 +143,7 @@ def test_cli_converts_hf_folder_to_ours_and_back(trained, tmp_path, caplog):
     assert main(["convert", "--from", "hf", str(tmp_path / "hf2"), "--out", str(tmp_path / "again")]) == 0
     again = GPT1.from_pretrained(tmp_path / "again")
     assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), ours.state_dict().values()))
-    assert tokenization.load(tmp_path / "again").sha256 == trained.sha256
+    assert bpe.load(tmp_path / "again").sha256 == trained.sha256
 
 
 def test_cli_to_hf_takes_the_tokenizer_beside_the_weights(trained, tmp_path, capsys):
@@ -289,7 +289,7 @@ def test_cli_converts_openai_release(openai_vocab, trained, tmp_path):
     direct = load_openai_release(tmp_path / "release")  # same default seed: same special rows
     for (name, a), (_, b) in zip(direct.state_dict().items(), loaded.state_dict().items()):
         torch.testing.assert_close(a, b, msg=name)
-    assert tokenization.load(tmp_path / "ours").encode_batch(CORPUS_TEXTS) == trained.encode_batch(CORPUS_TEXTS)
+    assert bpe.load(tmp_path / "ours").encode_batch(CORPUS_TEXTS) == trained.encode_batch(CORPUS_TEXTS)
 
 
 def test_cli_converts_openai_release_to_a_transformers_folder(openai_vocab, trained, tmp_path):
@@ -370,7 +370,7 @@ def test_cli_converts_a_hub_id_from_the_local_cache(offline_hub, trained, tmp_pa
     with torch.no_grad():
         assert max_diff(ours(x).logits, revisions[commit](x).logits) <= 1e-4
     # HF's own tokenizer.json is not ours: the release's vocabulary files are read instead, specials appended.
-    assert tokenization.load(tmp_path / "ours").encode_batch(CORPUS_TEXTS) == trained.encode_batch(CORPUS_TEXTS)
+    assert bpe.load(tmp_path / "ours").encode_batch(CORPUS_TEXTS) == trained.encode_batch(CORPUS_TEXTS)
 
 
 def test_a_hub_id_missing_offline_is_a_one_line_error(offline_hub, tmp_path, capsys):

@@ -117,12 +117,12 @@ def test_outputs_that_are_not_the_stages_own_are_never_replaced(data, tmp_path, 
 
 
 def test_an_unwritable_output_is_refused_before_training_the_tokenizer(data, tmp_path, capsys, monkeypatch):  # noqa: F811
-    from gpt1 import tokenizer
+    from gpt1.data.train_tokenizer import bpe
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(tokenizer, "train", must_not_run)
+    monkeypatch.setattr(bpe, "train", must_not_run)
     target = Path("/proc/gpt1-cannot-write-here") if os.geteuid() == 0 else tmp_path / "ro" / "tok"
     if os.geteuid() != 0:
         (tmp_path / "ro").mkdir(mode=0o500)
@@ -143,7 +143,7 @@ def test_finetune_refuses_another_runs_tokenizer(data, trained, tmp_path, capsys
 
 
 def test_a_truncated_weights_file_is_one_line_not_a_traceback(trained, tmp_path, capsys):
-    from gpt1.model import WEIGHTS_NAME
+    from gpt1.model.transformer import WEIGHTS_NAME
 
     broken = tmp_path / "broken"
     shutil.copytree(trained / "final", broken)
@@ -189,7 +189,7 @@ def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_no
 def test_pre_training_that_diverges_stops_at_that_update_and_keeps_the_last_finite_checkpoint(data, tmp_path):  # noqa: F811
     """lr 1e30: the first update blows the weights up, a later loss is NaN. The run stops with one line naming the
     update and the checkpoint kept, every checkpoint on disk holds finite weights, and no final model is written."""
-    from gpt1.checkpoint import COMPLETE, WeightsOnlyLoads
+    from gpt1.pretrain.checkpoint import COMPLETE, WeightsOnlyLoads
 
     out = tmp_path / "run"
     argv = [*pretrain_args(data, out, steps=8, sets=["pretrain.lr=1e30", "pretrain.warmup_steps=1"]),
@@ -214,7 +214,7 @@ def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_s
                                                                                       capsys):
     from safetensors.torch import load_file, save_file
 
-    from gpt1.predict import HEAD_NAME
+    from gpt1.finetune.predict import HEAD_NAME
 
     tasks_dir = data / "sample" / "tasks" / "SST-2"
     base = ["finetune", "--task", "sst2", "--data", str(tasks_dir), "--checkpoint", str(trained / "final"),

@@ -19,13 +19,13 @@ from safetensors.torch import load_file
 
 from conftest import shared_path
 from gpt1 import cli, tasks
-from gpt1 import tokenizer as tokenization
+from gpt1.data.train_tokenizer import bpe
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.finetune import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
-from gpt1.model import GPT1
-from gpt1.optim import lr_factor
-from gpt1.predict import TaskPredictor, read_inputs
-from gpt1.sample import write_sample_data
+from gpt1.finetune.train import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
+from gpt1.model.transformer import GPT1
+from gpt1.model.optim import lr_factor
+from gpt1.finetune.predict import TaskPredictor, read_inputs
+from gpt1.sample_data import write_sample_data
 
 torch.set_num_threads(1)
 
@@ -53,7 +53,7 @@ def sample_tasks(work) -> Path:
 def checkpoint(work, sample_tasks) -> Path:
     """A tiny random GPT-1 saved as pre-training writes it, with a BPE tokenizer trained on a slice of the books."""
     book = sorted((sample_tasks.parent / "books").glob("*.txt"))[0]
-    tok = tokenization.train([book.read_text(encoding="utf-8")[:150_000]], merges=300, show_progress=False)
+    tok = bpe.train([book.read_text(encoding="utf-8")[:150_000]], merges=300, show_progress=False)
     torch.manual_seed(0)
     path = work / "checkpoint"
     GPT1(ModelConfig(vocab_size=tok.vocab_size, **TINY)).save_pretrained(path)
@@ -187,7 +187,7 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
 # -- objective, schedule, model construction ------------------------------------------------------------------------
 def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_tasks):
     """finetune.micro_batch_size changes memory, not the update: same losses and gradients as one forward."""
-    spec, tok = tasks.get("rte"), tokenization.load(checkpoint)
+    spec, tok = tasks.get("rte"), bpe.load(checkpoint)
     train_set, _ = load_task_data(spec, sample_tasks / "RTE", tok, TINY["n_ctx"], QUICK)
     labels, index = torch.tensor(train_set.labels), torch.arange(12)
     results = {}
@@ -229,7 +229,7 @@ def test_aux_lm_weight_changes_the_objective(work, sample_tasks, checkpoint):
 
 def test_build_model_ablations(checkpoint, work):
     spec = tasks.get("rte")
-    vocab = tokenization.load(checkpoint).vocab_size
+    vocab = bpe.load(checkpoint).vocab_size
     saved = load_file(str(checkpoint / "gpt1.safetensors"))
     full = build_model(spec, checkpoint, vocab, FinetuneConfig())
     assert len(full.transformer.blocks) == TINY["n_layer"] and full.clf.out_features == 2
@@ -392,7 +392,7 @@ def test_finetune_cli_with_preset_overrides_and_bad_checkpoint(work, sample_task
 
 
 def test_report_from_finetune_outputs(runs, work):
-    from gpt1.report import build_report
+    from gpt1.report.render import build_report
 
     for task in ("cola", "mnli"):
         runs(task)
@@ -410,7 +410,7 @@ def pretrained(work, sample_tasks) -> Path:
     loop; the real stage is gpt1.pretrain), ~70 s on one core. The sample tasks' dev/test words appear with a
     label only in the books."""
     books = [p.read_text(encoding="utf-8") for p in sorted((sample_tasks.parent / "books").glob("*.txt"))]
-    tok = tokenization.train([book[:150_000] for book in books], merges=800, show_progress=False)
+    tok = bpe.train([book[:150_000] for book in books], merges=800, show_progress=False)
     ids: list[int] = []
     for book in books:
         for paragraph in tok.encode_batch(book.split("\n\n")):

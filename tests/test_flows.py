@@ -35,9 +35,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpt1 import pipeline as P
+from gpt1.pipeline import plan as P
 from gpt1.config import PretrainConfig, load_config
-from gpt1.distributed import free_port
+from gpt1.runtime.processes import free_port
 from gpt1.io import read_json, sha256_file, sha256_tree
 from gpt1.stages.outputs import DONE, is_done
 from tests.conftest import REPO
@@ -48,7 +48,7 @@ UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
 TASKS = ["sst2", "stsb"]  # a classification and a regression task: one round of the fan-out (concurrency 2)
 TINY = [
     "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=128", "model.n_ctx=32",
-    "tokenizer.merges=200",
+    "train_tokenizer.merges=200",
     "pretrain.max_steps=30", "pretrain.warmup_steps=5", "pretrain.log_every=5", "pretrain.save_every=10",
     "pretrain.eval_every=10", "pretrain.eval_batches=2", "pretrain.probe_every=1000",  # probes once, at the end
     "finetune.epochs=1", "finetune.batch_size=16", "finetune.max_train_examples=32", "finetune.max_eval_examples=32",
@@ -136,7 +136,7 @@ def loss_steps(out: Path, strict: bool = False) -> list[int]:
 
 
 def complete_checkpoints(out: Path) -> list[int]:
-    from gpt1.checkpoint import COMPLETE
+    from gpt1.pretrain.checkpoint import COMPLETE
 
     return sorted(int(p.parent.name.split("-")[1]) for p in (out / "checkpoints").glob(f"step-*/{COMPLETE}"))
 
@@ -355,10 +355,10 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
     (tmp_path / "tasks" / "SST-2").mkdir(parents=True)
     (tmp_path / "tasks" / "SST-2" / "train.tsv").write_text("sentence\tlabel\n")
     scratch, full = keys()
-    for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "data.shard_rows=128"):
+    for change in ("pretrain.lr=5e-4", "pretrain.max_steps=31", "tokenize.shard_rows=128"):
         assert keys(change)[0] == scratch, f"{change} re-runs the no-pre-training fine-tunes"
         assert keys(change)[1] != full, f"{change} does not re-run the fine-tunes from the pre-trained model"
-    for change in ("model.n_layer=2", "model.n_ctx=64", "tokenizer.merges=300", "finetune.lr=1e-3",
+    for change in ("model.n_layer=2", "model.n_ctx=64", "train_tokenizer.merges=300", "finetune.lr=1e-3",
                    "finetune.epochs=2", f"finetune.data={tmp_path / 'tasks'}"):
         assert keys(change)[0] != scratch, f"{change} does not re-run the no-pre-training fine-tunes"
     # Only what a task reads keys it: its own data (here another task's folder changes nothing) and settings.
@@ -392,8 +392,8 @@ def test_the_fan_out_submits_the_likely_longest_fine_tunes_first(tmp_path):
 
 @pytest.mark.slow
 def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
-    from gpt1.model import CONFIG_NAME, load_model_config
-    from gpt1.tokenizer import load as load_tokenizer
+    from gpt1.model.transformer import CONFIG_NAME, load_model_config
+    from gpt1.data.train_tokenizer.bpe import load as load_tokenizer
 
     plan = base.plan
     info = lambda path: read_json(path / DONE)  # noqa: E731
@@ -465,11 +465,11 @@ def test_the_cli_keys_a_stage_as_the_plan_does(base):
     cfg = plan.cfg
     cli_jobs = {
         "ingest": ["ingest", "--source", str(sample / "books"), "--out", str(corpus), "--val-fraction",
-                   str(cfg.data.val_fraction)],
+                   str(cfg.ingest.val_fraction)],
         "tokenizer": ["train-tokenizer", "--corpus", str(corpus), "--out", str(tok), "--merges",
-                      str(cfg.tokenizer.merges)],
+                      str(cfg.train_tokenizer.merges)],
         "shards": ["tokenize", "--corpus", str(corpus), "--tokenizer", str(tok), "--out", str(plan.dir("shards")),
-                   "--ctx", str(cfg.model.n_ctx), "--shard-rows", str(cfg.data.shard_rows)],
+                   "--ctx", str(cfg.model.n_ctx), "--shard-rows", str(cfg.tokenize.shard_rows)],
     }
     before = done_markers(base.work)
     for stage, argv in cli_jobs.items():
@@ -549,8 +549,8 @@ def start_flow(server, work: Path, uri: str, log: Path) -> subprocess.Popen:
 def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_server, tmp_path):
     from safetensors import safe_open
 
-    from gpt1.data.shards import BlockReader
-    from gpt1.model import GPT1
+    from gpt1.data.tokenize import BlockReader
+    from gpt1.model.transformer import GPT1
 
     work, plan = base.work, plan_for(base.work, RESUME)
     out = plan.dir("pretrain")
@@ -692,7 +692,7 @@ def test_run_logger_end_waits_for_the_server_then_spools_what_never_arrived(tmp_
     if the server returns meanwhile, else writes the undelivered calls to the spool directory."""
     from mlflow.tracking import MlflowClient
 
-    from gpt1.tracking import RunLogger
+    from gpt1.tracking.logger import RunLogger
 
     monkeypatch.setenv("GPT1_MLFLOW_FLUSH_TIMEOUT", "1.5")
     gone = RunLogger("offline", experiment="t", uri=f"http://127.0.0.1:{free_port()}", spool_dir=tmp_path / "spool")

@@ -11,12 +11,12 @@ import ftfy
 import pytest
 import torch
 
-from gpt1 import tokenizer as tokenization
+from gpt1.data.train_tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
-from gpt1.convert import save_hf_folder
-from gpt1.generate import continue_text, generate
+from gpt1.model.convert import save_hf_folder
+from gpt1.model.generate import continue_text, generate
 from gpt1.io import InputError
-from gpt1.model import GPT1
+from gpt1.model.transformer import GPT1
 
 from conftest import shared_path
 from gpt1_oracle import book_paragraphs
@@ -53,8 +53,8 @@ FTFY_ONLY = [
 
 
 @pytest.fixture(scope="module")
-def trained() -> tokenization.GPT1Tokenizer:
-    return tokenization.train(CORPUS, merges=60, show_progress=False)
+def trained() -> bpe.GPT1Tokenizer:
+    return bpe.train(CORPUS, merges=60, show_progress=False)
 
 
 def tiny_model(vocab_size: int, n_ctx: int = 32, seed: int = 0) -> GPT1:
@@ -152,7 +152,7 @@ def test_what_only_ftfy_repairs_is_the_boundary(exported, trained, text):
 
 
 def test_the_exported_tokenizer_comes_back_as_it_was(exported, trained):
-    back = tokenization.from_transformers(exported[1])
+    back = bpe.from_transformers(exported[1])
     assert back.sha256 == trained.sha256 and back.encode_batch(TEXTS) == trained.encode_batch(TEXTS)
 
 
@@ -162,7 +162,7 @@ def test_the_exported_tokenizer_comes_back_as_it_was(exported, trained):
 @pytest.fixture(scope="module")
 def original_export(tmp_path_factory):
     vocab = shared_path("openai-gpt1")
-    tokenizer = tokenization.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
+    tokenizer = bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")
     folder = tmp_path_factory.mktemp("original") / "hf"
     torch.manual_seed(0)
     model = GPT1(ModelConfig(vocab_size=tokenizer.vocab_size, n_ctx=16, n_layer=1, n_head=2, n_embd=8, d_ff=32))

@@ -74,13 +74,13 @@ def test_a_runs_own_overrides_add_to_the_cluster_preset_and_bad_parameters_are_r
     from flows.pipeline import gpt1_pipeline
 
     full = _by_name()["full"]
-    cfg = load_config(full["parameters"]["preset"], ["data.source=/data/my-books"])
-    assert cfg.data.source == "/data/my-books"
+    cfg = load_config(full["parameters"]["preset"], ["ingest.source=/data/my-books"])
+    assert cfg.ingest.source == "/data/my-books"
     assert cfg.orchestration.fanout == "deployment" and cfg.orchestration.pretrain_nproc == 8
     assert cfg.orchestration.pretrain_deployment == "gpt1-pretrain/gpu-node"
     schema = parameter_schema(gpt1_pipeline).model_dump()
-    jsonschema.validate({"preset": "cluster", "overrides": ["data.source=/x", "pretrain.lr=1e-4"]}, schema)
-    for bad in ({"preset": "clusterr"}, {"overrides": ["data.source /x"]}, {"overrides": ["=1"]}):
+    jsonschema.validate({"preset": "cluster", "overrides": ["ingest.source=/x", "pretrain.lr=1e-4"]}, schema)
+    for bad in ({"preset": "clusterr"}, {"overrides": ["ingest.source /x"]}, {"overrides": ["=1"]}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 

@@ -170,7 +170,7 @@ def test_gpt1_image_context_holds_everything_it_copies():
 def test_cuda_pretraining_uses_an_optimizer_that_needs_no_jit_build():
     """The image has no compiler: DeepSpeed's FusedAdam (built with nvcc at `deepspeed.initialize`) must not be chosen."""
     from gpt1.config import load_config
-    from gpt1.distributed import deepspeed_config
+    from gpt1.pretrain.distributed import deepspeed_config
 
     pretrain = load_config("paper").pretrain
     ds = deepspeed_config(pretrain, world_size=8, device="cuda")
@@ -621,7 +621,7 @@ def test_pools_are_created_by_the_readme_command_on_a_real_server(tmp_path):
 # -- MLflow basic auth, for real ----------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_mlflow_entrypoint_serves_basic_auth_to_the_compose_worker_host(rendered, tmp_path):
-    from gpt1.distributed import free_port
+    from gpt1.runtime.processes import free_port
     from tests.test_flows import stop_group, wait_http
 
     port, password = free_port(), GOOD_SECRETS["MLFLOW_ADMIN_PASSWORD"]

@@ -17,19 +17,19 @@ from ftfy.badness import is_bad
 
 from gpt1.cli import main as cli_main
 from gpt1.config import load_config
-from gpt1.data import clean as C
-from gpt1.data import ingest as I
-from gpt1.data.corpus import iter_texts, split_files
-from gpt1.config import DataConfig
+from gpt1.data.ingest import clean as C
+from gpt1.data.ingest import ingest as I
+from gpt1.data.ingest.corpus import iter_texts, split_files
+from gpt1.config import IngestConfig
 from gpt1.io import InputError, OutputError, read_json
-from gpt1.pipeline import Plan
-from gpt1.stages import ingest as ingest_stage
+from gpt1.pipeline.plan import Plan
+from gpt1.data.ingest import stage as ingest_stage
 from gpt1.stages.outputs import DONE
 
 
 def stage(src, out, **settings):
     """The ingest stage (what `gpt1 ingest` and the pipeline run) with these data settings."""
-    return ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(**settings)).run(out, wait=False)
+    return ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), IngestConfig(**settings)).run(out, wait=False)
 
 CP1252_BOOKS = {"pg2641.txt", "pg64317.txt", "pg84.txt"}  # per ../shared/data/README.md
 PLAYS_IN_VERSE = {"tinyshakespeare.txt", "pg1513.txt"}  # their line breaks are the text
@@ -507,7 +507,7 @@ def test_crash_leaves_no_corpus_and_keeps_the_previous_one(tmp_path, monkeypatch
     calls = itertools.count()
     monkeypatch.setattr(I, "clean", crash_on_third)
     with pytest.raises(RuntimeError):
-        ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(split_seed=1)).run(
+        ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), IngestConfig(split_seed=1)).run(
             out, wait=False, force=True)  # new settings over the old corpus: a rebuild, which crashes
     assert read_json(out / "stats.json") == before and len(rows(out)) == 5  # the previous corpus, whole
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == ["out", "src"]
@@ -526,11 +526,11 @@ def test_rerun_skips_a_finished_corpus_and_rebuilds_on_change(tmp_path, monkeypa
     monkeypatch.setattr(I, "clean", C.clean)
     with pytest.raises(OutputError, match="other inputs or settings"):
         stage(src, out, min_doc_chars=2)  # another corpus in this folder: replaced only on request
-    changed = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(min_doc_chars=2))
+    changed = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), IngestConfig(min_doc_chars=2))
     assert changed.run(out, wait=False, force=True).key != first.key
     (src / "0.txt").write_text(book(99))  # the source changed: its key, hence the stage's
     assert ingest_stage.source_key(str(src)) != changed.source_key
-    edited = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), DataConfig(min_doc_chars=2))
+    edited = ingest_stage.Job(str(src), ingest_stage.source_key(str(src)), IngestConfig(min_doc_chars=2))
     assert not edited.run(out, wait=False, force=True).cached
     assert any("number 99" in r["text"] for r in rows(out))
     with pytest.raises(ValueError, match="inside the source folder"):
@@ -569,7 +569,7 @@ def test_unwrap_lines_setting_in_the_stage_cli_stats_and_pipeline_keys(tmp_path,
     assert sorted(r["text"] for r in rows(tmp_path / "off")) == sorted([f"CHAPTER I\n\n{wrapped}\n\n{VERSE}",
                                                                         textwrap.fill(NAMES, 66)])
     # in the pipeline the setting is part of the ingest key, so changing it re-runs ingestion and what follows
-    plans = [Plan.make(load_config("smoke", [f"data.unwrap_lines={value}"]), tmp_path / "work")
+    plans = [Plan.make(load_config("smoke", [f"ingest.unwrap_lines={value}"]), tmp_path / "work")
              for value in ("true", "false")]
     assert plans[0].jobs["sample"].key() == plans[1].jobs["sample"].key()
     assert all(plans[0].jobs[s].key() != plans[1].jobs[s].key() for s in ("ingest", "shards"))

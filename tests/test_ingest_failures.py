@@ -14,8 +14,8 @@ from fs_faults import file_size_limit, read_only
 from test_ingest import book, rows, write
 
 from gpt1.cli import main as cli_main
-from gpt1.data import clean as C
-from gpt1.data import ingest as I
+from gpt1.data.ingest import clean as C
+from gpt1.data.ingest import ingest as I
 from gpt1.io import read_json
 
 HOST = socket.gethostname()

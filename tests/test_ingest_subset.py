@@ -1,4 +1,4 @@
-"""A deterministic subset of a large corpus (data.max_documents / data.max_chars), streamed, on local copies in
+"""A deterministic subset of a large corpus (ingest.max_documents / ingest.max_chars), streamed, on local copies in
 the hub's layouts: a `save_to_disk` folder and a parquet repo folder (data/<split>-00000-of-00001.parquet)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from test_ingest import rows
 
 from gpt1.cli import main as cli_main
 from gpt1.config import ConfigError, load_config
-from gpt1.data import ingest as I
+from gpt1.data.ingest import ingest as I
 from gpt1.io import InputError
 
 TEXTS = [f"Document number {i} has {'a few words ' * (1 + i % 7)}in it." for i in range(3000)]
@@ -108,6 +108,6 @@ def test_cli_and_config_refuse_limits_that_are_not_positive(tmp_path, jsonl, cap
     assert cli_main(["ingest", "--source", str(jsonl), "--out", str(tmp_path / "out"), option, "0"]) == 2
     assert f"argument {option}: must be > 0, got 0" in capsys.readouterr().err
     field = option[2:].replace("-", "_")
-    with pytest.raises(ConfigError, match=f"data.{field}"):
-        load_config("smoke", [f"data.{field}=0"])
-    assert getattr(load_config("smoke", [f"data.{field}=100"]).data, field) == 100
+    with pytest.raises(ConfigError, match=f"ingest.{field}"):
+        load_config("smoke", [f"ingest.{field}=0"])
+    assert getattr(load_config("smoke", [f"ingest.{field}=100"]).ingest, field) == 100

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from gpt1.config import ModelConfig
-from gpt1.losses import lm_loss, task_loss
-from gpt1.model import GPT1, GPT1ForTask
+from gpt1.model.losses import lm_loss, task_loss
+from gpt1.model.transformer import GPT1, GPT1ForTask
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,7 +1,7 @@
 """The `mini` recipe end to end on real data at reduced budgets: the mechanics of a `gpt1/mini` run, not its scores.
 
 The real `mini` preset (its 4x128 model, its fine-tuning settings, its five tasks, `finetune.missing_data=skip`)
-with these budgets cut: the first ~2M characters of the shared books (`data.max_chars`), 300 merges, 20
+with these budgets cut: the first ~2M characters of the shared books (`ingest.max_chars`), 300 merges, 20
 pre-training updates, and 200 of RTE's 2,490 train pairs (`finetune.max_train_examples`, evenly spaced). The task
 folder holds links to the COMPLETE RTE train and dev files (no test file, so none is read); the other four tasks
 have no folder and must come out as not run. The stages run through gpt1.pipeline, as the flow calls them (no
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gpt1 import pipeline as P
+from gpt1.pipeline import plan as P
 from gpt1.config import load_config
 from gpt1.runtime.workers import WorkerPool
 from tests.conftest import shared_path
@@ -27,7 +27,7 @@ TRAIN_EXAMPLES = 200
 RTE_TRAIN_ROWS, RTE_DEV_ROWS = 2490, 277  # the complete GLUE files (../shared/data/README.md)
 NOT_RUN = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B"}
 REDUCED = [
-    "data.max_chars=2000000", "tokenizer.merges=300",
+    "ingest.max_chars=2000000", "train_tokenizer.merges=300",
     "pretrain.max_steps=20", "pretrain.warmup_steps=5", "pretrain.log_every=5", "pretrain.eval_every=10",
     "pretrain.eval_batches=2", "pretrain.save_every=10", "pretrain.probe_every=20", "pretrain.probe_max_examples=16",
     f"finetune.max_train_examples={TRAIN_EXAMPLES}",
@@ -58,7 +58,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     (glue / "RTE").mkdir(parents=True)
     for split in ("train.tsv", "dev.tsv"):
         (glue / "RTE" / split).symlink_to(rte / split)
-    cfg = load_config("mini", [f"data.source={books}", f"finetune.data={glue}",
+    cfg = load_config("mini", [f"ingest.source={books}", f"finetune.data={glue}",
                                f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *REDUCED])
     assert cfg.model.n_layer == 4 and cfg.model.n_embd == 128 and cfg.finetune.epochs == 1  # the preset's own
     plan = P.Plan.make(cfg, tmp_path / "work")

@@ -28,7 +28,7 @@ def test_mini_scales_the_paper_recipe_down_and_keeps_the_curve_checkpoints():
     paper_ft, paper_pt = FinetuneConfig(), PretrainConfig()
     assert cfg.finetune.tasks == FIVE and cfg.orchestration.ablations == ["no_pretrain"]
     # scaled: a small model, a few thousand merges, a bounded number of updates
-    assert cfg.model.n_layer < 12 and cfg.model.n_embd < 768 and 1000 <= cfg.tokenizer.merges < 10000
+    assert cfg.model.n_layer < 12 and cfg.model.n_embd < 768 and 1000 <= cfg.train_tokenizer.merges < 10000
     assert cfg.pretrain.max_steps is not None
     # kept from the paper: the objective and its regularisation, the schedules' form
     for name in ("aux_lm_weight", "clf_pdrop", "warmup_fraction", "weight_decay", "from_scratch", "max_train_examples"):
@@ -86,7 +86,7 @@ def test_mini_recipe_end_to_end_on_complete_rte_files(tmp_path):
     command = [sys.executable, str(REPO / "benchmarks" / "bench_mini.py"), "--work", str(tmp_path / "w"),
                "--source", str(book), "--data", str(shared_path("glue-full")), "--tasks", "rte",
                "--budgets", "0.5", "1", "--pretrain-threads", "1",
-               "--set", "tokenizer.merges=300", "--set", "pretrain.max_steps=20", "--set", "pretrain.warmup_steps=5",
+               "--set", "train_tokenizer.merges=300", "--set", "pretrain.max_steps=20", "--set", "pretrain.warmup_steps=5",
                "--set", "pretrain.eval_every=10", "--set", "pretrain.eval_batches=2",
                "--set", "pretrain.probe_every=20", "--set", "pretrain.probe_max_examples=20",
                "--set", "finetune.max_train_examples=300"]

@@ -17,19 +17,21 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from gpt1 import pipeline as P
-from gpt1 import mlflow_features, mlflow_models, pretrain_outputs, tasks, tracking
-from gpt1 import tokenizer as tokenization
+from gpt1.pipeline import plan as P
+from gpt1.tracking import runs as mlflow_features, models as mlflow_models, logger as tracking
+from gpt1.pretrain import outputs as pretrain_outputs
+from gpt1 import tasks
+from gpt1.data.train_tokenizer import bpe
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.finetune import finetune
-from gpt1.finetune import log_finished as log_finished_finetune
+from gpt1.finetune.train import finetune
+from gpt1.finetune.train import log_finished as log_finished_finetune
 from gpt1.io import read_json, write_json
-from gpt1.model import GPT1
-from gpt1.predict import raw_inputs
-from gpt1.pretrain_outputs import log_finished as log_finished_pretrain
-from gpt1.pretrain_outputs import log_pretrained_model
-from gpt1.report import build_report
-from gpt1.sample import write_sample_data
+from gpt1.model.transformer import GPT1
+from gpt1.finetune.predict import raw_inputs
+from gpt1.pretrain.outputs import log_finished as log_finished_pretrain
+from gpt1.pretrain.outputs import log_pretrained_model
+from gpt1.report.render import build_report
+from gpt1.sample_data import write_sample_data
 from gpt1.stages.base import Result
 from gpt1.stages.outputs import mark_done
 
@@ -64,7 +66,7 @@ def sample_tasks(work) -> Path:
 @pytest.fixture(scope="module")
 def checkpoint(work, sample_tasks) -> Path:
     book = sorted((sample_tasks.parent / "books").glob("*.txt"))[0]
-    tok = tokenization.train([book.read_text(encoding="utf-8")[:100_000]], merges=200, show_progress=False)
+    tok = bpe.train([book.read_text(encoding="utf-8")[:100_000]], merges=200, show_progress=False)
     torch.manual_seed(0)
     GPT1(ModelConfig(vocab_size=tok.vocab_size, **TINY)).save_pretrained(work / "checkpoint")
     tok.save(work / "checkpoint")
@@ -176,7 +178,7 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     parent = mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
 
     # the tokenizer stage (finished earlier): its child run, and on the parent the vocabulary and merges learnt
-    stats = {"vocab_size": 1383, "merges": 1313, "merges_requested": cfg.tokenizer.merges}
+    stats = {"vocab_size": 1383, "merges": 1313, "merges_requested": cfg.train_tokenizer.merges}
     tokenizer_dir = plan.dir("tokenizer")
     tokenizer_dir.mkdir(parents=True)
     P.log_stage(plan, "tokenizer", Result(tokenizer_dir, plan.jobs["tokenizer"].key(), {"stats": stats}, True),
@@ -200,9 +202,9 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     assert got.data.metrics["task/sst2/accuracy"] == pytest.approx(result["metrics"]["accuracy"])
     assert sorted(a.path for a in client.list_artifacts(parent.run_id, "report")) == [
         "report/results.json", "report/results.md", "report/results.png"]
-    assert got.data.params["tokenizer.merges"] == str(cfg.tokenizer.merges)  # the config as asked stays
+    assert got.data.params["train_tokenizer.merges"] == str(cfg.train_tokenizer.merges)  # the config as asked stays
     assert {k: v for k, v in got.data.params.items() if k.startswith("resolved.")} == {
-        "resolved.tokenizer.merges": "1313", "resolved.tokenizer.vocab_size": "1383",
+        "resolved.train_tokenizer.merges": "1313", "resolved.train_tokenizer.vocab_size": "1383",
         "resolved.model.vocab_size": "1383"}
     children = client.search_runs([got.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
     assert sorted(r.info.run_name for r in children) == ["full/sst2", "tokenizer"]
@@ -216,7 +218,7 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
 
 
 def test_hub_data_is_logged_with_its_repo_config_split_and_revision(store):
-    from gpt1.finetune import log_task_data
+    from gpt1.finetune.train import log_task_data
 
     splits = {"train": {"rows": 10, "bad": {}, "excluded": {}, "sha256": "a" * 64},
               "dev": {"rows": 4, "bad": {"label": 1}, "excluded": {}, "sha256": "b" * 64}}
@@ -238,7 +240,7 @@ def test_hub_data_is_logged_with_its_repo_config_split_and_revision(store):
 def test_a_finetune_logged_while_the_server_was_down_is_replayed_with_its_model(work, store, sample_tasks,
                                                                                  checkpoint, monkeypatch):
     from gpt1 import cli
-    from gpt1.distributed import free_port
+    from gpt1.runtime.processes import free_port
 
     spool = work / "spool"
     monkeypatch.setenv("GPT1_MLFLOW_SPOOL_DIR", str(spool))

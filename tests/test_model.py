@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from gpt1.config import ModelConfig
 from gpt1.io import InputError
-from gpt1.model import GPT1, Block, GPT1ForTask, flops_per_token
+from gpt1.model.transformer import GPT1, Block, GPT1ForTask, flops_per_token
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

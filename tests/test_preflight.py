@@ -10,7 +10,7 @@ import yaml
 
 from gpt1.cli import main as cli
 from gpt1.config import load_config
-from gpt1.preflight import run_checks
+from gpt1.pipeline.preflight import run_checks
 from tests.conftest import REPO, shared_path
 
 
@@ -31,7 +31,7 @@ def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offlin
     assert code == 2 and "nothing was started" in out
     assert sum(str(missing) in p for p in problems) == 12  # every task, one line each
     assert any("hf:bookcorpus/bookcorpus" in p and "unreachable" in p for p in problems)  # and the corpus too
-    assert "note: data.source: hf:bookcorpus/bookcorpus has no pinned @revision" in out
+    assert "note: ingest.source: hf:bookcorpus/bookcorpus has no pinned @revision" in out
 
 
 def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path, capsys):
@@ -48,7 +48,7 @@ def test_the_mini_preset_runs_the_tasks_it_finds_and_notes_the_others(offline, t
     glue = tmp_path / "glue"
     glue.mkdir()
     (glue / "RTE").symlink_to(rte)
-    argv = ["preflight", "--preset", "mini", "--set", f"data.source={books}", "--set", f"finetune.data={glue}",
+    argv = ["preflight", "--preset", "mini", "--set", f"ingest.source={books}", "--set", f"finetune.data={glue}",
             "--work", str(tmp_path / "w")]
     assert cli(argv) == 0
     out = capsys.readouterr().out
@@ -70,7 +70,7 @@ def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
 
 
 def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path):
-    found = run_checks(load_config("cluster", ["data.source=sample", "finetune.data=sample"]), "runs")
+    found = run_checks(load_config("cluster", ["ingest.source=sample", "finetune.data=sample"]), "runs")
     text = "\n".join(found.problems)
     assert "no Prefect API configured" in text and "gpt1-finetune/gpu" in text
     assert "absolute path on the shared volume" in text
@@ -92,7 +92,7 @@ def test_missing_deployments_pools_and_workers_are_found_on_a_real_server(servic
     subprocess.run([*prefect, "--no-prompt", "deploy", "--prefect-file", str(rendered), "-n", "gpu"], env=env,
                    check=True, capture_output=True, cwd=REPO)  # the fan-out target only
     done = subprocess.run([sys.executable, "-m", "gpt1.cli", "preflight", "--preset", "cluster", "--set",
-                           "data.source=sample", "--set", "finetune.data=sample", "--work", str(tmp_path / "w")],
+                           "ingest.source=sample", "--set", "finetune.data=sample", "--work", str(tmp_path / "w")],
                           env=env, capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "deployment gpt1-pretrain/gpu-node does not exist" in done.stdout

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1.checkpoint import COMPLETE, CheckpointManager, rng_state, set_rng_state, tag_for
+from gpt1.pretrain.checkpoint import COMPLETE, CheckpointManager, rng_state, set_rng_state, tag_for
 from gpt1.config import ModelConfig, load_config
-from gpt1.distributed import batch_layout, deepspeed_config, prepare_env, worker_command
-from gpt1.generate import generate
-from gpt1.mfu import gpu_peak_flops, measure_matmul_flops, mfu
-from gpt1.model import GPT1, flops_per_token
-from gpt1.optim import lr_factor, param_groups
-from gpt1.pretrain_inputs import resume_point, total_steps
-from gpt1.pretrain_outputs import read_metrics
+from gpt1.pretrain.distributed import batch_layout, deepspeed_config, prepare_env, worker_command
+from gpt1.model.generate import generate
+from gpt1.model.mfu import gpu_peak_flops, measure_matmul_flops, mfu
+from gpt1.model.transformer import GPT1, flops_per_token
+from gpt1.model.optim import lr_factor, param_groups
+from gpt1.pretrain.inputs import resume_point, total_steps
+from gpt1.pretrain.outputs import read_metrics
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
 
@@ -73,7 +73,7 @@ def test_starting_the_process_group_on_cpu_builds_no_deepspeed_op(monkeypatch):
     from deepspeed.comm.torch import build_shm_op
     from deepspeed.ops.op_builder.builder import OpBuilder
 
-    from gpt1.distributed import skip_shm_comm_op
+    from gpt1.pretrain.distributed import skip_shm_comm_op
 
     def no_build(builder, *args, **kwargs):
         raise AssertionError(f"JIT build of {builder.name}")
@@ -308,10 +308,10 @@ def test_cli_rejects_bad_input_before_launch(tmp_path, capsys):
 
 
 def test_generate_cli_continues_a_prompt_with_the_checkpoint_tokenizer(tmp_path, capsys):
-    from gpt1 import tokenizer
+    from gpt1.data.train_tokenizer import bpe
     from gpt1.cli import main
 
-    tok = tokenizer.train(["the cat sat on the mat .", "the dog ran to the cat ."] * 20, merges=30,
+    tok = bpe.train(["the cat sat on the mat .", "the dog ran to the cat ."] * 20, merges=30,
                           show_progress=False)
     torch.manual_seed(0)
     GPT1(TINY.model_copy(update={"vocab_size": tok.vocab_size})).save_pretrained(tmp_path / "final")
@@ -330,7 +330,7 @@ def test_multinode_launch_files_use_the_worker_interface():
 
     import yaml
 
-    from gpt1.pretrain import worker_parser
+    from gpt1.pretrain.worker import worker_parser
     from tests.conftest import REPO
 
     service, job = yaml.safe_load_all((REPO / "infra/multinode/k8s/pretrain-job.yaml").read_text())

@@ -23,10 +23,10 @@ import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from gpt1.checkpoint import COMPLETE, tag_for
-from gpt1.distributed import free_port
+from gpt1.pretrain.checkpoint import COMPLETE, tag_for
+from gpt1.runtime.processes import free_port
 from gpt1.io import write_json
-from gpt1.pretrain_outputs import read_metrics
+from gpt1.pretrain.outputs import read_metrics
 
 TIMEOUT = 900
 MODEL = ["model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128"]
@@ -43,10 +43,10 @@ def closed_port_uri() -> str:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
-    from gpt1 import tokenizer
-    from gpt1.data import corpus
-    from gpt1.data.shards import tokenize_corpus
-    from gpt1.sample import write_sample_data
+    from gpt1.data.train_tokenizer import bpe
+    from gpt1.data.ingest import corpus
+    from gpt1.data.tokenize import tokenize_corpus
+    from gpt1.sample_data import write_sample_data
 
     root = tmp_path_factory.mktemp("pretrain-data")
     write_sample_data(root / "sample", seed=0)
@@ -58,7 +58,7 @@ def data(tmp_path_factory):
                          schema=corpus.SCHEMA)
         pq.write_table(table, root / "corpus" / split / "part-00000.parquet")
     write_json(root / "corpus" / corpus.STATS_FILE, {"documents": len(docs)})
-    tok = tokenizer.train(docs, merges=300, show_progress=False)
+    tok = bpe.train(docs, merges=300, show_progress=False)
     tok.save(root / "tokenizer")
     tokenize_corpus(root / "corpus", tok, root / "shards", n_ctx=32, shard_rows=256, workers=1, show_progress=False)
     return root
@@ -99,8 +99,8 @@ def reference(data, tmp_path_factory):
 
 
 def test_cli_run_trains_logs_and_exports(reference, data):
-    from gpt1 import tokenizer
-    from gpt1.model import GPT1
+    from gpt1.data.train_tokenizer import bpe
+    from gpt1.model.transformer import GPT1
 
     out, uri = reference
     curve = losses(out)
@@ -108,8 +108,8 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     assert sum(curve[s] for s in (7, 8)) < sum(curve[s] for s in (1, 2))  # it learns
 
     model = GPT1.from_pretrained(out / "final").eval()
-    tok = tokenizer.load(out / "final")
-    assert tok.sha256 == tokenizer.load(data / "tokenizer").sha256
+    tok = bpe.load(out / "final")
+    assert tok.sha256 == bpe.load(data / "tokenizer").sha256
     assert model.config.vocab_size == tok.vocab_size and model.config.n_layer == 2
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gpt1 import probes
+from gpt1.pretrain import probes
 from gpt1.config import ModelConfig
-from gpt1.model import GPT1
+from gpt1.model.transformer import GPT1
 from gpt1.tasks import ChoiceExample, TextExample
 
 
@@ -20,13 +20,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
-    from gpt1 import tokenizer
-    from gpt1.sample import write_sample_data
+    from gpt1.data.train_tokenizer import bpe
+    from gpt1.sample_data import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")
     write_sample_data(root, seed=0)
     text = (root / "books" / "book-00.txt").read_text(encoding="utf-8")[:200_000]
-    tok = tokenizer.train([p for p in text.split("\n\n") if p.strip()], merges=300, show_progress=False)
+    tok = bpe.train([p for p in text.split("\n\n") if p.strip()], merges=300, show_progress=False)
     return SimpleNamespace(tasks=root / "tasks", tokenizer=tok)
 
 
@@ -125,25 +125,25 @@ def test_missing_task_data_skips_probes(tmp_path, caplog):
 def test_probe_data_that_cannot_be_read_skips_that_probe_only(tmp_path, caplog, monkeypatch):
     """Pre-training must not stop over a diagnostic: a hub task with no downloadable copy (Story Cloze), an
     unreachable hub, a broken folder: each probe is skipped with its reason; a task's own location is used."""
-    from gpt1.probes import load_probe_data
-    from gpt1.sample import write_sample_data
+    from gpt1.pretrain.probes import load_probe_data
+    from gpt1.sample_data import write_sample_data
 
     write_sample_data(tmp_path / "sample")
     broken = tmp_path / "broken"
     (broken / "SST-2").mkdir(parents=True)
     (broken / "SST-2" / "dev.tsv").write_text("not\ta\tsst2\tfile\n")
     own = {"storycloze": str(tmp_path / "sample" / "tasks" / "StoryCloze")}
-    with caplog.at_level("WARNING", logger="gpt1.probes"):
+    with caplog.at_level("WARNING", logger="gpt1.pretrain.probes"):
         data = load_probe_data(broken, 8, own)
     assert "storycloze" in data and "sst2" not in data  # its own location read; the broken one skipped
     assert "zero-shot probe sst2 skipped" in caplog.text
     caplog.clear()
-    from gpt1 import probes
+    from gpt1.pretrain import probes
 
     def unreachable(task, path, split, *args):
         raise ConnectionError(f"cannot reach the hub for {path}")
 
     monkeypatch.setattr(probes.tasks, "load", unreachable)
-    with caplog.at_level("WARNING", logger="gpt1.probes"):
+    with caplog.at_level("WARNING", logger="gpt1.pretrain.probes"):
         assert load_probe_data("hf", 8) == {}
     assert "no downloadable hub copy" in caplog.text and "ConnectionError" in caplog.text

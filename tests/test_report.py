@@ -12,7 +12,7 @@ import pytest
 
 from gpt1 import cli
 from gpt1.io import write_json
-from gpt1.report import PAPER_ABLATIONS, build_report, read_runs
+from gpt1.report.render import PAPER_ABLATIONS, build_report, read_runs
 from gpt1.tasks import metrics
 
 ALL = tuple(metrics.METRICS)
@@ -133,7 +133,7 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
 
 
 def test_plot_labels_every_value_shows_a_zero_and_a_failure_and_fits_mlflows_viewer(tmp_path):
-    from gpt1.report import results_figure
+    from gpt1.report.render import results_figure
 
     run = write_run(tmp_path / "r", "full", 0.8, tasks=["cola", "sst2"], failed={"rte": "RuntimeError: boom"})
     result = json.loads((run / "cola" / "metrics.json").read_text())

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpt1.cli import main as cli_main
-from gpt1.sample import lexicon as lex
-from gpt1.sample import write_sample_data
+from gpt1.sample_data import lexicon as lex
+from gpt1.sample_data import write_sample_data
 
 NLI3 = {"entailment", "neutral", "contradiction"}
 STORY_HEADER = ["InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",

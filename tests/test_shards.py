@@ -19,17 +19,17 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from gpt1 import tokenizer as gpt1_tokenizer
+from gpt1.data.train_tokenizer import bpe
 from gpt1.cli import main as cli
-from gpt1.data import corpus
+from gpt1.data.ingest import corpus
 from conftest import SHARED_DATA
 from fs_faults import file_size_limit, read_only
 
-from gpt1.data.shards import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
-                              prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
-from gpt1.data.shards import ENCODE_CHARS
+from gpt1.data.tokenize import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
+                                prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
+from gpt1.data.tokenize import ENCODE_CHARS
 from gpt1.io import InputError, sha256_file, sha256_tree, write_json
-from gpt1.tokenizer import GPT1Tokenizer
+from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
 
 
 def widened(tokenizer: GPT1Tokenizer, extra: int) -> GPT1Tokenizer:
@@ -123,7 +123,7 @@ def docs() -> dict[str, list[list[str]]]:
 
 @pytest.fixture(scope="module")
 def tokenizer(docs) -> GPT1Tokenizer:
-    return gpt1_tokenizer.train([d for p in docs["train"] for d in p], merges=150, show_progress=False)
+    return bpe.train([d for p in docs["train"] for d in p], merges=150, show_progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +235,7 @@ def test_partitions_tokenized_elsewhere_are_reused(tmp_path, corpus_dir, tokeniz
     first = plan.tokens_path(plan.partitions[0])
     first.write_bytes(first.read_bytes()[:-2])  # a token file that does not match its sidecar is redone
     assert plan.pending() == [plan.partitions[0], *plan.partitions[1::2]]
-    with caplog.at_level("INFO", logger="gpt1.data.shards"):
+    with caplog.at_level("INFO", logger="gpt1.data.tokenize"):
         manifest = tokenize_corpus(corpus_dir, tokenizer, tmp_path / "out", show_progress=False, **settings)
     done = len(plan.partitions[::2]) - 1
     assert f"resuming: {done} of {len(plan.partitions)} partitions already tokenized" in caplog.text
@@ -246,8 +246,8 @@ def test_partitions_tokenized_elsewhere_are_reused(tmp_path, corpus_dir, tokeniz
 def test_tokenizer_given_by_path_is_loaded_once(tmp_path, corpus_dir, tokenizer, monkeypatch):
     tokenizer.save(tmp_path / "tok")
     loads = []
-    real_load = gpt1_tokenizer.load
-    monkeypatch.setattr(gpt1_tokenizer, "load", lambda path: loads.append(path) or real_load(path))
+    real_load = bpe.load
+    monkeypatch.setattr(bpe, "load", lambda path: loads.append(path) or real_load(path))
     manifest = tokenize_corpus(corpus_dir, tmp_path / "tok", tmp_path / "out", n_ctx=15, shard_rows=4,
                                show_progress=False, partition_bytes=700)
     assert len(loads) == 1 and manifest["tokenizer_sha256"] == tokenizer.sha256
@@ -280,7 +280,7 @@ def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, 
 def test_resume_after_kill_finishes_only_missing_work(tmp_path, caplog):
     docs = {"train": [make_docs(4, seed=10 + i, words=600) for i in range(16)], "val": [make_docs(4, seed=99)]}
     root = write_corpus(tmp_path / "corpus", docs)
-    gpt1_tokenizer.train(docs["train"][0], merges=300, show_progress=False).save(tmp_path / "tok")
+    bpe.train(docs["train"][0], merges=300, show_progress=False).save(tmp_path / "tok")
     killed, reference = tmp_path / "killed", tmp_path / "reference"
     settings = {"n_ctx": 63, "shard_rows": 16, "show_progress": False}
     command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
@@ -297,7 +297,7 @@ def test_resume_after_kill_finishes_only_missing_work(tmp_path, caplog):
     assert not (killed / "manifest.json").exists(), "the run finished before it could be killed"
     survivors = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in killed.rglob("shard-*.arrow")}
 
-    with caplog.at_level("INFO", logger="gpt1.data.shards"):
+    with caplog.at_level("INFO", logger="gpt1.data.tokenize"):
         resumed = tokenize_corpus(root, tmp_path / "tok", killed, workers=1, **settings)
     assert "resuming" in caplog.text
     assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in survivors} == survivors  # not rewritten
@@ -320,7 +320,7 @@ def test_output_bytes_are_those_of_the_unsplit_writer(tmp_path, encode_chars):
     docs = golden_docs()
     root = write_corpus(tmp_path / "corpus", docs, row_group_size=7)
     assert sha256_tree(root, "*/part-*.parquet") == GOLDEN_CORPUS_SHA256
-    tok = gpt1_tokenizer.train([d for p in docs["train"] for d in p], merges=200, show_progress=False)
+    tok = bpe.train([d for p in docs["train"] for d in p], merges=200, show_progress=False)
     longest, encode_batch = [0], tok.encode_batch
     tok.encode_batch = lambda texts: longest.append(max(map(len, texts))) or encode_batch(texts)
     tokenize_corpus(root, tok, tmp_path / "out", n_ctx=31, shard_rows=8, show_progress=False, partition_bytes=2000,
@@ -340,7 +340,7 @@ def tokenizers_to_check(tokenizer) -> list:
     vocab = SHARED_DATA / "openai-gpt1"
     if not vocab.exists():
         return [tokenizer]
-    return [tokenizer, gpt1_tokenizer.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")]
+    return [tokenizer, bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")]
 
 
 def test_a_document_encoded_in_pieces_gives_the_ids_of_the_whole(tokenizer):
@@ -406,12 +406,12 @@ def peak_rss_growth(tmp_path: Path, chars: int, encode_chars: int) -> tuple[int,
     corpus, out = tmp_path / f"corpus-{chars:.0f}", tmp_path / f"out-{chars:.0f}"
     chars = one_document_corpus(corpus, chars)
     if not (tmp_path / "tok").exists():
-        gpt1_tokenizer.train(make_docs(50, seed=1), merges=100, show_progress=False).save(tmp_path / "tok")
+        bpe.train(make_docs(50, seed=1), merges=100, show_progress=False).save(tmp_path / "tok")
     # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report this test's own size.
     script = (
         "import re, sys\n"
         "from pathlib import Path\n"
-        "from gpt1.data.shards import tokenize_corpus\n"
+        "from gpt1.data.tokenize import tokenize_corpus\n"
         "from gpt1 import tokenizer\n"
         "peak = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1))\n"
         "tok = tokenizer.load(sys.argv[2])\n"
@@ -468,7 +468,7 @@ def test_cli_refuses_counts_that_are_not_positive(tmp_path, corpus_dir, tokenize
 def test_a_failed_write_is_one_line_and_the_rerun_resumes(tmp_path):
     docs = {"train": [make_docs(30, seed=20 + i, words=400) for i in range(4)], "val": [make_docs(4, seed=98)]}
     root = write_corpus(tmp_path / "corpus", docs)
-    gpt1_tokenizer.train(docs["train"][0], merges=200, show_progress=False).save(tmp_path / "tok")
+    bpe.train(docs["train"][0], merges=200, show_progress=False).save(tmp_path / "tok")
     command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
                str(tmp_path / "tok"), "--out", str(tmp_path / "out"), "--ctx", "63", "--shard-rows", "16",
                "--workers", "1", "--no-progress"]

@@ -12,8 +12,8 @@ import pytest
 from fs_faults import read_only
 from test_shards import make_docs, write_corpus
 
-from gpt1 import tokenizer as gpt1_tokenizer
-from gpt1.data.shards import BlockReader, load_manifest, shard_schema, tokenize_corpus, verify_shards
+from gpt1.data.train_tokenizer import bpe
+from gpt1.data.tokenize import BlockReader, load_manifest, shard_schema, tokenize_corpus, verify_shards
 from gpt1.io import InputError, read_json, sha256_file, write_json
 
 
@@ -23,7 +23,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("verify")
     docs = {"train": [make_docs(40, seed=11)], "val": [make_docs(8, seed=12)]}
     corpus = write_corpus(root / "corpus", docs)
-    tok = gpt1_tokenizer.train(docs["train"][0], merges=150, show_progress=False)
+    tok = bpe.train(docs["train"][0], merges=150, show_progress=False)
     return corpus, tok
 
 
@@ -120,7 +120,7 @@ def test_a_token_id_outside_the_vocabulary_names_shard_and_row(shards):
 
 def test_verify_on_a_read_only_copy_checks_but_cannot_record(shards, caplog):
     with read_only(shards):
-        with caplog.at_level("WARNING", logger="gpt1.data.shards"):
+        with caplog.at_level("WARNING", logger="gpt1.data.tokenize"):
             assert verify_shards(shards)["checked_bytes"] > 0
     assert "cannot record the verification" in caplog.text and not (shards / ".verified.json").exists()
 

@@ -21,18 +21,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpt1 import pipeline as P
+from gpt1.pipeline import plan as P
 from gpt1.config import ConfigError, load_config
-from gpt1.distributed import free_port
+from gpt1.runtime.processes import free_port
 from gpt1.io import read_json, write_json
-from gpt1.runtime import slurm
-from gpt1.stages import pretrain, shards, tokenizer
+from gpt1.pretrain import slurm
+from gpt1.pretrain import stage as pretrain
+from gpt1.data.tokenize import stage as shards
+from gpt1.data.train_tokenizer import stage as tokenizer
 from gpt1.stages.base import Ref
 from gpt1.stages.outputs import DONE, is_done
 
 TINY = [
     "model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128",
-    "tokenizer.merges=300", "data.workers=1",
+    "train_tokenizer.merges=300", "tokenize.workers=1",
     "pretrain.max_steps=3", "pretrain.warmup_steps=1", "pretrain.global_batch_size=8", "pretrain.log_every=1",
     "pretrain.eval_every=1000", "pretrain.eval_batches=1", "pretrain.probe_every=1000",
     "pretrain.probe_max_examples=4", "pretrain.save_every=1000",
@@ -110,7 +112,7 @@ def cluster(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Sample stage -> a corpus of the first 200k characters of two books -> tokenizer and shards stages."""
-    from gpt1.data import corpus
+    from gpt1.data.ingest import corpus
 
     work = tmp_path_factory.mktemp("work")
     plan = plan_for(work)
@@ -125,9 +127,9 @@ def data(tmp_path_factory):
         pq.write_table(table, corpus_dir / split / "part-00000.parquet")
     write_json(corpus_dir / corpus.STATS_FILE, {"documents": len(docs)})
     cfg = plan.cfg
-    tok = tokenizer.Job(Ref.to(corpus_dir), cfg.tokenizer).run(work / "tokenizer", wait=False)
+    tok = tokenizer.Job(Ref.to(corpus_dir), cfg.train_tokenizer).run(work / "tokenizer", wait=False)
     packed = shards.Job(Ref.to(corpus_dir), Ref(tok.path, tok.key), n_ctx=cfg.model.n_ctx,
-                        shard_rows=cfg.data.shard_rows).run(work / "shards", wait=False)
+                        shard_rows=cfg.tokenize.shard_rows).run(work / "shards", wait=False)
     return SimpleNamespace(work=work, tokenizer=Ref(tok.path, tok.key), shards=Ref(packed.path, packed.key))
 
 
@@ -147,8 +149,8 @@ def mlflow_store(root: Path) -> tuple[str, str]:
 def test_pretrain_stage_runs_as_a_slurm_job(data, cluster):
     from mlflow.tracking import MlflowClient
 
-    from gpt1.model import GPT1
-    from gpt1.pretrain_outputs import read_metrics
+    from gpt1.model.transformer import GPT1
+    from gpt1.pretrain.outputs import read_metrics
 
     uri, parent = mlflow_store(cluster / "mlflow")
     out = data.work / "pretrain"

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import shared_path
 from gpt1 import tasks
-from gpt1.finetune import headline_split
+from gpt1.finetune.train import headline_split
 from gpt1.io import InputError
 from gpt1.tasks import get, load
 
@@ -312,7 +312,7 @@ class WordTokenizer:
 
 def test_finetune_names_the_missing_half_of_mnli_dev():
     from gpt1.config import FinetuneConfig
-    from gpt1.finetune import load_task_data
+    from gpt1.finetune.train import load_task_data
 
     folder = task_file("MNLI", "k-shot", "16-42")  # train.tsv and dev_matched.tsv only
     with pytest.raises(InputError) as err:

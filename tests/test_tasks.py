@@ -475,7 +475,7 @@ def test_registry_covers_the_twelve_tasks():
 def test_a_thirteenth_task_is_one_spec(tmp_path, monkeypatch):
     """WNLI (GLUE's ninth task, which the paper leaves out), described by one TaskSpec and nothing else: it loads,
     is scored, writes its submission and gets a table in the results report."""
-    from gpt1.report import read_runs, render_markdown
+    from gpt1.report.render import read_runs, render_markdown
     from gpt1.tasks.spec import Columns
 
     pair = ("sentence1", "sentence2")
@@ -529,8 +529,8 @@ def package_imports(package: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("package,allowed", [("gpt1.tasks", ("gpt1.tasks", "gpt1.io")),
-                                             ("gpt1.sample", ("gpt1.sample", "gpt1.io", "gpt1.tasks")),
-                                             ("gpt1.data", ("gpt1.data", "gpt1.io", "gpt1.config", "gpt1.tasks",
+                                             ("gpt1.sample_data", ("gpt1.sample_data", "gpt1.io", "gpt1.tasks", "gpt1.stages")),
+                                             ("gpt1.data", ("gpt1.data", "gpt1.io", "gpt1.config", "gpt1.tasks", "gpt1.stages",
                                                             "gpt1.tokenizer")),
                                              ("gpt1", ("gpt1",))])
 def test_packages_import_one_way_without_cycles(package, allowed):
@@ -548,7 +548,7 @@ def test_packages_import_one_way_without_cycles(package, allowed):
 
 
 def test_every_task_loads_from_generated_sample_data(tmp_path):
-    sample = pytest.importorskip("gpt1.sample")
+    sample = pytest.importorskip("gpt1.sample_data")
     sample.write_sample_data(tmp_path)
     for name in tasks.TASKS:
         spec = get(name)

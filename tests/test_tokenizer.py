@@ -11,11 +11,11 @@ import ftfy
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from gpt1 import tokenizer as gpt1_tokenizer
+from gpt1.data.train_tokenizer import bpe
 from gpt1.cli import main as cli
 from gpt1.config import SPECIAL_TOKENS
 from gpt1.io import InputError, sha256_file
-from gpt1.tokenizer import END_OF_WORD, GPT1Tokenizer, fix_text, standardize
+from gpt1.data.train_tokenizer.bpe import END_OF_WORD, GPT1Tokenizer, fix_text, standardize
 
 from conftest import shared_path
 from gpt1_oracle import OracleEncoder, book_paragraphs
@@ -46,7 +46,7 @@ HAND_PICKED = [
 
 @pytest.fixture(scope="module")
 def trained() -> GPT1Tokenizer:
-    return gpt1_tokenizer.train(CORPUS, merges=40, min_frequency=2, show_progress=False)
+    return bpe.train(CORPUS, merges=40, min_frequency=2, show_progress=False)
 
 
 def tokens(tokenizer: GPT1Tokenizer, text: str) -> list[str]:
@@ -60,7 +60,7 @@ def test_training_learns_exactly_the_requested_merges_with_specials_last(trained
     spec = json.loads(trained.to_json())
     vocab = spec["model"]["vocab"]
     assert trained.num_merges == 40
-    assert vocab[gpt1_tokenizer.UNK] == 0
+    assert vocab[bpe.UNK] == 0
     base = [s for s in vocab if len(s.removesuffix(END_OF_WORD)) == 1]
     assert len(vocab) == 1 + len(base) + 40  # <unk>, base symbols, one new symbol per merge
     assert trained.vocab_size == len(vocab) + 3
@@ -78,23 +78,23 @@ def test_words_are_lower_cased_and_end_in_the_end_of_word_symbol(trained):
 
 
 def test_min_frequency_can_stop_training_early(caplog):
-    tokenizer = gpt1_tokenizer.train(CORPUS, merges=10_000, min_frequency=3, show_progress=False)
+    tokenizer = bpe.train(CORPUS, merges=10_000, min_frequency=3, show_progress=False)
     assert 40 < tokenizer.num_merges < 10_000
     assert f"learned {tokenizer.num_merges} of 10000 merges" in caplog.text
 
 
 def test_training_is_deterministic_and_the_hash_tracks_the_content(trained):
-    again = gpt1_tokenizer.train(CORPUS, merges=40, min_frequency=2, show_progress=False)
-    other = gpt1_tokenizer.train(CORPUS, merges=41, min_frequency=2, show_progress=False)
+    again = bpe.train(CORPUS, merges=40, min_frequency=2, show_progress=False)
+    other = bpe.train(CORPUS, merges=41, min_frequency=2, show_progress=False)
     assert again.sha256 == trained.sha256 != other.sha256
     assert re.fullmatch(r"[0-9a-f]{64}", trained.sha256)
 
 
 def test_training_rejects_bad_arguments_and_empty_input():
     with pytest.raises(ValueError, match="merges"):
-        gpt1_tokenizer.train(CORPUS, merges=0, show_progress=False)
+        bpe.train(CORPUS, merges=0, show_progress=False)
     with pytest.raises(ValueError, match="no text"):
-        gpt1_tokenizer.train(["   ", ""], merges=5, show_progress=False)
+        bpe.train(["   ", ""], merges=5, show_progress=False)
 
 
 # --------------------------------------------------------------------------------- text clean-up and words
@@ -160,7 +160,7 @@ def test_save_load_round_trip_and_hash(trained, tmp_path):
     assert path == tmp_path / "tokenizer.json"
     assert sha256_file(path) == trained.sha256
     for source in (tmp_path, path):
-        loaded = gpt1_tokenizer.load(source)
+        loaded = bpe.load(source)
         assert loaded.sha256 == trained.sha256
         assert loaded.encode_batch(CORPUS) == trained.encode_batch(CORPUS)
         assert (loaded.vocab_size, loaded.start_id) == (trained.vocab_size, trained.start_id)
@@ -177,15 +177,15 @@ def test_transformers_loads_the_file_with_the_same_ids(trained, tmp_path):
 
 def test_load_reports_missing_and_foreign_files(trained, tmp_path):
     with pytest.raises(FileNotFoundError, match="train-tokenizer"):
-        gpt1_tokenizer.load(tmp_path)
+        bpe.load(tmp_path)
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(InputError, match="tokenizer.json"):
-        gpt1_tokenizer.load(tmp_path)
+        bpe.load(tmp_path)
     spec = json.loads(trained.to_json())
     spec["added_tokens"] = []
     (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
     with pytest.raises(InputError, match="last 3 ids"):
-        gpt1_tokenizer.load(tmp_path)
+        bpe.load(tmp_path)
 
 
 # ------------------------------------------------------------------------------------- the original vocab
@@ -199,12 +199,12 @@ def vocab_files():
 
 @pytest.fixture(scope="module")
 def original(vocab_files) -> GPT1Tokenizer:
-    return gpt1_tokenizer.from_openai(*vocab_files)
+    return bpe.from_openai(*vocab_files)
 
 
 @pytest.fixture(scope="module")
 def exact(vocab_files) -> GPT1Tokenizer:
-    return gpt1_tokenizer.from_openai(*vocab_files, exact=True)
+    return bpe.from_openai(*vocab_files, exact=True)
 
 
 @pytest.fixture(scope="module")
@@ -240,10 +240,10 @@ def test_bad_vocabulary_files_are_located(vocab_files, tmp_path):
         broken = tmp_path / "vocab.bpe"
         broken.write_text("\n".join([*lines[:3], bad_line, *lines[3:]]), encoding="utf-8")
         with pytest.raises(InputError, match=rf"vocab.bpe:4: .*{message}"):
-            gpt1_tokenizer.from_openai(encoder, broken)
+            bpe.from_openai(encoder, broken)
     (tmp_path / "encoder.json").write_text('{"a": 0, "b": 2}')
     with pytest.raises(InputError, match="distinct id"):
-        gpt1_tokenizer.from_openai(tmp_path / "encoder.json", merges)
+        bpe.from_openai(tmp_path / "encoder.json", merges)
 
 
 # A sample of real paragraphs: cp1252 books, BOM books (their first paragraph starts with the BOM), CRLF, Ulysses.
@@ -286,7 +286,7 @@ def test_fast_mode_parity_floor(original, paragraphs, reference):
 
 
 def test_cli_trains_on_an_ingested_corpus(tmp_path):
-    from gpt1.data.ingest import ingest
+    from gpt1.data.ingest.ingest import ingest
 
     (tmp_path / "books").mkdir()
     for i, text in enumerate(CORPUS):
@@ -296,17 +296,17 @@ def test_cli_trains_on_an_ingested_corpus(tmp_path):
     assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--merges", "30",
                 "--max-chars", "500"]) == 0
     stats = json.loads((out / "tokenizer_stats.json").read_text())
-    loaded = gpt1_tokenizer.load(out)
+    loaded = bpe.load(out)
     assert stats["merges"] == loaded.num_merges == 30
     assert stats["vocab_size"] == loaded.vocab_size and stats["sha256"] == loaded.sha256
     assert stats["characters"] == 500 and stats["seconds"] > 0
 
-    narrow = tmp_path / "tok-narrow"  # tokenizer.limit_alphabet: only the 12 most frequent characters are symbols
+    narrow = tmp_path / "tok-narrow"  # train_tokenizer.limit_alphabet: only the 12 most frequent characters are symbols
     assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(narrow), "--merges", "30",
                 "--limit-alphabet", "12"]) == 0
     assert json.loads((narrow / "tokenizer_stats.json").read_text())["limit_alphabet"] == 12
     text = " ".join(CORPUS)
-    unknown = [gpt1_tokenizer.load(path).encode(text).count(0) for path in (out, narrow)]  # id 0 is <unk>
+    unknown = [bpe.load(path).encode(text).count(0) for path in (out, narrow)]  # id 0 is <unk>
     assert unknown[0] == 0 < unknown[1]
 
 

@@ -19,8 +19,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import gpt1
-from gpt1 import mlflow_features, mlflow_models, tracking
-from gpt1.tracking import METRICS_PER_REQUEST, RunLogger, start_run
+from gpt1.tracking import runs as mlflow_features, models as mlflow_models, logger as tracking
+from gpt1.tracking.logger import METRICS_PER_REQUEST, RunLogger, start_run
 from tests.conftest import REPO
 
 
@@ -318,7 +318,7 @@ def test_threads_sharing_one_logger(store):
 def test_a_process_exiting_without_end_delivers_its_buffered_metrics(store):
     script = (
         "import sys\n"
-        "from gpt1.tracking import RunLogger\n"
+        "from gpt1.tracking.logger import RunLogger\n"
         "run = RunLogger('exits', experiment='t', uri=sys.argv[1], metrics_interval=600)\n"
         "for step in range(1, 21):\n"
         "    run.log_metrics({'loss': 1.0 / step}, step=step)\n"
@@ -343,7 +343,7 @@ def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tm
     # the package copied into another repository, untracked there (an install inside someone's tree): no commit
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
-    script = ("import gpt1, json; from gpt1.tracking import code_version; "
+    script = ("import gpt1, json; from gpt1.tracking.logger import code_version; "
               "print(json.dumps([gpt1.__file__, code_version()]))")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
@@ -486,7 +486,7 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     assert client.get_run(bare.run_id).info.run_name == "gpt1 [smoke] · quiet-owl"
     assert {k: got.data.tags[k] for k in ("prefect.deployment", "prefect.flow_run_id", "gpt1.preset")} == {
         "prefect.deployment": "smoke", "prefect.flow_run_id": "1234", "gpt1.preset": "smoke"}
-    assert got.data.params["tokenizer.merges"] == str(cfg.tokenizer.merges) and "gpt1.version" in got.data.tags
+    assert got.data.params["train_tokenizer.merges"] == str(cfg.train_tokenizer.merges) and "gpt1.version" in got.data.tags
 
     link = got.data.tags["gpt1.runs_view"]
     experiment = client.get_experiment(got.info.experiment_id)
@@ -585,7 +585,7 @@ def test_process_uri_keeps_the_environment_s_tracking_uri(monkeypatch, tmp_path)
     """MLflow's own restore deletes $MLFLOW_TRACKING_URI; a fine-tune worker's next task then logged to ./mlflow.db."""
     import mlflow
 
-    from gpt1.mlflow_models import process_uri
+    from gpt1.tracking.models import process_uri
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9")
     with process_uri(f"sqlite:///{tmp_path / 'other.db'}"):

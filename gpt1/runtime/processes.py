@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -124,3 +125,14 @@ def peak_rss_mb() -> float | None:
         return None
     scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, kB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def threads_per_process(processes: int) -> str:
+    """OMP_NUM_THREADS for one of `processes` processes sharing this machine: each takes its share of the cores,
+    instead of every one spawning a thread per core and all of them contending."""
+    return str(max(1, (os.cpu_count() or 1) // processes))

@@ -1,6 +1,6 @@
 """Reused worker processes: run many short jobs without paying a process start-up (and torch import) per job.
 
-    with WorkerPool(2, preload=("torch", "gpt1.finetune")) as pool:
+    with WorkerPool(2, preload=("torch", "gpt1.finetune.stage")) as pool:
         pool.run(job, log_line)        # job: a picklable callable returning an exit code; blocks until done
 
 The fine-tune fan-out runs its tasks here: a fine-tune of the smoke preset computes for a few seconds, while a fresh
@@ -43,7 +43,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
-from gpt1.distributed import threads_per_process
+from gpt1.runtime.processes import threads_per_process
 from gpt1.runtime.processes import PARENT_PID_ENV
 
 log = logging.getLogger(__name__)

@@ -3,8 +3,8 @@
 A stage is a job dataclass (one per module in gpt1/stages/): the inputs it reads (`Ref`s) and the settings that
 decide its output. Its key hashes exactly those, and it is the same key whoever runs it:
 
-    job = tokenizer.Job(corpus=Ref.to("runs/corpus"), cfg=cfg.tokenizer)    # the CLI: keys read from the inputs
-    job = tokenizer.Job(corpus=plan.ref("ingest"), cfg=cfg.tokenizer)       # gpt1.pipeline: keys planned ahead
+    job = tokenizer.Job(corpus=Ref.to("runs/corpus"), cfg=cfg.train_tokenizer)    # the CLI: keys read from the inputs
+    job = tokenizer.Job(corpus=plan.ref("ingest"), cfg=cfg.train_tokenizer)       # gpt1.pipeline: keys planned ahead
     result = job.run(out, wait=True)                                        # skip, resume or build; then marked
 
 An input's key is the key the stage that wrote it recorded in its `.done` marker (for a folder inside a stage's

@@ -1,0 +1,309 @@
+"""Stage 1, corpus ingestion: a text source -> cleaned, deduplicated documents split into train/val.
+
+    stats = ingest("../shared/data/books", "runs/corpus")     # the build; `gpt1 ingest` runs it as a stage
+
+The sources (directories, globs and files of .txt/.jsonl/.parquet, `hf:` datasets) and how their rows become
+records are gpt1/data/sources.py; the output layout is gpt1/data/corpus.py. Records stream through one at a time,
+so memory is bounded by the largest document plus one Parquet row group per split; only the set of document ids
+grows with the corpus.
+
+Choices where the spec is silent:
+- Split: a document is val iff hash(split_seed, id) < val_fraction, so adding or removing documents never moves
+  the others. Floor: if val would be empty (val_fraction > 0, >= 2 documents), the train document with the lowest
+  hash goes to val instead; it is held back while streaming, so nothing has to be rewritten.
+- Cleaning is gpt1/data/clean.py. `unwrap_lines` (default on) joins hard-wrapped prose lines into paragraphs in a
+  text file or a row; stats.json says how many paragraphs and line breaks it joined and how many multi-line
+  paragraphs it kept. Rows grouped into one document keep one row per line: those breaks are row boundaries (the
+  sentences of lower-cased BooksCorpus, which the lowercase-continuation rule would otherwise join), not wraps.
+- Duplicates are exact (same id = sha256 of the cleaned text); the first one in source order is kept.
+- Documents empty or shorter than min_doc_chars once cleaned are named in stats.json, as are the inputs a source
+  could not use and its malformed rows.
+- Restartability and replacement are the stage's (gpt1.stages.ingest, gpt1.stages.outputs): its key hashes the
+  source (local files by content; a hub source by id, revision and split, so pin a revision) and these settings.
+- A subset of a large source (`max_documents`, `max_chars`): the first documents in source order, whole; the
+  source is read only that far (see `_build`).
+- Failures: an unwritable folder is refused before any work; a failed write (disk full) is one OutputError.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from gpt1.data.ingest.clean import clean
+from gpt1.data.ingest.corpus import SCHEMA, STATS_FILE
+from gpt1.data.ingest.sources import BOOKCORPUS_ROWS_PER_DOC, FileSource, HFSource, Report, open_source
+from gpt1.io import InputError, OutputError, atomic_path, check_writable, write_json
+
+__all__ = ["BOOKCORPUS_ROWS_PER_DOC", "FileSource", "HFSource", "ingest", "open_source", "summary"]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 2  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
+ROWS_PER_PART = 10_000  # documents per Parquet part
+ROW_GROUP_CHARS = 2_000_000  # characters per row group (or one larger document): bounds the write buffer
+
+
+@dataclass
+class Document:
+    id: str
+    source: str
+    text: str
+
+
+# -- output: Parquet parts per split ----------------------------------------------------------------------------
+class SplitWriter:
+    """One split's Parquet parts: at most `rows_per_part` documents each, in row groups of up to ROW_GROUP_CHARS
+    characters (or one larger document); each part is written under a temporary name and renamed when complete."""
+
+    def __init__(self, folder: Path, rows_per_part: int):
+        self.folder, self.rows_per_part = folder, rows_per_part
+        with _writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.documents = self.characters = 0
+        self.parts: list[dict] = []
+        self.ids = hashlib.sha256()  # content hash of the split: its document ids in order
+        self._buffer: list[Document] = []
+        self._buffered_chars = 0
+        self._part: contextlib.ExitStack | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._part_rows = 0
+
+    def add(self, doc: Document) -> None:
+        if self._buffered_chars + len(doc.text) > ROW_GROUP_CHARS:  # so a row group holds at most one big book
+            self._flush()
+        self._buffer.append(doc)
+        self._buffered_chars += len(doc.text)
+        self.documents += 1
+        self.characters += len(doc.text)
+        self.ids.update(doc.id.encode())
+        if self._buffered_chars >= ROW_GROUP_CHARS or self._part_rows + len(self._buffer) >= self.rows_per_part:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        with _writing(self.folder):
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        if self._writer is None:
+            self._part = contextlib.ExitStack()
+            tmp = self._part.enter_context(atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet"))
+            # Every value is unique, so no dictionaries; min/max statistics of whole books would copy them twice.
+            self._writer = pq.ParquetWriter(tmp, SCHEMA, compression="zstd", use_dictionary=False,
+                                            write_statistics=["id", "source"])
+        columns = {"id": [d.id for d in self._buffer], "source": [d.source for d in self._buffer],
+                   "text": [d.text for d in self._buffer]}
+        self._writer.write_table(pa.table(columns, schema=SCHEMA))
+        self._part_rows += len(self._buffer)
+        self._buffer, self._buffered_chars = [], 0
+        if self._part_rows >= self.rows_per_part:
+            self._close_part()
+
+    def _close_part(self) -> None:
+        self._writer.close()
+        self._part.close()  # atomic_path renames the finished part into place
+        self.parts.append({"file": f"{self.folder.name}/part-{len(self.parts):05d}.parquet", "rows": self._part_rows})
+        self._writer, self._part, self._part_rows = None, None, 0
+
+    def __enter__(self) -> "SplitWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self._flush()
+            if self._writer is not None:
+                with _writing(self.folder):
+                    self._close_part()
+        elif self._writer is not None:
+            with contextlib.suppress(OSError):  # e.g. the disk that made this fail is still full
+                self._writer.close()
+            self._part.__exit__(exc_type, exc, tb)  # atomic_path deletes the unfinished part
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Failed writes (disk full, quota, read-only, I/O error) as one clear OutputError naming the path."""
+    try:
+        yield
+    except OSError as err:
+        raise OutputError(f"{path}: cannot write ({err})") from None
+
+
+class TrainValSplit:
+    """Routes documents to train or val by hash(seed, id), holding back the lowest-hash train document so that
+    val can receive it at the end if it would otherwise stay empty (see the module docstring)."""
+
+    def __init__(self, train: SplitWriter, val: SplitWriter, val_fraction: float, seed: int):
+        self.train, self.val, self.val_fraction, self.seed = train, val, val_fraction, seed
+        self.held: tuple[float, Document] | None = None
+
+    def score(self, doc_id: str) -> float:
+        digest = hashlib.sha256(f"{self.seed}:{doc_id}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def add(self, doc: Document) -> None:
+        score = self.score(doc.id)
+        if score < self.val_fraction:
+            self.val.add(doc)
+        elif self.val_fraction == 0 or (self.held is not None and score >= self.held[0]):
+            self.train.add(doc)
+        else:
+            if self.held is not None:
+                self.train.add(self.held[1])
+            self.held = (score, doc)
+
+    def finish(self) -> bool:
+        """Write the held-back document; True if it went to val as the floor."""
+        if self.held is None:
+            return False
+        floor = self.val.documents == 0 and self.train.documents > 0
+        (self.val if floor else self.train).add(self.held[1])
+        return floor
+
+
+# -- the build ------------------------------------------------------------------------------------------------
+def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
+           split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
+           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True, max_documents: int | None = None,
+           max_chars: int | None = None) -> dict:
+    """Clean, deduplicate and split `source` into the corpus layout in `out_dir` (created; it must be empty);
+    returns the stats, also written as stats.json.
+
+    `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
+    for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
+    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset, see `_build`. Whether to run, and replacing an
+    earlier corpus without ever showing half of one, are the stage's (gpt1.stages.ingest): this writes what it is
+    given to write.
+    """
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
+        raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
+    if (max_documents is not None and max_documents < 1) or (max_chars is not None and max_chars < 1):
+        raise ValueError(f"max_documents and max_chars must be >= 1 when given, got {max_documents}, {max_chars}")
+    out = Path(out_dir)
+    if out.is_dir() and any(out.iterdir()):
+        raise ValueError(f"{out} is not empty: a corpus is built into an empty folder")
+    check_writable(out)
+    src = open_source(source, exclude=out)
+    settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
+                "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
+                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "max_documents": max_documents,
+                "max_chars": max_chars, "format": FORMAT_VERSION}
+    src.check(text_column)
+    stats = _build(src, out, settings, show_progress)
+    stats.update(source=source, source_hash=src.fingerprint())
+    with _writing(out):
+        write_json(out / STATS_FILE, stats)
+    return stats
+
+
+def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool) -> dict:
+    """Stream the source's records through cleaning, dedup and the split into `build`.
+
+    Subset: with max_documents / max_chars, documents are kept in source order (after cleaning and dedup) until
+    the next one would pass either limit, and the source is read no further (a hub dataset streams only that far).
+    The subset is a prefix of what the full run would keep, so a larger limit only adds documents; the train/val
+    assignment of a document does not depend on the limits.
+    """
+    report, seen, started = Report(), set(), time.time()
+    max_docs, max_chars = settings["max_documents"], settings["max_chars"]
+    kept_chars, limit_reached = 0, False
+    records = src.records(settings["text_column"], settings["rows_per_doc"], report)
+    with contextlib.closing(records), \
+            SplitWriter(build / "train", settings["rows_per_part"]) as train, \
+            SplitWriter(build / "val", settings["rows_per_part"]) as val:
+        split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"])
+        for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
+            report.records += 1
+            unwrap = settings["unwrap_lines"] and not record.grouped_rows
+            text, removed, unwrapped = clean(record.text, unwrap_lines=unwrap)
+            report.boilerplate.update(header=removed.header, footer=removed.footer, notes=removed.notes,
+                                      characters=removed.chars)
+            report.unwrapped.update(asdict(unwrapped))
+            if len(text) < max(1, settings["min_doc_chars"]):
+                reason = "empty" if not text else "too_short"
+                report.reject(reason, record.source, f"{len(text)} characters after cleaning")
+                continue
+            doc_id = hashlib.sha256(text.encode()).hexdigest()
+            if doc_id in seen:
+                report.duplicates.add(record.source)
+                continue
+            if max_chars is not None and kept_chars + len(text) > max_chars:
+                if not seen:
+                    raise InputError(f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
+                                     f"has {len(text):,} characters", file=src.spec)
+                limit_reached = True
+                break
+            seen.add(doc_id)
+            kept_chars += len(text)
+            split.add(Document(doc_id, record.source, text))
+            if max_docs is not None and len(seen) == max_docs:
+                limit_reached = True
+                break
+        report.check_malformed()
+        floor = split.finish()
+    if train.documents + val.documents == 0:
+        reasons = ", ".join(f"{r}: {t.count}" for r, t in report.rejects.items()) or "no records"
+        raise InputError(f"no documents ({reasons}; duplicates: {report.duplicates.count}; "
+                         f"malformed rows: {report.malformed.count})", file=src.spec)
+
+    seconds = time.time() - started
+    chars = train.characters + val.characters
+    log.info("ingested %d train + %d val documents (%.1fM characters) in %.1fs: %.2fM chars/s, %.1f docs/s",
+             train.documents, val.documents, chars / 1e6, seconds, chars / 1e6 / max(seconds, 1e-9),
+             report.records / max(seconds, 1e-9))
+    return {
+        "format": FORMAT_VERSION,
+        "settings": settings,
+        "documents": {"train": train.documents, "val": val.documents},
+        "characters": {"train": train.characters, "val": val.characters},
+        "parts": {"train": train.parts, "val": val.parts},
+        "content_hash": hashlib.sha256(train.ids.digest() + val.ids.digest()).hexdigest(),
+        "val_floor_applied": floor,
+        "subset": {"max_documents": max_docs, "max_chars": max_chars, "limit_reached": limit_reached},
+        **report.as_dict(),
+        "seconds": round(seconds, 3),
+    }
+
+
+def summary(stats: dict, out: str | os.PathLike) -> str:
+    docs, chars = stats["documents"], stats["characters"]
+    lines = [
+        f"corpus {out}",
+        f"  documents: {docs['train']:,} train + {docs['val']:,} val, {sum(chars.values()):,} characters; "
+        f"{stats['duplicates']['count']:,} duplicates dropped",
+    ]
+    if stats["subset"]["limit_reached"]:
+        limits = {k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None}
+        lines.append(f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})")
+    for reason, tally in stats["rejects"].items():
+        lines.append(f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}")
+    for encoding, tally in stats["decode_fallbacks"].items():
+        lines.append(f"  read as {encoding}: {', '.join(tally['examples'])}")
+    if stats["malformed_rows"]["count"]:
+        first = stats["malformed_rows"]["examples"][0]
+        lines.append(f"  malformed rows: {stats['malformed_rows']['count']:,} of {stats['inputs']['rows']:,}, "
+                     f"first {first['file']}:{first['line']}: {first['error']}")
+    removed = stats["boilerplate_removed"]
+    if removed["header"] or removed["footer"]:
+        lines.append(f"  Gutenberg boilerplate removed: {removed['header']} headers, {removed['footer']} footers, "
+                     f"{removed['notes']} notes")
+    unwrapped = stats["unwrapped"]
+    if unwrapped["paragraphs"]:
+        lines.append(f"  hard-wrapped lines joined: {unwrapped['lines_joined']:,} line breaks in "
+                     f"{unwrapped['paragraphs']:,} paragraphs; {unwrapped['paragraphs_kept']:,} multi-line "
+                     f"paragraphs kept (verse, lists, headings)")
+    return "\n".join(lines)

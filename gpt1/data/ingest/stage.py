@@ -1,0 +1,100 @@
+"""Stage `ingest`: clean, deduplicate and split a corpus into Parquet documents + stats.json.
+
+    gpt1 ingest --source SRC --out DIR [--text-column C] [--val-fraction F] ...
+
+SRC is a directory or glob of .txt/.jsonl/.parquet files, one such file, or `hf:<id>[@revision][:split]` (a hub
+dataset or a local `datasets` folder). The key hashes the source's content (local files by their bytes, hub data by
+id, revision and split: pin a revision to make it stable) and the data settings below; gpt1.data.ingest does the
+work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from gpt1.config import IngestConfig
+from gpt1.data.ingest import ingest
+from gpt1.io import positive_int, stable_hash
+from gpt1.stages.base import StageJob, add_output_args, input_key, run_from_args
+from gpt1.stages.outputs import read_marker
+
+COMMAND, SUMMARY = "ingest", "clean, dedup and split a corpus into Parquet documents + stats.json"
+
+
+def source_key(spec: str) -> str:
+    """The content key of a corpus source: a stage's output (the sample books) by its marker, else its data."""
+    path = Path(spec)
+    if not spec.startswith("hf:") and path.exists() and any(read_marker(p) for p in path.parents[:3]):
+        return input_key(path)
+    return stable_hash(["source", ingest.open_source(spec).fingerprint()])
+
+
+@dataclass(frozen=True)
+class Job(StageJob):
+    stage: ClassVar[str] = "ingest"
+    source: str
+    source_key: str
+    cfg: IngestConfig
+    progress: bool | None = field(default=None, compare=False)  # None: a bar when stderr is a terminal
+
+    def identity(self) -> dict:
+        d = self.cfg
+        return {"source": self.source_key, "format": ingest.FORMAT_VERSION, "text_column": d.text_column,
+                "val_fraction": d.val_fraction, "split_seed": d.split_seed, "min_doc_chars": d.min_doc_chars,
+                "rows_per_doc": d.rows_per_doc, "unwrap_lines": d.unwrap_lines, "max_documents": d.max_documents,
+                "max_chars": d.max_chars}
+
+    def input_paths(self) -> dict[str, str]:
+        return {"source": self.source}
+
+    def check(self, out: Path) -> None:
+        source = Path(self.source)
+        if not self.source.startswith("hf:") and source.is_dir() and out.resolve().is_relative_to(source.resolve()):
+            raise ValueError(f"--out {out} is inside the source folder {source}: the corpus would become part of "
+                             "its own source; write it elsewhere")
+
+    def build(self, out: Path) -> dict:
+        d = self.cfg
+        stats = ingest.ingest(self.source, out, text_column=d.text_column, val_fraction=d.val_fraction,
+                              split_seed=d.split_seed, min_doc_chars=d.min_doc_chars, rows_per_doc=d.rows_per_doc,
+                              unwrap_lines=d.unwrap_lines, max_documents=d.max_documents, max_chars=d.max_chars,
+                              show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
+        return {"stats": stats}
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    defaults = IngestConfig()
+    parser.add_argument("--source", required=True,
+                        help="directory or glob of .txt/.jsonl/.parquet, a file, or hf:<id>[@revision][:split]")
+    parser.add_argument("--out", required=True, type=Path, help="corpus directory to write")
+    parser.add_argument("--text-column", default=defaults.text_column, help="text field of jsonl/parquet/hf rows")
+    parser.add_argument("--val-fraction", type=float, default=defaults.val_fraction,
+                        help="share of documents held out for validation")
+    parser.add_argument("--seed", type=int, default=defaults.split_seed, help="train/val split seed")
+    parser.add_argument("--min-doc-chars", type=int, default=defaults.min_doc_chars,
+                        help="reject documents shorter than this after cleaning")
+    parser.add_argument("--rows-per-doc", type=positive_int, default=None,
+                        help=f"rows joined per document for row sources (default: {ingest.BOOKCORPUS_ROWS_PER_DOC} "
+                             "for hub BooksCorpus, else 1)")
+    parser.add_argument("--unwrap-lines", action=argparse.BooleanOptionalAction, default=defaults.unwrap_lines,
+                        help="join the lines of hard-wrapped prose paragraphs (verse, lists and headings keep theirs)")
+    parser.add_argument("--max-documents", type=positive_int, default=defaults.max_documents,
+                        help="subset: keep the first N documents in source order, read no further")
+    parser.add_argument("--max-chars", type=positive_int, default=defaults.max_chars,
+                        help="subset: keep whole documents in source order up to this many characters")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
+    add_output_args(parser)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    cfg = IngestConfig(text_column=args.text_column, val_fraction=args.val_fraction, split_seed=args.seed,
+                     min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc, unwrap_lines=args.unwrap_lines,
+                     max_documents=args.max_documents, max_chars=args.max_chars)
+    job = Job(args.source, source_key(args.source), cfg, progress=False if args.no_progress else None)
+    result = run_from_args(job, args)
+    print(ingest.summary(result.marker["stats"], result.path))
+    return 0

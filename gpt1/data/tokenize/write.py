@@ -1,0 +1,503 @@
+"""Pipeline stage 3: tokenize an ingested corpus into Arrow shards of packed blocks (layout: layout.py).
+
+Packing. Each split is one token stream: its documents in stored order, each preceded by `tokenizer.boundary_id`
+(`_start_`). The stream is cut into non-overlapping windows of n_ctx + 1 tokens (inputs plus the shifted
+targets), so a block may span a document boundary but never the train/val split; the split's last partial block
+is dropped and counted (`dropped_tail_tokens`). Documents that encode to no tokens get no boundary either and are
+counted (`empty_documents`). A run whose train split makes no complete block is an error (nothing is written).
+
+How the work is cut (and why the bytes never depend on --workers). `plan_partitions` splits every split's
+documents into partitions: contiguous row ranges of one Parquet part holding about `partition_bytes` of text,
+decided from the text lengths alone. `tokenize_partition` encodes one partition into a raw token file plus a
+small JSON sidecar (its token and document counts), both renamed into place when complete. The packer
+concatenates partition streams in plan order, so shard k always holds stream tokens
+[k * shard_rows * (n_ctx+1), ...) whoever tokenized which partition, in whatever order. Shards are written to a
+temporary name and renamed; the manifest comes last, then the partition files (OUT/.work/) are removed.
+Temporary disk use is therefore about the size of the output.
+
+Resuming. A re-run (same inputs and settings; the worker count does not matter) keeps every finished partition
+(sidecar present, token file complete) and every shard already under its final name, tokenizes only the missing
+partitions and writes only the missing shards, and produces the same manifest as an uninterrupted run. If OUT
+holds the output of *different* inputs it refuses to touch it.
+
+Scaling out. A partition is the unit of parallel work. `tokenize_corpus(workers=N)` runs partitions in N
+processes (spawn; RAYON_NUM_THREADS = cores // N in each) while the parent packs shards as soon as their
+partitions are done. In Prefect the same three steps are tasks; with a DaskTaskRunner/RayTaskRunner the
+partitions spread over every machine that sees the corpus and OUT at the same paths (`Plan` is a picklable
+dataclass; `tokenize_partition` is idempotent, so task retries are safe):
+
+    plan = prepare.submit(corpus, tok_dir, out, n_ctx=..., shard_rows=...).result()  # prepare_tokenization
+    wait(encode.map(unmapped(plan), plan.pending(), unmapped(tok_dir)))              # tokenize_partition
+    manifest = tokenize_corpus(corpus, tok_dir, out, n_ctx=..., shard_rows=...)      # finds all done: packs
+
+Memory: documents are encoded `encode_chars` characters at a time, a long one in pieces with the ids of the whole
+(encode.py); memory per process does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from gpt1.data.ingest.corpus import SPLITS, split_files
+from gpt1.data.tokenize.encode import ENCODE_CHARS, StreamEncoder
+from gpt1.data.tokenize.layout import FORMAT, MANIFEST, shard_name, shard_schema, token_dtype
+from gpt1.io import (InputError, OutputError, atomic_path, check_writable, read_json, sha256_file,
+                     sha256_tree, stable_hash, write_json)
+
+log = logging.getLogger(__name__)
+
+WORK_DIR = ".work"
+PARTITION_BYTES = 1 << 20  # text per partition: many units keep processes balanced (~1-10 s of work each)
+
+
+try:  # glibc: hand freed memory back to the OS (see _release_freed_memory)
+    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):
+    _malloc_trim = None
+
+
+def _release_freed_memory() -> None:
+    """glibc keeps the tokenizer's freed buffers in its per-thread arenas, so without this the peak RSS creeps up
+    with the amount of text encoded (~10% over four passes of the same books); with it the peak stays flat."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+# ------------------------------------------------------------------------------------------------- planning
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """Rows [start, stop) of one Parquet part of one split: the unit of parallel tokenization."""
+
+    split: str
+    index: int  # position in the split's stream
+    file: str  # relative to the corpus directory
+    start: int
+    stop: int
+    text_bytes: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:05d}"
+
+
+def plan_partitions(corpus_dir: str | Path, partition_bytes: int = PARTITION_BYTES) -> list[Partition]:
+    """Cut each Parquet part of each split into partitions: one document plus the following ones that fit in
+    `partition_bytes` of text (documents are never split, so a long one may make a partition longer).
+
+    Reads only the text lengths, and rejects a document without text (naming file and row) before any work.
+    """
+    corpus_dir = Path(corpus_dir)
+    partitions: list[Partition] = []
+    for split in SPLITS:
+        index = 0
+        for path in split_files(corpus_dir, split):
+            lengths = _text_lengths(path)
+            if not len(lengths):
+                continue
+            ends = np.cumsum(lengths)
+            # Cut before the document that crosses each multiple of partition_bytes (vectorised: no per-row loop).
+            cuts = np.searchsorted(ends, np.arange(partition_bytes, ends[-1], partition_bytes), side="right")
+            bounds = [0, *sorted(set(cuts.tolist()) - {0, len(lengths)}), len(lengths)]
+            for start, stop in zip(bounds, bounds[1:]):
+                nbytes = int(ends[stop - 1] - (ends[start - 1] if start else 0))
+                partitions.append(Partition(split, index, path.relative_to(corpus_dir).as_posix(), start, stop, nbytes))
+                index += 1
+    return partitions
+
+
+def _text_lengths(path: Path) -> np.ndarray:
+    parquet = pq.ParquetFile(path)
+    chunks, row = [], 0
+    # One row group at a time, one thread: iter_batches' read-ahead and decoder threads make memory grow with the
+    # file (measured: +100 MB over 24 row groups of 1.8 MB, against +25 MB like this).
+    for group in range(parquet.num_row_groups):
+        text = parquet.read_row_group(group, columns=["text"], use_threads=False).column(0)
+        if text.null_count:
+            bad = row + int(np.flatnonzero(text.is_null().to_numpy())[0])
+            raise InputError(f"document in row {bad} has no text", file=path, line=bad, field="text")
+        chunks.append(pc.binary_length(text).to_numpy().astype(np.int64))
+        row += len(text)
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Everything that defines the output, plus the partition list; saved as OUT/.work/plan.json."""
+
+    corpus_dir: str
+    out_dir: str
+    n_ctx: int
+    shard_rows: int
+    vocab_size: int
+    boundary_id: int
+    dtype: str
+    tokenizer_sha256: str
+    corpus_sha256: str
+    partition_bytes: int
+    partitions: list[Partition]
+    encode_chars: int = ENCODE_CHARS  # memory, not bytes: not part of the key
+
+    @property
+    def key(self) -> str:
+        """Hash of what determines the output bytes (not the partitioning, not the worker count)."""
+        return stable_hash({"format": FORMAT, "n_ctx": self.n_ctx, "shard_rows": self.shard_rows,
+                            "tokenizer": self.tokenizer_sha256, "corpus": self.corpus_sha256})
+
+    @property
+    def work(self) -> Path:
+        return Path(self.out_dir) / WORK_DIR
+
+    def tokens_path(self, part: Partition) -> Path:
+        return self.work / f"{part.name}.tokens"
+
+    def sidecar_path(self, part: Partition) -> Path:
+        return self.work / f"{part.name}.json"
+
+    def sidecar(self, part: Partition) -> dict | None:
+        """The finished partition's counts, or None if it still has to be (re)done."""
+        path = self.sidecar_path(part)
+        if not path.exists():
+            return None
+        counts = read_json(path)
+        tokens = self.tokens_path(part)
+        if not tokens.exists() or tokens.stat().st_size != counts["tokens"] * np.dtype(self.dtype).itemsize:
+            return None
+        return counts
+
+    def pending(self) -> list[Partition]:
+        return [p for p in self.partitions if self.sidecar(p) is None]
+
+    def to_json(self) -> dict:
+        return {**dataclasses.asdict(self), "key": self.key}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "Plan":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        plan = cls(**{k: v for k, v in obj.items() if k in fields})
+        plan.partitions = [Partition(**p) for p in obj["partitions"]]
+        return plan
+
+
+def _load_tokenizer(tokenizer):
+    if isinstance(tokenizer, (str, os.PathLike)):
+        from gpt1.data.train_tokenizer import bpe  # the reader side never needs the tokenizer
+
+        return bpe.load(tokenizer)
+    return tokenizer
+
+
+def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path, *, n_ctx: int, shard_rows: int,
+                         partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> Plan:
+    """Validate inputs and OUT, plan the partitions (or reuse the unfinished run's plan) and save the plan.
+
+    When OUT already holds the finished output of these inputs (its manifest.json), the plan has no partitions.
+    """
+    if min(n_ctx, shard_rows, partition_bytes, encode_chars) <= 0:
+        raise ValueError(f"n_ctx, shard_rows, partition_bytes and encode_chars must be positive, got {n_ctx}, "
+                         f"{shard_rows}, {partition_bytes}, {encode_chars}")
+    corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir).resolve()
+    tokenizer = _load_tokenizer(tokenizer)
+    if not 0 <= tokenizer.boundary_id < tokenizer.vocab_size:
+        raise ValueError(f"tokenizer boundary_id {tokenizer.boundary_id} outside its vocab ({tokenizer.vocab_size})")
+    for split in SPLITS:
+        split_files(corpus_dir, split)  # a clear error if this is not an ingested corpus
+    plan = Plan(str(corpus_dir), str(out_dir), n_ctx, shard_rows, tokenizer.vocab_size, tokenizer.boundary_id,
+                token_dtype(tokenizer.vocab_size).name, tokenizer.sha256,
+                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [], encode_chars)
+
+    manifest = _read_manifest_if_any(out_dir)
+    plan_path = plan.work / "plan.json"
+    previous = Plan.from_json(read_json(plan_path)) if plan_path.exists() else None
+    existing = {"tokenized output": manifest and manifest["key"], "unfinished tokenization": previous and previous.key}
+    for what, key in existing.items():
+        if key is not None and key != plan.key:
+            raise ValueError(f"{out_dir} already holds a {what} of different inputs or settings (corpus, tokenizer, "
+                             f"n_ctx or shard_rows changed); use another --out or delete it")
+    if manifest is None and previous is None and any(any((out_dir / s).glob("shard-*.arrow")) for s in SPLITS):
+        raise ValueError(f"{out_dir} holds shards but no manifest.json or plan; use another --out or delete it")
+
+    if manifest is not None and _shards_complete(out_dir, manifest):
+        shutil.rmtree(plan.work, ignore_errors=True)  # left if a run was killed right after its manifest
+        return plan
+    check_writable(out_dir)
+    if manifest is not None:
+        (out_dir / MANIFEST).unlink()  # a shard went missing since: rebuild it below
+    _remove_temporaries(out_dir)
+    if previous is not None and previous.partition_bytes == partition_bytes:
+        plan.partitions = previous.partitions
+    else:
+        shutil.rmtree(plan.work, ignore_errors=True)  # partition files of another partitioning: a cache, not output
+        plan.partitions = plan_partitions(corpus_dir, partition_bytes)
+        write_json(plan_path, plan.to_json())
+    return plan
+
+
+def _read_manifest_if_any(out_dir: Path) -> dict | None:
+    path = out_dir / MANIFEST
+    return read_json(path) if path.exists() else None
+
+
+def _remove_temporaries(out_dir: Path) -> None:
+    """Half-written files a killed run left behind (atomic_path names them `.NAME.tmp-PID`)."""
+    for folder in (out_dir / WORK_DIR, *(out_dir / s for s in SPLITS)):
+        for tmp in folder.glob(".*.tmp-*"):
+            tmp.unlink()
+
+
+# ----------------------------------------------------------------------------------------------- tokenizing
+
+
+def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
+    """Encode one partition to OUT/.work/NAME.tokens (raw ids, boundary before each document) + NAME.json counts.
+
+    Pure function of (plan, partition, tokenizer): safe to run on any machine that sees the corpus and OUT at the
+    planned paths, any number of times (the last finished run wins; all write the same bytes).
+    """
+    tokenizer = _load_tokenizer(tokenizer)
+    if tokenizer.sha256 != plan.tokenizer_sha256:
+        raise ValueError(f"tokenizer sha256 {tokenizer.sha256[:12]} is not the planned {plan.tokenizer_sha256[:12]}")
+    encoder = StreamEncoder(tokenizer, np.dtype(plan.dtype), plan.encode_chars)
+    with atomic_path(plan.tokens_path(part)) as tmp, open(tmp, "wb") as out:
+        for stream in encoder.encode(_partition_texts(Path(plan.corpus_dir) / part.file, part.start, part.stop)):
+            out.write(stream.tobytes())
+            del stream
+            _release_freed_memory()
+    write_json(plan.sidecar_path(part), encoder.counts)
+    return encoder.counts
+
+
+def _partition_texts(path: Path, start: int, stop: int) -> Iterator[str]:
+    """Texts of rows [start, stop) of one Parquet part, in order, reading only the row groups that hold them."""
+    parquet = pq.ParquetFile(path)
+    groups, first_row, row = [], None, 0
+    for i in range(parquet.num_row_groups):
+        rows = parquet.metadata.row_group(i).num_rows
+        if row < stop and row + rows > start:
+            groups.append(i)
+            first_row = row if first_row is None else first_row
+        row += rows
+    row = first_row or 0
+    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=["text"], use_threads=False):
+        lo, hi = max(start - row, 0), min(stop - row, len(record_batch))
+        row += len(record_batch)
+        if lo < hi:
+            yield from record_batch.column(0).slice(lo, hi - lo).to_pylist()
+        if row >= stop:
+            break
+
+
+# -------------------------------------------------------------------------------------------------- packing
+
+
+class ShardPacker:
+    """Cuts one split's stream (partition files in plan order) into shards as soon as their tokens are known."""
+
+    def __init__(self, plan: Plan, split: str):
+        self.plan, self.split = plan, split
+        self.block = plan.n_ctx + 1
+        self.shard_tokens = plan.shard_rows * self.block
+        self.schema = shard_schema(plan.n_ctx, np.dtype(plan.dtype))
+        self.parts: list[tuple[Path, int, int]] = []  # (token file, first stream token, tokens)
+        self.stream_tokens = 0
+        self.documents = self.empty_documents = 0
+        self.next_shard = 0
+        self.written = self.kept = 0
+
+    def add(self, part: Partition, counts: dict) -> None:
+        """Append the next partition (in plan order) and write every shard it completes."""
+        self.parts.append((self.plan.tokens_path(part), self.stream_tokens, counts["tokens"]))
+        self.stream_tokens += counts["tokens"]
+        self.documents += counts["documents"]
+        self.empty_documents += counts["empty_documents"]
+        while (self.next_shard + 1) * self.shard_tokens <= self.stream_tokens:
+            self._write(self.next_shard, self.plan.shard_rows)
+
+    def close(self) -> dict:
+        """Write the last (partial) shard and return this split's manifest entry."""
+        rows = self.stream_tokens // self.block
+        while self.next_shard * self.plan.shard_rows < rows:
+            self._write(self.next_shard, min(self.plan.shard_rows, rows - self.next_shard * self.plan.shard_rows))
+        shards = []
+        for i in range(self.next_shard):
+            path = Path(self.plan.out_dir) / shard_name(self.split, i)
+            shard_rows = min(self.plan.shard_rows, rows - i * self.plan.shard_rows)
+            shards.append({"file": shard_name(self.split, i), "rows": shard_rows, "tokens": shard_rows * self.block,
+                           "bytes": path.stat().st_size, "sha256": sha256_file(path)})
+        return {"documents": self.documents, "empty_documents": self.empty_documents,
+                "stream_tokens": self.stream_tokens, "rows": rows, "tokens": rows * self.block,
+                "dropped_tail_tokens": self.stream_tokens - rows * self.block, "shards": shards}
+
+    def _write(self, index: int, rows: int) -> None:
+        self.next_shard = index + 1
+        path = Path(self.plan.out_dir) / shard_name(self.split, index)
+        if path.exists():  # finished by an earlier (killed) run: renamed into place, hence complete
+            self.kept += 1
+            return
+        start = index * self.shard_tokens
+        tokens = self._read_stream(start, start + rows * self.block)
+        blocks = pa.FixedSizeListArray.from_arrays(pa.array(tokens), self.block)
+        with atomic_path(path) as tmp:
+            with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, self.schema) as writer:
+                writer.write_batch(pa.record_batch([blocks], schema=self.schema))
+        self.written += 1
+
+    def _read_stream(self, start: int, stop: int) -> np.ndarray:
+        """Stream tokens [start, stop), read from the partition files straight into one array."""
+        tokens = np.empty(stop - start, dtype=self.plan.dtype)
+        for path, first, size in self.parts:
+            lo, hi = max(start, first), min(stop, first + size)
+            if lo < hi:
+                with open(path, "rb") as fh:
+                    fh.seek((lo - first) * tokens.itemsize)
+                    fh.readinto(memoryview(tokens[lo - start:hi - start]).cast("B"))
+        return tokens
+
+
+# ------------------------------------------------------------------------------------------------- the stage
+
+_worker_tokenizer = None
+
+
+def _init_worker(tokenizer, threads: int) -> None:
+    # HF tokenizers sizes its thread pool on first use: give each process its share of the cores.
+    os.environ["RAYON_NUM_THREADS"] = str(threads)
+    global _worker_tokenizer
+    _worker_tokenizer = tokenizer
+
+
+def _tokenize_in_worker(args: tuple[Plan, Partition]) -> dict:
+    return tokenize_partition(*args, _worker_tokenizer)
+
+
+def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str | Path, *, n_ctx: int,
+                    shard_rows: int, workers: int = 1, show_progress: bool = True,
+                    partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> dict:
+    """Tokenize and pack a corpus into OUT (see the module docstring); returns the manifest.
+
+    `workers` processes tokenize partitions in parallel; it changes speed, never the output bytes, and neither
+    does `encode_chars` (memory). An interrupted run resumes where it stopped; a finished one returns its manifest
+    without redoing anything. A failed write (disk full) raises OutputError; what was finished is kept for the
+    re-run.
+    """
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    tokenizer = _load_tokenizer(tokenizer_dir_or_obj)
+    plan = prepare_tokenization(corpus_dir, tokenizer, out_dir, n_ctx=n_ctx, shard_rows=shard_rows,
+                                partition_bytes=partition_bytes, encode_chars=encode_chars)
+    out_dir = Path(plan.out_dir)
+    if (out_dir / MANIFEST).exists():  # checked by prepare_tokenization: these inputs, all shards present
+        log.info("%s is up to date (key %s)", out_dir, plan.key)
+        return read_json(out_dir / MANIFEST)
+    try:
+        return _tokenize(plan, tokenizer, workers, show_progress)
+    except OSError as err:  # ENOSPC, EDQUOT, EIO, ...: nothing half-written stays under a final name
+        raise OutputError(f"{out_dir}: writing failed ({err}); the partitions and shards finished so far are "
+                          "kept: re-run the same command to resume") from None
+
+
+def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
+    out_dir = Path(plan.out_dir)
+    pending = plan.pending()
+    total_bytes = sum(p.text_bytes for p in plan.partitions)
+    new_bytes = sum(p.text_bytes for p in pending)
+    if len(pending) < len(plan.partitions):
+        log.info("resuming: %d of %d partitions already tokenized", len(plan.partitions) - len(pending),
+                 len(plan.partitions))
+    started, new_tokens = time.perf_counter(), 0
+    bar = tqdm(total=total_bytes, initial=total_bytes - new_bytes, unit="B", unit_scale=True, desc="tokenize",
+               disable=not show_progress)
+    packers = {split: ShardPacker(plan, split) for split in SPLITS}
+    with _run_partitions(plan, pending, tokenizer, workers) as results:
+        todo = set(pending)
+        for part in plan.partitions:
+            if part in todo:
+                counts = next(results)
+                new_tokens += counts["tokens"]
+                bar.update(part.text_bytes)
+                bar.set_postfix(tokens_per_s=f"{new_tokens / (time.perf_counter() - started):,.0f}")
+            else:
+                counts = plan.sidecar(part)
+            packers[part.split].add(part, counts)
+    splits = {split: packer.close() for split, packer in packers.items()}
+    bar.close()
+    elapsed = max(time.perf_counter() - started, 1e-9)
+    log.info("tokenized %.1f MB of text into %s tokens in %.1fs (%.0f tokens/s, %.2f MB/s); shards written %d, "
+             "kept from an earlier run %d", new_bytes / 1e6, f"{new_tokens:,}", elapsed, new_tokens / elapsed,
+             new_bytes / 1e6 / elapsed, sum(p.written for p in packers.values()),
+             sum(p.kept for p in packers.values()))
+
+    if not splits["train"]["rows"]:
+        _remove_output(plan, splits)
+        raise ValueError(f"{plan.corpus_dir}: no complete block of n_ctx + 1 = {plan.n_ctx + 1} tokens in the "
+                         f"train split (its {splits['train']['documents']:,} documents make "
+                         f"{splits['train']['stream_tokens']:,} tokens); nothing written: use a smaller --ctx or a "
+                         "larger corpus")
+    if not splits["val"]["rows"]:
+        log.warning("the val split has no complete block of %d tokens", plan.n_ctx + 1)
+    manifest = _manifest(plan, splits)
+    write_json(out_dir / MANIFEST, manifest)
+    shutil.rmtree(plan.work)
+    return manifest
+
+
+@contextlib.contextmanager
+def _run_partitions(plan: Plan, pending: list[Partition], tokenizer, workers: int) -> Iterator[Iterator[dict]]:
+    """Counts of the pending partitions, in plan order: computed in this process or in a pool of `workers`."""
+    if workers == 1 or len(pending) <= 1:
+        yield (tokenize_partition(plan, p, tokenizer) for p in pending)
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    processes = min(workers, len(pending))
+    # spawn, not fork: forking a process whose tokenizer has already started its thread pool can deadlock.
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(processes, _init_worker, (tokenizer, max(1, cores // processes))) as pool:
+        yield pool.imap(_tokenize_in_worker, [(plan, p) for p in pending])
+
+
+def _remove_output(plan: Plan, splits: dict[str, dict]) -> None:
+    """Delete an unusable run's shards and partition files, so that another --ctx can use OUT."""
+    for entry in splits.values():
+        for shard in entry["shards"]:
+            (Path(plan.out_dir) / shard["file"]).unlink()
+    shutil.rmtree(plan.work)
+
+
+def _manifest(plan: Plan, splits: dict[str, dict]) -> dict:
+    return {
+        "format": FORMAT,
+        "key": plan.key,
+        "n_ctx": plan.n_ctx,
+        "block_tokens": plan.n_ctx + 1,
+        "dtype": plan.dtype,
+        "vocab_size": plan.vocab_size,
+        "boundary_id": plan.boundary_id,
+        "tokenizer_sha256": plan.tokenizer_sha256,
+        "corpus_sha256": plan.corpus_sha256,
+        "config": {"n_ctx": plan.n_ctx, "shard_rows": plan.shard_rows},
+        "splits": splits,
+        "totals": {k: sum(s[k] for s in splits.values())
+                   for k in ("documents", "empty_documents", "rows", "tokens", "dropped_tail_tokens")}
+                  | {"shards": sum(len(s["shards"]) for s in splits.values())},
+    }
+
+
+def _shards_complete(out_dir: Path, manifest: dict) -> bool:
+    return all((out_dir / s["file"]).exists() and (out_dir / s["file"]).stat().st_size == s["bytes"]
+               for split in manifest["splits"].values() for s in split["shards"])

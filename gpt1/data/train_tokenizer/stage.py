@@ -1,0 +1,94 @@
+"""Stage `tokenizer`: train the GPT-1 BPE tokenizer on an ingested corpus.
+
+    gpt1 train-tokenizer --corpus DIR --out DIR [--merges N] [--min-frequency N] [--max-chars N]
+
+Writes tokenizer.json (HF `tokenizers`, with the specials `_start_ _delimiter_ _classify_`) and
+tokenizer_stats.json: the vocabulary size and the merges actually learnt (a small corpus can run out of pairs
+before the requested number), the corpus read, the time. gpt1.tokenizer does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from gpt1.data.train_tokenizer import bpe
+from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
+from gpt1.data.ingest.corpus import iter_texts, split_files
+from gpt1.io import InputError, write_json
+from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
+
+log = logging.getLogger(__name__)
+
+COMMAND, SUMMARY = "train-tokenizer", "train the GPT-1 BPE tokenizer on an ingested corpus"
+
+
+@dataclass(frozen=True)
+class Job(StageJob):
+    stage: ClassVar[str] = "tokenizer"
+    corpus: Ref
+    cfg: TrainTokenizerConfig
+
+    def identity(self) -> dict:
+        return {"corpus": self.corpus.key, "tokenizer": self.cfg.model_dump()}
+
+    def check(self, out: Path) -> None:
+        if not split_files(self.corpus.path, "train"):
+            raise InputError("the corpus has no train documents", file=self.corpus.path / "train")
+
+    def build(self, out: Path) -> dict:
+        t = self.cfg
+        counts = {"documents": 0, "characters": 0}
+        started = time.perf_counter()
+        texts = bpe.capped(iter_texts(self.corpus.path, "train"), t.max_train_chars, counts)
+        tokenizer = bpe.train(texts, t.merges, min_frequency=t.min_frequency, limit_alphabet=t.limit_alphabet)
+        seconds = time.perf_counter() - started
+        tokenizer.save(out)
+        stats = {
+            "vocab_size": tokenizer.vocab_size,
+            "bpe_vocab_size": tokenizer.vocab_size - len(SPECIAL_TOKENS),
+            "merges_requested": t.merges,
+            "merges": tokenizer.num_merges,
+            "min_frequency": t.min_frequency,
+            "limit_alphabet": t.limit_alphabet,
+            "documents": counts["documents"],
+            "characters": counts["characters"],
+            "seconds": round(seconds, 3),
+            "characters_per_second": round(counts["characters"] / max(seconds, 1e-9)),
+            "sha256": tokenizer.sha256,
+            "corpus": str(self.corpus.path),
+        }
+        write_json(out / bpe.STATS_FILE, stats)
+        log.info("tokenizer: %d merges (of %d asked), vocab %d (incl. %d specials) from %d documents / %d chars in "
+                 "%.1f s (%.0f chars/s)", stats["merges"], t.merges, stats["vocab_size"], len(SPECIAL_TOKENS),
+                 stats["documents"], stats["characters"], seconds, stats["characters_per_second"])
+        return {"stats": stats}
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    defaults = TrainTokenizerConfig()
+    parser.add_argument("--corpus", required=True, type=Path,
+                        help="an ingested corpus (gpt1 ingest); its train split is read")
+    parser.add_argument("--out", required=True, type=Path, help="folder for tokenizer.json and tokenizer_stats.json")
+    parser.add_argument("--merges", type=int, default=defaults.merges, help="BPE merges to learn (paper: 40,000)")
+    parser.add_argument("--min-frequency", type=int, default=defaults.min_frequency,
+                        help="a pair must occur this often to be merged")
+    parser.add_argument("--max-chars", type=int, default=defaults.max_train_chars,
+                        help="read at most this many characters of the corpus")
+    parser.add_argument("--limit-alphabet", type=int, default=defaults.limit_alphabet,
+                        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)")
+    add_output_args(parser)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    cfg = TrainTokenizerConfig(merges=args.merges, min_frequency=args.min_frequency, max_train_chars=args.max_chars,
+                          limit_alphabet=args.limit_alphabet)
+    result = run_from_args(Job(Ref.to(args.corpus), cfg), args)
+    stats = result.marker["stats"]
+    print(f"{result.path / bpe.TOKENIZER_FILE}: vocab {stats['vocab_size']:,} ({stats['merges']:,} merges learnt of "
+          f"{stats['merges_requested']:,} asked)")
+    return 0

@@ -1,0 +1,291 @@
+"""Inference with a fine-tuned task model: the model folder format, batched prediction, raw-input scoring.
+
+    predictor = TaskPredictor("runs/finetune/rte/model")
+    predictor.predict_records([{"sentence1": "A man plays.", "sentence2": "Someone plays."}])
+    gpt1 predict --model runs/finetune/rte/model --task rte --input pairs.jsonl --out predictions.jsonl
+
+A task model folder (written by `gpt1 finetune` into OUT/model, read by `load_task_model`, `gpt1 predict` and the
+MLflow pyfunc model of gpt1.serving):
+
+    (weights and config)     the fine-tuned transformer, as `GPT1.save_pretrained` writes it
+    head.safetensors         the task head
+    tokenizer.json           the tokenizer it was trained with
+    task.json                the task, head kind and width, labels, input columns, checkpoint
+
+Raw inputs are the task's fields under their Hugging Face column names (`input_columns`): `sentence`;
+`premise, hypothesis`; `sentence1, sentence2`; `question1, question2`; `question, sentence`; and
+`context, question, options` for multiple choice. Fine-tuning evaluates with the same `predict_logits` and
+`decode`, so a prediction here is what the evaluation scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from gpt1 import tasks
+from gpt1.data.train_tokenizer import bpe
+from gpt1.errors import Diverged
+from gpt1.io import InputError, atomic_dir, read_json, write_json, write_text
+from gpt1.model.transformer import GPT1, GPT1ForTask
+from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
+from gpt1.tasks.formats import text_or_pair
+
+log = logging.getLogger(__name__)
+
+MODEL_DIR = "model"
+HEAD_NAME = "head.safetensors"
+TASK_FILE = "task.json"
+
+COMMAND, SUMMARY = "predict", "score raw task inputs with a fine-tuned model"
+
+
+# -- the task model folder ------------------------------------------------------------------------------------
+def n_outputs(spec: TaskSpec) -> int:
+    """Head width: classes, 1 for the STS-B score, or K candidates for multiple choice."""
+    return spec.n_choices if spec.kind == "multiple_choice" else spec.n_outputs
+
+
+def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike) -> Path:
+    """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
+    with atomic_dir(directory) as tmp:
+        model.transformer.save_pretrained(tmp)
+        head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
+        save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
+        tokenizer.save(tmp)
+        write_json(tmp / TASK_FILE, info)
+    return Path(directory)
+
+
+def resolve_model_dir(path: str | os.PathLike) -> Path:
+    """A fine-tuned model folder, or a task output folder holding one in `model/`."""
+    path = Path(path)
+    for candidate in (path, path / MODEL_DIR):
+        if (candidate / TASK_FILE).is_file():
+            return candidate
+    if not path.exists():
+        raise FileNotFoundError(f"model folder {path} does not exist")
+    raise FileNotFoundError(f"{path}: not a fine-tuned model folder (no {TASK_FILE}; expected the `model/` folder "
+                            f"written by `gpt1 finetune`)")
+
+
+def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
+                    ) -> tuple[GPT1ForTask, Any, dict]:
+    """(model in eval mode, tokenizer, task.json) from a folder written by `save_task_model`."""
+    model_dir = resolve_model_dir(model_dir)
+    info = read_json(model_dir / TASK_FILE)
+    for key in ("task", "head", "n_outputs"):
+        if key not in info:
+            raise InputError("missing field", file=model_dir / TASK_FILE, field=key)
+    model = GPT1ForTask(GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0))
+    head = load_file(str(model_dir / HEAD_NAME))
+    try:
+        model.clf.load_state_dict(head)
+    except RuntimeError as err:
+        raise InputError(f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME) from None
+    tokenizer = bpe.load(model_dir)
+    if info.get("tokenizer_sha256") not in (None, tokenizer.sha256):  # folders written before the hash was kept
+        raise InputError(f"tokenizer.json (sha256 {tokenizer.sha256[:12]}) is not the one the model was fine-tuned "
+                         f"with (task.json: {info['tokenizer_sha256'][:12]})", file=model_dir)
+    return model.to(device).eval(), tokenizer, info
+
+
+# -- batched prediction ---------------------------------------------------------------------------------------
+def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+
+
+def autocast(device: torch.device, precision: str):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
+@torch.no_grad()
+def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: int, device: torch.device,
+                   precision: str = "fp32", desc: str = "predict") -> np.ndarray:
+    """Head outputs for every example, (N, n_outputs) or (N, K); batches of similar length to limit padding."""
+    model.eval()
+    order = sorted(range(len(encoded)), key=lambda i: -max(map(len, encoded[i].input_ids)))
+    logits: list[np.ndarray | None] = [None] * len(encoded)
+    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False):
+        index = order[start:start + batch_size]
+        batch = to_tensors(tasks.collate([encoded[i] for i in index]), device)
+        with autocast(device, precision):
+            out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
+        for i, row in zip(index, out.logits.float().cpu().numpy()):
+            logits[i] = row
+    result = np.stack(logits)
+    bad = ~np.isfinite(result).all(axis=1)
+    if bad.any():  # softmax/argmax of NaN would still "predict" class 0: no metric or prediction from these
+        raise Diverged(f"{desc}: the model's outputs are not finite (NaN or inf) for {int(bad.sum())} of "
+                       f"{len(result)} examples; its weights are damaged (a diverged fine-tune?)")
+    return result
+
+
+def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]:
+    """(predicted class/candidate index, or score for a regression; softmax probabilities or None)."""
+    if spec.regression:
+        return logits[:, 0].astype(float).tolist(), None
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probabilities = shifted / shifted.sum(axis=1, keepdims=True)
+    return probabilities.argmax(axis=1).tolist(), probabilities
+
+
+def label_name(spec: TaskSpec, value) -> str | float:
+    """How a label or prediction is written out: the task's label string, or the score."""
+    return float(value) if spec.regression else spec.labels[int(value)]
+
+
+def prediction_records(spec: TaskSpec, examples: Sequence, predictions: list, probabilities: np.ndarray | None
+                       ) -> list[dict]:
+    records = []
+    for i, (example, prediction) in enumerate(zip(examples, predictions)):
+        record: dict[str, Any] = {"id": example.id, "prediction": label_name(spec, prediction)}
+        if example.group is not None:
+            record["group"] = example.group
+        if example.label is not None:
+            record["label"] = label_name(spec, example.label)
+        if probabilities is not None:
+            record["probabilities"] = [round(float(p), 6) for p in probabilities[i]]
+        records.append(record)
+    return records
+
+
+# -- predict on raw inputs ------------------------------------------------------------------------------------
+def input_columns(spec: TaskSpec) -> tuple[str, ...]:
+    """The raw input fields of a task: {"sentence"}, {"premise","hypothesis"}, {"sentence1","sentence2"}, ... (the
+    Hugging Face column names), and {"context","question","options"} for multiple choice."""
+    return ("context", "question", "options") if spec.kind == "multiple_choice" else spec.hf_text
+
+
+def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = "input"):
+    """A raw input record -> the task's example type; `id` (or `idx`) is kept when present, else the row index."""
+    if not isinstance(record, dict):
+        raise InputError(f"expected an object with {list(input_columns(spec))}", file=source, line=index + 1)
+    example_id = str(record.get("id", record.get("idx", index)))
+
+    def text(name: str, optional: bool = False) -> str:
+        value = record.get(name)
+        if value is None and optional:
+            return ""
+        if not isinstance(value, str):
+            raise InputError(f"expected a string, got {type(value).__name__}", file=source, line=index + 1,
+                             field=name)
+        return value.strip()
+
+    if spec.kind != "multiple_choice":
+        return text_or_pair(example_id, tuple(text(c) for c in spec.hf_text), None, None)
+    options = record.get("options")
+    if isinstance(options, np.ndarray):
+        options = options.tolist()
+    if not isinstance(options, (list, tuple)) or len(options) != spec.n_choices:
+        raise InputError(f"expected a list of {spec.n_choices} answer options", file=source, line=index + 1,
+                         field="options")
+    return ChoiceExample(example_id, text("context"), text("question", optional=True),
+                         tuple(str(o).strip() for o in options))
+
+
+class TaskPredictor:
+    """A fine-tuned model folder ready to score raw inputs: tokenizer + input transformation + model + head."""
+
+    def __init__(self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64):
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model, self.tokenizer, self.info = load_task_model(model_dir, self.device)
+        self.spec = tasks.get(self.info["task"])
+        self.batch_size = batch_size
+        self.max_len = self.model.transformer.config.n_ctx
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return input_columns(self.spec)
+
+    def predict(self, examples: Sequence) -> list[dict]:
+        """One record per example: id, prediction (label string or score), probabilities (per label/candidate)."""
+        if not examples:
+            return []
+        encoded = [self.spec.encode(ex, self.tokenizer, self.max_len) for ex in examples]
+        logits = predict_logits(self.model, encoded, self.batch_size, self.device)
+        predictions, probabilities = decode(self.spec, logits)
+        return prediction_records(self.spec, examples, predictions, probabilities)
+
+    def predict_records(self, records: Iterable[dict], source: str = "input") -> list[dict]:
+        return self.predict([example_from_record(self.spec, r, i, source) for i, r in enumerate(records)])
+
+
+def read_jsonl(path: Path) -> list:
+    records = []
+    with open(path, encoding="utf-8-sig") as fh:
+        for number, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise InputError(f"invalid JSON: {err.msg}", file=path, line=number) from None
+    return records
+
+
+def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") -> list:
+    """Examples from a jsonl of raw inputs (the task's `input_columns`) or from any task file/folder
+    `gpt1.tasks.load` reads (official layout, hub export)."""
+    path = Path(path)
+    if path.suffix in (".jsonl", ".json") and path.is_file():
+        records = read_jsonl(path) if path.suffix == ".jsonl" else None
+        if records and isinstance(records[0], dict) and set(input_columns(spec)) - {"question"} <= records[0].keys():
+            return [example_from_record(spec, r, i, str(path)) for i, r in enumerate(records)]
+    return list(tasks.load(spec.name, path, split))
+
+
+def raw_inputs(spec: TaskSpec, example) -> dict:
+    """An example back as the raw input record `gpt1 predict` and the MLflow model take (inverse of
+    `example_from_record`)."""
+    if isinstance(example, ChoiceExample):
+        return {"context": example.context, "question": example.question, "options": list(example.options)}
+    texts = (example.text,) if len(spec.hf_text) == 1 else (example.text_a, example.text_b)
+    return dict(zip(spec.hf_text, texts))
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, type=Path, help="fine-tuned model folder (OUT/model of finetune)")
+    parser.add_argument("--task", choices=TASKS, help="the model's task (checked against the model)")
+    parser.add_argument("--input", required=True, type=Path,
+                        help="jsonl of raw inputs (e.g. {\"premise\", \"hypothesis\"}) or a task file/folder")
+    parser.add_argument("--split", default="test", help="split to read when --input is a task folder")
+    parser.add_argument("--out", type=Path, help="output jsonl (default: stdout)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    predictor = TaskPredictor(args.model, device=args.device, batch_size=args.batch_size)
+    if args.task and args.task != predictor.spec.name:
+        raise ValueError(f"--task {args.task}: the model in {args.model} was fine-tuned for {predictor.spec.name}")
+    examples = read_inputs(predictor.spec, args.input, args.split)
+    started = time.perf_counter()
+    records = predictor.predict(examples)
+    seconds = time.perf_counter() - started
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if args.out:
+        write_text(args.out, text)
+    else:
+        sys.stdout.write(text)
+    log.info("predicted %d examples in %.1fs (%.1f examples/s)", len(records), seconds,
+             len(records) / max(seconds, 1e-9))
+    if examples and all(ex.label is not None for ex in examples):
+        scores = tasks.evaluate(predictor.spec.name, examples, [_label_index(predictor.spec, r) for r in records])
+        print(", ".join(f"{k} {v:.2f}" for k, v in scores.items()), file=sys.stderr)
+    return 0
+
+
+def _label_index(spec: TaskSpec, record: dict):
+    return record["prediction"] if spec.regression else spec.labels.index(record["prediction"])

@@ -1,0 +1,425 @@
+"""`gpt1 preflight --preset NAME [--set k=v ...] [--work DIR]`: check everything a run needs before any GPU is held.
+
+Every problem is reported at once, one line each, and the command exits 2; exit 0 prints what the run will do
+(which stages run and which are already finished, where each runs, how much disk it needs). The `gpt1` flow runs
+the same checks as its first task, on the CPU pool.
+
+Checked: the corpus source and every task's files for every split the run reads (local files are opened and their
+first rows parsed; hub ids are resolved at their revision when the hub is reachable, else looked up in the local
+cache; Story Cloze has no downloadable hub copy and must be supplied through `finetune.task_data.storycloze`), the
+MLflow server (reachable, and the experiment writable), the Prefect deployments and work pools the run hands work
+to (each deployment exists, its pool exists and has a worker online), processes per node against the GPUs the
+pre-training pool gives a job, the work dir (writable; an absolute path when other pods must see it), the settings
+that must agree (batch layout for the world size, transfer layers, cached shards' context), and free disk against
+an estimate of the run's outputs. The vocabulary needs no check: the run trains its own tokenizer, and every later
+stage is keyed by it.
+
+Prefect is reached through its REST API (PREFECT_API_URL, or the active profile's), so this package never imports
+Prefect. Unpinned hub revisions are notes, not problems: the run works, but a re-run cannot tell if the data moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import socket
+import subprocess
+import tomllib
+import urllib.parse
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from gpt1 import tasks
+from gpt1.config import PipelineConfig, load_config
+from gpt1.pretrain.distributed import batch_layout
+from gpt1.io import size_on_disk
+from gpt1.pipeline.plan import Plan
+from gpt1.stages.outputs import is_done
+from gpt1.tasks import hub as task_hub
+
+COMMAND, SUMMARY = "preflight", "check a run's data, services, pools and disk before it starts; every problem at once"
+HUB = "https://huggingface.co"
+PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.json ship with
+GIB = 1024**3
+
+
+@dataclass
+class Findings:
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass
+class Context:
+    cfg: PipelineConfig
+    work: Path
+    plan: Plan
+    found: Findings
+    shared: bool = True  # the work dir was given as an absolute path (other pods can find it)
+    hub_online: bool | None = None  # decided on first use
+
+    def problem(self, text: str) -> None:
+        self.found.problems.append(text)
+
+    def note(self, text: str) -> None:
+        self.found.notes.append(text)
+
+
+def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool = True) -> Findings:
+    """Every check (see the module docstring); `services=False` skips MLflow and Prefect (tests, dry planning)."""
+    found = Findings()
+    try:
+        plan = Plan.make(cfg, work)
+    except (OSError, ValueError) as err:  # a local source that cannot be read: the other checks go on without it
+        found.problems.append(f"ingest.source: {err}")
+        plan = Plan.make(cfg.model_copy(update={"ingest": cfg.ingest.model_copy(update={"source": "sample"})}), work)
+    ctx = Context(cfg, Path(work).absolute(), plan, found, shared=Path(work).is_absolute())
+    checks: list[Callable[[Context], None]] = [check_corpus, check_task_data, check_settings, check_work_dir,
+                                               check_disk]
+    if services:
+        checks += [check_mlflow, check_prefect]
+    for check in checks:
+        try:
+            check(ctx)
+        except Exception as err:  # noqa: BLE001 - a check that cannot run is itself a problem to report
+            ctx.problem(f"{check.__name__.removeprefix('check_')}: could not be checked ({type(err).__name__}: {err})")
+    describe_run(ctx)
+    return found
+
+
+# -- data ---------------------------------------------------------------------------------------------------------
+def _hub_reachable(ctx: Context) -> bool:
+    if ctx.hub_online is None:
+        offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
+                      for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        if offline:
+            ctx.hub_online = False
+        else:
+            try:
+                httpx.head(HUB, timeout=5.0)
+                ctx.hub_online = True
+            except httpx.HTTPError:
+                ctx.hub_online = False
+    return ctx.hub_online
+
+
+def _in_hub_cache(repo: str) -> bool:
+    from huggingface_hub import constants
+
+    folder = f"datasets--{repo.replace('/', '--')}"
+    return any((Path(root) / folder).is_dir() for root in {constants.HF_HUB_CACHE, os.environ.get(
+        "HF_DATASETS_CACHE", "")} if root)
+
+
+def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None) -> None:
+    if revision is None:
+        ctx.note(f"{what}: hf:{repo} has no pinned @revision: a re-run cannot tell if the hub copy changed")
+    if _hub_reachable(ctx):
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
+
+        try:
+            HfApi().dataset_info(repo, revision=revision, timeout=10)
+        except HfHubHTTPError as err:
+            ctx.problem(f"{what}: hf:{repo}{'@' + revision if revision else ''} not found on the hub ({err})")
+    elif not _in_hub_cache(repo):
+        ctx.problem(f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; supply "
+                    "the data as a local folder or pre-fill the cache")
+
+
+def check_corpus(ctx: Context) -> None:
+    source = ctx.cfg.ingest.source
+    if source == "sample":
+        return
+    if source.startswith("hf:"):
+        spec = source.removeprefix("hf:")
+        ident, _, rest = spec.partition("@")
+        revision = rest.partition(":")[0] or None if rest else None
+        ident = ident.partition(":")[0]
+        if Path(ident).expanduser().is_dir():
+            return
+        if ident.startswith((".", "/", "~")):
+            ctx.problem(f"ingest.source: {source}: no such folder {ident}")
+            return
+        check_hub_dataset(ctx, "ingest.source", ident, revision)
+    # local files were read when the plan was made (their content is the ingest key)
+
+
+def needed_splits(spec: tasks.TaskSpec) -> list[str]:
+    """The splits a fine-tune reads: train and the paper's evaluation split(s) (dev when the task has one)."""
+    wanted = ["train", *spec.eval_splits, *(["dev"] if "dev" in spec.splits else [])]
+    return list(dict.fromkeys(wanted))
+
+
+def check_task_data(ctx: Context) -> None:
+    for task, why in ctx.plan.missing_data().items():
+        ctx.note(f"finetune {task}: not run ({why}; finetune.missing_data=skip)")
+    for task in ctx.plan.tasks:
+        spec = tasks.get(task)
+        if ctx.cfg.finetune.data == "sample" and task not in ctx.cfg.finetune.task_data:
+            continue  # generated by the run itself
+        where = ctx.plan.task_source(task)
+        if where.startswith("hf:"):
+            if spec.hf_manual:
+                ctx.problem(f"finetune.data=hf: {task} has no downloadable hub copy: {spec.hf_manual}")
+                continue
+            repo, _config, revision = task_hub.parse_ref(where)
+            check_hub_dataset(ctx, f"finetune {task}", repo, revision)
+            continue
+        for split in needed_splits(spec):
+            try:
+                tasks.peek(task, where, split)
+            except (OSError, ValueError) as err:
+                ctx.problem(f"finetune {task}/{split}: {err}")
+                break
+
+
+# -- settings, work dir, disk ---------------------------------------------------------------------------------------
+def check_settings(ctx: Context) -> None:
+    cfg, o = ctx.cfg, ctx.cfg.orchestration
+    try:
+        batch_layout(cfg.pretrain, o.pretrain_nproc * o.pretrain_nnodes)
+    except ValueError as err:
+        ctx.problem(f"pretrain: {err}")
+    layers = cfg.finetune.transfer_layers
+    if layers is not None and layers > cfg.model.n_layer:
+        ctx.problem(f"finetune.transfer_layers={layers} but the model has model.n_layer={cfg.model.n_layer}")
+    if "transfer_layers" in o.ablations and o.ablation_transfer_layers > cfg.model.n_layer:
+        ctx.problem(f"orchestration.ablation_transfer_layers={o.ablation_transfer_layers} > model.n_layer="
+                    f"{cfg.model.n_layer}")
+    shards = ctx.plan.dir("shards") / "manifest.json"
+    if shards.exists():
+        from gpt1.data.tokenize import load_manifest
+
+        n_ctx = load_manifest(shards.parent)["n_ctx"]
+        if n_ctx != cfg.model.n_ctx:
+            ctx.problem(f"the cached shards {shards.parent} hold n_ctx={n_ctx} blocks, model.n_ctx={cfg.model.n_ctx}")
+    if o.pretrain_launcher == "local" and o.pretrain_deployment is None:
+        gpus = local_gpus()
+        if gpus and o.pretrain_nproc > gpus:
+            ctx.problem(f"orchestration.pretrain_nproc={o.pretrain_nproc} but this machine has {gpus} GPU(s)")
+        elif not gpus and o.pretrain_nproc > 1:
+            ctx.note(f"pre-training runs {o.pretrain_nproc} processes on the CPU (gloo): no GPU on this machine")
+
+
+def local_gpus() -> int:
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listed.splitlines())
+
+
+def check_work_dir(ctx: Context) -> None:
+    work = ctx.work
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+        probe = work / f".preflight-{uuid.uuid4().hex}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        ctx.problem(f"work dir {work} is not writable ({err.strerror or err})")
+    o = ctx.cfg.orchestration
+    if (o.fanout == "deployment" or o.pretrain_deployment) and not ctx.shared:
+        ctx.problem(f"work dir {work}: give an absolute path on the shared volume when stages run in other pods "
+                    "(GPT1_WORK_DIR, the flow's work_dir)")
+
+
+def n_parameters(cfg: PipelineConfig, vocab: int) -> int:
+    m = cfg.model
+    per_block = 4 * m.n_embd * m.n_embd + 2 * m.n_embd * m.d_ff + 9 * m.n_embd + m.d_ff
+    return vocab * m.n_embd + m.n_ctx * m.n_embd + m.n_layer * per_block
+
+
+def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
+    """Bytes the run writes that are not there yet, and what they are (rough, generous)."""
+    cfg, plan = ctx.cfg, ctx.plan
+    vocab = cfg.train_tokenizer.merges + cfg.train_tokenizer.limit_alphabet * 2 + 4
+    params = n_parameters(cfg, vocab)
+    parts: list[tuple[str, int]] = []
+    if not is_done(plan.dir("ingest")):
+        text = size_on_disk(cfg.ingest.source)
+        if text is None:
+            text = 5 * GIB if cfg.ingest.source.startswith("hf:") else 10**8
+        parts += [("corpus", text), ("shards", text)]  # Parquet text; ~2 bytes per token of ~4 characters
+    if not is_done(plan.dir("pretrain")):  # fp32 weights + Adam moments per kept checkpoint, final + HF export
+        parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 8))
+    runs = len(cfg.finetune.tasks) * len(plan.variants)
+    parts.append(("fine-tuned models", params * 4 * 2 * runs))  # the model folder and its MLflow copy
+    return sum(b for _, b in parts), [f"{name} ~{b / GIB:.1f} GiB" for name, b in parts]
+
+
+def check_disk(ctx: Context) -> None:
+    needed, parts = estimate_bytes(ctx)
+    existing = next((p for p in (ctx.work, *ctx.work.parents) if p.exists()), Path("/"))
+    free = shutil.disk_usage(existing).free
+    line = f"disk: the run writes about {needed / GIB:.1f} GiB ({', '.join(parts)}); {free / GIB:.1f} GiB free"
+    if needed > free:
+        ctx.problem(line)
+    else:
+        ctx.found.plan.append(line)
+
+
+# -- services ------------------------------------------------------------------------------------------------------
+def check_mlflow(ctx: Context) -> None:
+    from gpt1.tracking.logger import tracking_uri
+
+    uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not os.access(folder if folder.exists() else folder.parent, os.W_OK):
+            ctx.problem(f"MLflow store {uri}: {folder} is not writable")
+        ctx.found.plan.append(f"tracking: {uri} (a local store: set MLFLOW_TRACKING_URI to a server to share runs)")
+        return
+    if uri.startswith("http"):
+        try:
+            httpx.get(f"{uri.rstrip('/')}/health", timeout=10.0).raise_for_status()
+        except httpx.HTTPError as err:
+            ctx.problem(f"MLflow server {uri} is not reachable ({err})")
+            return
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    name = ctx.cfg.tracking.experiment
+    experiment = client.get_experiment_by_name(name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+    client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)  # a write: credentials, permissions
+    ctx.found.plan.append(f"tracking: experiment {name!r} on {uri}")
+
+
+def prefect_api() -> tuple[str | None, dict[str, str]]:
+    """The Prefect API URL and auth headers: the environment's, else the active profile's."""
+    settings = dict(os.environ)
+    if "PREFECT_API_URL" not in settings:
+        home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
+        try:
+            profiles = tomllib.loads((home / "profiles.toml").read_text())
+            active = os.environ.get("PREFECT_PROFILE") or profiles.get("active", "ephemeral")
+            settings = {**profiles.get("profiles", {}).get(active, {}), **settings}
+        except (OSError, tomllib.TOMLDecodeError):
+            pass
+    headers = {}
+    if settings.get("PREFECT_API_KEY"):
+        headers["Authorization"] = f"Bearer {settings['PREFECT_API_KEY']}"
+    elif settings.get("PREFECT_API_AUTH_STRING"):
+        token = base64.b64encode(settings["PREFECT_API_AUTH_STRING"].encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    return settings.get("PREFECT_API_URL"), headers
+
+
+def check_prefect(ctx: Context) -> None:
+    o = ctx.cfg.orchestration
+    wanted = {}
+    if o.fanout == "deployment":
+        wanted[o.finetune_deployment] = "fine-tunes"
+    if o.pretrain_deployment and any(not ctx.plan.from_random_init(v) for v in ctx.plan.variants):
+        wanted[o.pretrain_deployment] = "pre-training"
+    if not wanted:
+        return
+    url, headers = prefect_api()
+    if not url:
+        ctx.problem(f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}")
+        return
+    with httpx.Client(base_url=url.rstrip("/") + "/", headers=headers, timeout=15.0) as api:
+        try:
+            api.get("health").raise_for_status()
+        except httpx.HTTPError as err:
+            ctx.problem(f"Prefect API {url} is not reachable ({err})")
+            return
+        for name, what in wanted.items():
+            check_deployment(ctx, api, name, what)
+
+
+def check_deployment(ctx: Context, api: httpx.Client, name: str, what: str) -> None:
+    flow, _, deployment = name.partition("/")
+    response = api.get(f"deployments/name/{urllib.parse.quote(flow)}/{urllib.parse.quote(deployment)}")
+    if response.status_code == 404:
+        ctx.problem(f"{what}: deployment {name} does not exist (prefect deploy --prefect-file pipelines.yaml --all)")
+        return
+    response.raise_for_status()
+    found = response.json()
+    pool = found.get("work_pool_name")
+    pool_info = api.get(f"work_pools/{urllib.parse.quote(pool)}") if pool else None
+    if pool_info is None or pool_info.status_code == 404:
+        ctx.problem(f"{what}: deployment {name} uses work pool {pool!r}, which does not exist")
+        return
+    pool_info.raise_for_status()
+    template = pool_info.json().get("base_job_template", {}).get("variables", {}).get("properties", {})
+    image = (found.get("job_variables") or {}).get("image", template.get("image", {}).get("default"))
+    if isinstance(image, str) and PLACEHOLDER_IMAGE in image:
+        ctx.problem(f"{what}: work pool {pool} runs the placeholder image {image!r}: set `image` in its base job "
+                    "template (infra/k8s/work-pools/) or as a job variable of the deployment")
+    workers = api.post(f"work_pools/{urllib.parse.quote(pool)}/workers/filter", json={}).json()
+    if not any(w.get("status") == "ONLINE" for w in workers):
+        ctx.problem(f"{what}: work pool {pool} has no worker online: its runs would wait as Late (start one: "
+                    f"prefect worker start --pool {pool})")
+    if what == "pre-training":
+        gpus = (found.get("job_variables") or {}).get("gpus", template.get("gpus", {}).get("default"))
+        nproc = ctx.cfg.orchestration.pretrain_nproc
+        if isinstance(gpus, int) and nproc > gpus:
+            ctx.problem(f"orchestration.pretrain_nproc={nproc} processes per node but {name} gives a job {gpus} GPUs")
+        elif isinstance(gpus, int) and nproc < gpus:
+            ctx.note(f"pre-training uses {nproc} of the {gpus} GPUs {name} holds per node")
+    ctx.found.plan.append(f"{what}: deployment {name} on work pool {pool}")
+
+
+# -- what the run will do ------------------------------------------------------------------------------------------
+def describe_run(ctx: Context) -> None:
+    plan, cfg, o = ctx.plan, ctx.cfg, ctx.cfg.orchestration
+    lines = [f"preset {cfg.preset}: work dir {ctx.work} (on {socket.gethostname()})"]
+    pretraining = any(not plan.from_random_init(v) for v in plan.variants)
+    for stage in ("sample", "ingest", "tokenizer", "shards", "pretrain"):
+        if stage == "sample" and "sample" not in (cfg.ingest.source, cfg.finetune.data):
+            continue
+        if stage == "pretrain" and not pretraining:
+            lines.append("  pretrain: not needed (every variant starts from a random init)")
+            continue
+        state = "finished (reused)" if is_done(plan.dir(stage)) else "to run"
+        lines.append(f"  {stage:<9} {state:<18} {plan.dir(stage)}")
+    where = (f"deployment {o.pretrain_deployment}" if o.pretrain_deployment else
+             f"Slurm, {o.pretrain_nnodes} node(s)" if o.pretrain_launcher == "slurm" else "this worker")
+    lines.append(f"  pre-training: {o.pretrain_nproc} process(es) per node on {where}; "
+                 f"{cfg.model.n_layer} layers x {cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} "
+                 "merges")
+    fan = (f"one flow run each of {o.finetune_deployment}" if o.fanout == "deployment" else
+           f"{o.finetune_concurrency} at a time on this worker")
+    lines.append(f"  fine-tunes: {len(plan.tasks)} task(s) x {len(plan.variants)} variant(s) "
+                 f"({', '.join(plan.variants)}), {fan}")
+    ctx.found.plan[:0] = lines
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------------
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override (repeatable)")
+    parser.add_argument("--work", default=os.environ.get("GPT1_WORK_DIR", "runs"),
+                        help="the run's work dir (default: $GPT1_WORK_DIR, else ./runs)")
+    parser.add_argument("--no-services", action="store_true", help="skip the MLflow and Prefect checks")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    found = run_checks(load_config(args.preset, args.overrides), args.work, services=not args.no_services)
+    for note in found.notes:
+        print(f"note: {note}")
+    if found.problems:
+        for problem in found.problems:
+            print(f"problem: {problem}")
+        print(f"preflight: {len(found.problems)} problem(s); nothing was started")
+        return 2
+    print("\n".join(found.plan))
+    print("preflight: ok")
+    return 0

@@ -1,0 +1,194 @@
+"""Where pre-training workers run and how DeepSpeed is told about them: world, batch layout, DeepSpeed config.
+
+Three jobs, each derived from the pipeline config (the single source of truth) and the world size:
+
+- `World`: this process's rank, local rank and world size as the launcher (torchrun, the deepspeed launcher, a
+  Slurm/k8s wrapper) exported them. A bare `python -m gpt1.pretrain` gets single-process defaults, because
+  DeepSpeed otherwise goes looking for mpi4py.
+- `batch_layout`: micro batch and gradient accumulation from `pretrain.global_batch_size` and the world size;
+  a layout that does not multiply out fails here, before any worker starts, with the numbers in the message.
+- `deepspeed_config`: the DeepSpeed JSON (ZeRO stage, precision, batch layout, clipping, AdamW, offload). It is
+  generated on every start and logged, never kept by hand.
+
+Choices where the spec is silent:
+- The optimizer is AdamW (decoupled weight decay) as torch's fused kernel, `torch.optim.AdamW(fused=True)`, on
+  CPU and GPU alike: DeepSpeed's `torch_adam` option, which passes the config's other keys (`fused`) through to
+  torch. Nothing is compiled at run time; DeepSpeed's own FusedAdam would be JIT-built from CUDA sources at the
+  first step (it needs nvcc in the image). With CPU offload it is DeepSpeedCPUAdam, which ZeRO-Offload requires
+  and DeepSpeed JIT-builds on first use (cached in TORCH_EXTENSIONS_DIR). Weight decay per parameter group comes
+  from the parameter groups the engine is given; the config's value is only the default for groups that do not
+  say.
+- No DeepSpeed C++ op is built on the CPU path: DeepSpeed's torch backend builds its shared-memory all-reduce
+  op (`deepspeed_shm_comm`, a C++ build on every fresh machine) whenever the process group starts on the CPU
+  accelerator, to serve `inference_all_reduce` (tensor-parallel inference), which training never calls.
+  `init_world` marks that op unavailable before it starts the group, as DeepSpeed itself does on a platform
+  that cannot build it; gradients go through torch.distributed (gloo) as before.
+- bf16/fp16 need ZeRO stage >= 1: at stage 0 DeepSpeed keeps the fp32 master weights inside its mixed-precision
+  optimizer wrappers, out of reach of the fp32 consolidation at the end (`zero_to_fp32` reads stages 1-3). On one
+  device stage 1 costs nothing extra.
+- fp16 is GPU-only (the CPU accelerator has no fp16 kernels worth training with).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpt1.config import PretrainConfig
+from gpt1.runtime.processes import free_port, threads_per_process
+
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_NEVER_PRINT = 10**9  # DeepSpeed's steps_per_print: we log progress ourselves
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    local_rank: int
+    size: int
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """Sequences per optimizer update = micro_batch x grad_accum x world_size."""
+
+    global_batch: int
+    micro_batch: int
+    grad_accum: int
+    world_size: int
+
+
+def prepare_env() -> None:
+    """Environment a worker needs before `import deepspeed`: JIT-op cache, no telemetry, single-process defaults."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    # One cache per venv: DeepSpeed rebuilds its op when the cached build came from another interpreter, so venvs
+    # sharing one directory would rebuild it in turn (minutes on 2 cores).
+    venv_key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "gpt1" / "torch_extensions" / venv_key))
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:  # a bare process is a world of one
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+    missing = [k for k in LAUNCHER_ENV if k not in os.environ]
+    if missing:
+        raise ValueError(f"incomplete launcher environment: {missing} not set (RANK/LOCAL_RANK/WORLD_SIZE/"
+                         "MASTER_ADDR/MASTER_PORT must all be exported, or none for a single process)")
+
+
+def world_from_env() -> World:
+    return World(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+
+
+def device_type() -> str:
+    """'cuda' when DeepSpeed will pick a GPU, else 'cpu' (decided without importing deepspeed: it is slow)."""
+    import torch
+
+    wanted = os.environ.get("DS_ACCELERATOR")
+    return "cuda" if wanted in (None, "cuda") and torch.cuda.is_available() else "cpu"
+
+
+def init_world() -> World:
+    """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device."""
+    prepare_env()
+    import deepspeed
+    import torch
+
+    world = world_from_env()
+    backend = "nccl" if device_type() == "cuda" else "gloo"
+    if backend == "gloo":
+        skip_shm_comm_op()
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
+    if backend == "nccl":
+        torch.cuda.set_device(world.local_rank)
+    return world
+
+
+def skip_shm_comm_op() -> None:
+    """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce op when the process group starts
+    (module docstring): its probe of which ops this machine can build is DeepSpeed's switch for that."""
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
+def batch_layout(pretrain: PretrainConfig, world_size: int) -> BatchLayout:
+    """Micro batch and gradient accumulation; an inconsistent combination raises ValueError naming the fields."""
+    if world_size < 1:
+        raise ValueError(f"world size must be >= 1, got {world_size}")
+    total = pretrain.global_batch_size
+    if pretrain.micro_batch_size is None:
+        if total % world_size:
+            raise ValueError(f"pretrain.global_batch_size={total} is not divisible by the world size {world_size}; "
+                             "change the batch size or the number of processes")
+        return BatchLayout(total, total // world_size, 1, world_size)
+    micro = pretrain.micro_batch_size
+    per_update = micro * world_size
+    if total % per_update:
+        raise ValueError(f"pretrain.global_batch_size={total} is not a multiple of pretrain.micro_batch_size={micro}"
+                         f" x world size {world_size} = {per_update}; pick values with global = micro x "
+                         "gradient-accumulation steps x world size")
+    return BatchLayout(total, micro, total // per_update, world_size)
+
+
+def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "cpu") -> dict:
+    """The DeepSpeed JSON for this run, derived from `pretrain` and the world size (see module docstring)."""
+    layout = batch_layout(pretrain, world_size)
+    stage, precision = pretrain.zero_stage, pretrain.precision
+    if precision != "fp32" and stage == 0:
+        raise ValueError(f"pretrain.precision={precision} needs pretrain.zero_stage >= 1 (stage 0 hides the fp32 "
+                         "master weights the final consolidation reads); use zero_stage=1, or precision=fp32")
+    if precision == "fp16" and device != "cuda":
+        raise ValueError("pretrain.precision=fp16 needs a GPU; on CPU use bf16 or fp32")
+    if pretrain.offload_optimizer and stage == 0:
+        raise ValueError("pretrain.offload_optimizer=true needs pretrain.zero_stage >= 1")
+
+    zero: dict = {"stage": stage}
+    if pretrain.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": device == "cuda"}
+    adamw = {
+        "lr": pretrain.lr,
+        "betas": list(pretrain.adam_betas),
+        "eps": pretrain.adam_eps,
+        "weight_decay": pretrain.weight_decay,
+    }
+    if not pretrain.offload_optimizer:  # ZeRO-Offload needs DeepSpeedCPUAdam (module docstring)
+        adamw.update(torch_adam=True, fused=True)
+    config = {
+        "train_batch_size": layout.global_batch,
+        "train_micro_batch_size_per_gpu": layout.micro_batch,
+        "gradient_accumulation_steps": layout.grad_accum,
+        "gradient_clipping": pretrain.grad_clip,
+        "optimizer": {"type": "AdamW", "params": adamw},
+        "zero_optimization": zero,
+        "bf16": {"enabled": precision == "bf16"},
+        "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
+        "steps_per_print": _NEVER_PRINT,
+        "wall_clock_breakdown": False,
+    }
+    return config
+
+
+def worker_command(nproc: int, worker_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Command + environment that start `python -m gpt1.pretrain worker_args` on `nproc` local processes.
+
+    One process is started directly with the launcher variables set; more go through torchrun (standalone
+    rendezvous on a free port). Multi-node runs call torchrun or the deepspeed launcher themselves
+    (infra/multinode/).
+    """
+    env = dict(os.environ)
+    for key in LAUNCHER_ENV + ("LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"):
+        env.pop(key, None)  # never inherit a parent job's rank
+    if nproc == 1:
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        return [sys.executable, "-m", "gpt1.pretrain", *worker_args], env
+    env.setdefault("OMP_NUM_THREADS", threads_per_process(nproc))
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               "-m", "gpt1.pretrain", *worker_args]
+    return command, env

@@ -1,0 +1,439 @@
+"""Unsupervised pre-training of GPT-1 with DeepSpeed (paper sections 3.1 and 4.1): the worker.
+
+    python -m gpt1.pretrain --config OUT/config.json --shards SHARDS --out OUT ...
+
+One worker: what `gpt1 pretrain` (gpt1.stages.pretrain: validation before launch, then one process directly or N
+through torchrun) and the multi-node launchers (torchrun, the deepspeed launcher; infra/multinode/) start.
+
+A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks:
+AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
+DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.distributed). Every `eval_every`
+updates it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
+(gpt1.probes), every `save_every` a resumable checkpoint (gpt1.checkpoint); at the end the consolidated fp32
+weights go to OUT/final/ (GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
+
+Outputs:
+    OUT/config.json              resolved config (written by `gpt1 pretrain`; read by every worker)
+    OUT/deepspeed_config.json    the generated DeepSpeed config for this world size
+    OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
+    OUT/samples/step-N.txt       text samples at each evaluation
+    OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
+    OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
+    OUT/loss_curve.png
+
+What the run starts from (resolved config, tokenizer, probe data, resume point, number of updates) is checked by
+gpt1.pretrain_inputs, before launch and again here; what it wrote is read back and logged by gpt1.pretrain_outputs.
+
+Choices where the spec is silent:
+- Schedule and weight-decay groups: gpt1.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
+  DeepSpeed steps and checkpoints).
+- Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
+  updates, metrics.jsonl every update. Validation uses the first eval_batches x global-batch blocks of the val
+  split in stored order, the same blocks at every evaluation and for every world size.
+- Dropout RNG is seeded per rank (seed + rank); model init uses `seed` on every rank. Evaluation, probes and
+  samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
+- A worker started by a launcher stops when that launcher dies (gpt1.runtime.processes.exit_with_parent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from gpt1.model import optim
+from gpt1.config import PipelineConfig, config_from_dict, flatten
+from gpt1.errors import Diverged, exit_code
+from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
+from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, load_tokenizer, resolve_config, resume_point, task_data_source,
+                                  total_steps)
+from gpt1.pretrain.outputs import log_pretrained_model, plot_loss_curve, stage_key
+from gpt1.progress import duration
+from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
+
+log = logging.getLogger("gpt1.pretrain")
+
+SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
+SAMPLE_TOKENS = 32
+WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
+
+
+# --------------------------------------------------------------------------------------------- a worker
+
+
+class Pretraining:
+    """One rank's training run: engine, data, evaluation, logging, checkpoints."""
+
+    def __init__(self, cfg: PipelineConfig, args: argparse.Namespace, world):
+        import deepspeed
+
+        from gpt1.pretrain.checkpoint import CheckpointManager
+        from gpt1.data.tokenize import BlockReader, load_manifest
+        from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
+        from gpt1.model.transformer import GPT1, flops_per_token
+
+        self.args, self.world = args, world
+        self.out = Path(args.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.shards = Path(args.shards)
+        self.manifest = load_manifest(self.shards)
+        self.cfg = cfg = resolve_config(cfg, self.manifest)
+        p = cfg.pretrain
+        self.device_kind = device_type()
+        self.layout = batch_layout(p, world.size)
+        self.ds_config = deepspeed_config(p, world.size, self.device_kind)
+
+        self.train_data = BlockReader(self.shards, "train", seed=p.seed, rank=world.rank, world_size=world.size)
+        self.total = total_steps(p, len(self.train_data))
+        if len(self.train_data) < p.global_batch_size or self.total < 1:
+            raise ValueError(f"{self.shards}: {len(self.train_data)} train blocks, fewer than one global batch "
+                             f"of {p.global_batch_size}")
+        self.tokens_per_step = p.global_batch_size * cfg.model.n_ctx
+        self.flops_per_token = flops_per_token(cfg.model)
+
+        torch.manual_seed(p.seed)  # identical initial weights on every rank
+        model = GPT1(cfg.model)
+        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
+            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
+        torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
+        scheduler = lambda opt: optim.scheduler(opt, warmup_steps=p.warmup_steps,  # noqa: E731
+                                                total_steps=self.total, schedule=p.schedule)
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, model_parameters=optim.param_groups(model, p.weight_decay), config=self.ds_config,
+            lr_scheduler=scheduler)
+        self.model = self.engine.module
+        self.device = self.engine.device
+        # Stage 0 fp32 is DeepSpeed's plain path, which clips without keeping the norm: measure it ourselves.
+        self.norm_from_grads = p.zero_stage == 0
+
+        self.checkpoints = CheckpointManager(self.out / CHECKPOINTS, rank=world.rank, world_size=world.size,
+                                             keep_last=p.keep_last)
+        self.tokenizer = load_tokenizer(args.tokenizer, self.manifest)
+        self.probe_data = {}
+        if self.tokenizer is not None:
+            from gpt1.pretrain.probes import load_probe_data
+
+            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
+                                              cfg.finetune.task_data)
+        else:
+            log.info("no --tokenizer: text samples and zero-shot probes are skipped")
+
+        self.step, self.tokens_seen, self.run_id = 0, 0, None
+        resume_from = resume_point(self.out, args.resume, cfg.model.model_dump())
+        if resume_from is not None:
+            meta = self.checkpoints.load(self.engine, resume_from)
+            self.train_data.load_state_dict(meta["reader"])
+            self.step, self.tokens_seen, self.run_id = meta["step"], meta["tokens_seen"], meta.get("run_id")
+            log.info("resumed from %s (update %d of %d)", resume_from, self.step, self.total)
+
+        self.peak_flops, self.peak_source = None, ""
+        self.run = None
+        if world.is_main:
+            from gpt1.model.mfu import device_peak_flops
+
+            self.peak_flops, self.peak_source = device_peak_flops(self.device_kind, p.precision)
+            self._start_tracking(resumed=resume_from is not None)
+
+    # -- tracking --------------------------------------------------------------------------------------
+    def _start_tracking(self, resumed: bool) -> None:
+        from gpt1.tracking.runs import monitor_system, stage_tags
+        from gpt1.tracking.logger import RunLogger
+
+        write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
+        write_json(self.out / "deepspeed_config.json", self.ds_config)
+        tags = {**stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
+                "gpt1.shards": self.manifest.get("key", "")}
+        self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
+                             parent_run_id=self.args.parent_run_id, run_id=self.run_id, tags=tags)
+        monitor_system(self.run)
+        if resumed and self.run_id is not None:
+            self.run.set_tags({"resumed_at_step": self.step})
+            return  # params are already on the run (MLflow refuses to change a logged param)
+        self.run.log_params({**flatten(self.cfg.model_dump(mode="json")),
+                             **flatten(self.ds_config, "deepspeed."),
+                             "world_size": self.world.size, "total_steps": self.total,
+                             "flops_per_token": self.flops_per_token, "peak_flops_per_device": self.peak_flops,
+                             "peak_flops_source": self.peak_source})
+        self.run.log_dict(self.cfg.model_dump(mode="json"), "config.json")
+        self.run.log_dict(self.ds_config, "deepspeed_config.json")
+        self.run.log_dataset("shards", self.manifest.get("key") or sha256_file(self.shards / "manifest.json"),
+                             str(self.shards.resolve()), context="training")
+
+    @property
+    def run_id_now(self) -> str | None:
+        return self.run.run_id if self.run is not None else self.run_id
+
+    def _record(self, record: dict) -> None:
+        """Append one line to OUT/metrics.jsonl (rank 0)."""
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    # -- training ------------------------------------------------------------------------------------------
+    def train_step(self, micro_batches: torch.Tensor) -> tuple[float, float | None]:
+        """One optimizer update over this rank's (accum, micro, n_ctx+1) blocks; returns (loss, grad norm)."""
+        engine = self.engine
+        total_loss = torch.zeros((), device=self.device)
+        grad_norm = None
+        for i, blocks in enumerate(micro_batches):
+            blocks = blocks.to(self.device)
+            loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
+            engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
+            if i == len(micro_batches) - 1 and self.norm_from_grads:
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                grad_norm = float(torch.nn.utils.get_total_norm(grads))
+            engine.step()  # an optimizer update only at the accumulation boundary
+            total_loss += loss.detach()
+        mean_loss = total_loss / len(micro_batches)
+        torch.distributed.all_reduce(mean_loss)
+        if grad_norm is None:
+            grad_norm = engine.get_global_grad_norm()
+        return float(mean_loss) / self.world.size, None if grad_norm is None else float(grad_norm)
+
+    def batches(self):
+        """This rank's share of each global batch, epoch after epoch."""
+        while True:
+            yield from self.train_data.global_batches(self.layout.global_batch, self.layout.micro_batch)
+
+    def run_loop(self) -> None:
+        from tqdm import tqdm
+
+        p = self.cfg.pretrain
+        # disable=None: drawn on a terminal only (piped into Prefect logs, each redraw would be a record)
+        bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
+                   disable=None if self.world.is_main else True)
+        window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
+        batches = self.batches()
+        while self.step < self.total:
+            lr = self.scheduler.get_last_lr()[0]  # the rate this update uses
+            started = time.perf_counter()
+            loss, grad_norm = self.train_step(next(batches))
+            seconds = time.perf_counter() - started
+            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+                raise Diverged(f"pre-training diverged at update {self.step + 1}: loss {loss}, gradient norm "
+                               f"{grad_norm} (lr {lr:.3g}); {self.kept()}")
+            self.step += 1
+            self.tokens_seen += self.tokens_per_step
+            window["loss"] += loss
+            window["steps"] += 1
+            window["seconds"] += seconds
+            if self.world.is_main:
+                self._record({"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
+                              "seconds": seconds})
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens_per_step / seconds:,.0f}")
+            if self.step % p.log_every == 0 or self.step == self.total:
+                self._log_window(window, lr, grad_norm)
+                window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
+            if self.step % p.eval_every == 0 or self.step == self.total:
+                self.evaluate()
+            if self.step % p.probe_every == 0 or self.step == self.total:
+                self.probe()
+            if self.step % p.save_every == 0 or self.step == self.total:
+                self.save()
+        bar.close()
+
+    def _log_window(self, window: dict, lr: float, grad_norm: float | None) -> None:
+        from gpt1.model.mfu import mfu
+
+        if not self.world.is_main or not window["steps"]:
+            return
+        tokens_per_s = window["steps"] * self.tokens_per_step / window["seconds"]
+        metrics = {"loss": window["loss"] / window["steps"], "lr": lr, "grad_norm": grad_norm,
+                   "tokens_per_s": tokens_per_s, "tokens_seen": self.tokens_seen,
+                   "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
+        self.run.log_metrics(metrics, step=self.step)
+        mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
+        eta = (self.total - self.step) * window["seconds"] / window["steps"]
+        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
+                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text,
+                 duration(eta))
+
+    # -- evaluation ------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validation_loss(self) -> float | None:
+        """Mean LM loss over the first eval_batches global batches of the val split (stored order)."""
+        from gpt1.data.tokenize import BlockReader
+
+        reader = BlockReader(self.shards, "val", rank=self.world.rank, world_size=self.world.size, shuffle=False)
+        n_batches = min(self.cfg.pretrain.eval_batches, len(reader) // self.layout.global_batch)
+        if n_batches == 0:
+            return None
+        self.engine.eval()
+        total = torch.zeros(2, dtype=torch.float64, device=self.device)  # loss sum, token count
+        steps = reader.global_batches(self.layout.global_batch, self.layout.micro_batch)
+        for _ in range(n_batches):
+            for blocks in next(steps):
+                blocks = blocks.to(self.device)
+                total[0] += self.engine(blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum").loss.double()
+                total[1] += blocks[:, 1:].numel()
+        self.engine.train()
+        torch.distributed.all_reduce(total)
+        return float(total[0] / total[1])
+
+    def evaluate(self) -> None:
+        val_loss = self.validation_loss()
+        samples = self.samples()
+        if not self.world.is_main:
+            return
+        if val_loss is None:
+            log.warning("val split has fewer than one global batch of blocks: no validation loss")
+        else:
+            metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0))}
+            self.run.log_metrics(metrics, step=self.step)
+            self._record({"step": self.step, **metrics})
+            log.info("step %d: val loss %.4f, perplexity %.2f", self.step, val_loss, metrics["val_ppl"])
+        if samples:
+            name = f"samples/step-{self.step:08d}.txt"
+            write_text(self.out / name, samples)
+            self.run.log_text(samples, name)
+
+    def samples(self) -> str | None:
+        """Continuations of SAMPLE_PROMPTS (top-k 40, temperature 0.8, fixed seed: comparable across evals)."""
+        if self.tokenizer is None:
+            return None
+        from gpt1.model.generate import continue_text
+
+        generator = torch.Generator().manual_seed(self.cfg.pretrain.seed)
+        lines = []
+        for prompt in SAMPLE_PROMPTS:
+            text = continue_text(self.model, self.tokenizer, prompt, SAMPLE_TOKENS, temperature=0.8, top_k=40,
+                                 generator=generator)
+            lines.append(f"[{prompt}] {text}")
+        return f"step {self.step}\n" + "\n".join(lines) + "\n"
+
+    def probe(self) -> None:
+        if self.tokenizer is None:
+            return
+        from gpt1.pretrain.probes import run_probes
+
+        started = time.perf_counter()
+        results = run_probes(self.model, self.tokenizer, self.probe_data)
+        if self.world.is_main:
+            self.run.log_metrics(results, step=self.step)
+            self._record({"step": self.step, **results})
+            log.info("step %d: zero-shot probes %s (%.1fs)", self.step,
+                     ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in results.items()),
+                     time.perf_counter() - started)
+
+    # -- checkpoints and the end -------------------------------------------------------------------------------
+    def kept(self) -> str:
+        """What a run stopped by divergence leaves: the checkpoint to resume from, and no final model."""
+        latest = self.checkpoints.latest_complete()
+        where = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
+        return (f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
+                "(--resume auto) or start over")
+
+    def check_weights(self) -> None:
+        """Refuse to checkpoint non-finite weights (an update can make them so with a finite loss before it)."""
+        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        if bad:
+            raise Diverged(f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
+                           f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}")
+
+    def save(self) -> Path:
+        self.check_weights()
+        started = time.perf_counter()
+        if self.world.is_main:
+            # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
+            # reach MLflow now, not seconds later (a kill in between would lose it for good).
+            self.run.flush()
+        meta = {"reader": self.train_data.state_dict(), "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
+                "total_steps": self.total, "model": self.cfg.model.model_dump()}
+        path = self.checkpoints.save(self.engine, self.step, meta)
+        if self.world.is_main:
+            log.info("checkpoint %s written in %.1fs", path, time.perf_counter() - started)
+        return path
+
+    def finish(self) -> None:
+        """Rank 0: consolidated fp32 weights + tokenizer + transformers export in OUT/final, artifacts, run end."""
+        if not self.world.is_main:
+            return
+        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
+        from gpt1.model.convert import pretrained_by, save_hf_folder
+        from gpt1.model.transformer import WEIGHTS_NAME, GPT1
+
+        final = self.out / FINAL
+        checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
+        state = consolidated_state_dict(self.engine, checkpoint, self.cfg.pretrain.zero_stage)
+        with torch.device("meta"):
+            model = GPT1(self.cfg.model)
+        model.load_checked_state_dict(state, source=checkpoint)
+        model.save_pretrained(final)
+        if self.tokenizer is not None:
+            self.tokenizer.save(final)
+        if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
+            log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
+                        "TOK --out DIR)", final / "hf", final)
+        else:
+            try:
+                save_hf_folder(model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen))
+            except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+                log.warning("no transformers export in %s: %s", final / "hf", err)
+        summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
+                   "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
+                   "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
+        write_json(final / "training.json", summary)
+        log.info("final weights: %s", final)
+
+        curve = plot_loss_curve(self.out / "metrics.jsonl", self.out / "loss_curve.png")
+        if curve is not None:
+            self.run.log_artifact(curve)
+        if self.cfg.tracking.upload_checkpoints:
+            self.run.log_artifact(final, "final")
+        else:
+            self.run.log_reference("final", final, sha256_tree(final))
+            self.run.log_artifact(final / "training.json", "final")
+        log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
+        self.run.end("FINISHED")
+
+
+# ---------------------------------------------------------------------------------- worker entry point
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    # No option may prefix a launcher's own (torchrun/deepspeed would take `--d...`/`--n...` abbreviations).
+    parser = argparse.ArgumentParser(prog="python -m gpt1.pretrain", description="one pre-training worker")
+    parser.add_argument("--config", required=True, help="resolved config JSON (gpt1 pretrain writes OUT/config.json)")
+    parser.add_argument("--shards", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--resume", help="'auto' (latest complete checkpoint) or a checkpoint directory")
+    parser.add_argument("--tokenizer", help="tokenizer folder: text samples, probes, OUT/final/tokenizer.json")
+    parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
+    parser.add_argument("--parent-run-id", help="MLflow parent run (pipeline nesting)")
+    parser.add_argument("--local_rank", "--local-rank", type=int, help="set by the deepspeed launcher; unused")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    exit_with_parent()  # the launcher (gpt1 pretrain, a pipeline) died: stop training, release the output
+    args = worker_parser().parse_args(argv)
+    from gpt1.pretrain.distributed import init_world
+
+    world = init_world()
+    logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
+                        format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
+    cfg = config_from_dict(read_json(args.config))
+    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+
+
+def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
+    training = Pretraining(cfg, args, world)
+    try:
+        training.run_loop()
+        training.finish()
+    except BaseException:
+        if training.run is not None:
+            training.run.end("FAILED")
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,351 @@
+"""The results report: our fine-tuned numbers beside the paper's, in the paper's table layout, plus a bar chart.
+
+    gpt1 report --results runs/finetune/<key> [more runs ...] [--labels full no_aux_lm ...] --out DIR
+                [--tracking-uri URI --run-id PARENT_RUN_ID]
+
+Each results DIR is one run (a configuration or ablation): a task output folder of `gpt1 finetune` (metrics.json,
+or error.json when it failed) or a folder holding such task folders (up to two levels down). Runs are labelled by
+`--labels` in order, else by folder name. Writes DIR/results.md (Tables 2, 3 and 4 of the paper: one row for the
+paper, one per run, one for the majority-class baseline; Table 5 with the ablations side by side when there are
+several runs or any ablation), DIR/results.png (primary metric per task, grouped bars) and DIR/results.json
+(everything the tables show). With --run-id the three files are also logged as artifacts of that MLflow run (the
+pipeline's parent run) together with each run's GLUE average as `report/<label>/glue_score`.
+
+Choices where the spec is silent:
+- The paper's numbers are test-set results (GLUE: the test server); ours are on the split each task's metrics.json
+  names (dev for GLUE tasks); the split of every non-paper-split task is listed under the tables.
+- "GLUE" for our runs is `metrics.glue_score`, the paper's Table 5 "Avg. Score" (mean primary metric of the 8 GLUE
+  tasks; the paper's own 74.7); the paper row of Table 4 shows its GLUE server score 72.8, which counts WNLI and
+  cannot be recomputed. A run missing any of the 8 tasks has no GLUE average ("—").
+- A missing task is "—"; a failed one (its error.json newer than any metrics.json) is "failed" and its error is
+  listed. The majority baseline row is taken from the first run that has the task.
+- The tables' columns, the paper's numbers and the Table 5 ablation values come from the task specs
+  (`TaskSpec.table`, `table_columns`, `paper`, `ablation_column`, `paper_ablations`); the per-task ablation
+  values' means reproduce `metrics.PAPER_AVERAGES` (checked in the tests).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpt1.io import read_json, write_json, write_text
+from gpt1.stages.outputs import read_marker
+from gpt1.tasks import REGISTRY, metrics
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
+MISSING, FAILED = "—", "failed"
+REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
+
+GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
+TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question answering and commonsense reasoning",
+                4: "Table 4: semantic similarity and classification"}
+GLUE_TABLE = 4
+
+
+def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
+    """The paper's tables: (title, ((column header, task, metric key of `metrics.compute`), ...)), from the specs;
+    tasks the paper does not report (`TaskSpec.table` None) get a table of their own."""
+    found = []
+    for number, title in (*TABLE_TITLES.items(), (None, "Other tasks (not in the paper)")):
+        specs = sorted((s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order)
+        columns = [(c.header, s.name, c.metric) for s in specs for c in s.report_columns]
+        if number == GLUE_TABLE:
+            columns.append(("GLUE", GLUE, "primary"))
+        if columns:
+            found.append((title, tuple(columns)))
+    return tuple(found)
+
+
+# Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
+ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
+# Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
+ABLATIONS = ("no_pretrain", "no_aux_lm")
+PAPER_ABLATIONS = {setting: {s.name: s.paper_ablations[setting] for s in REGISTRY.values() if s.glue}
+                   for setting in ABLATIONS}
+ABLATION_TITLES = {"full": "Transformer w/ aux LM (full)", "no_pretrain": "Transformer w/o pre-training",
+                   "no_aux_lm": "Transformer w/o aux LM"}
+
+
+@dataclass
+class Run:
+    """One results folder: per task, its metrics.json (or the error that stopped it)."""
+
+    label: str
+    path: Path
+    results: dict[str, dict] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def value(self, task: str, key: str) -> float | None:
+        if task == GLUE:
+            return self.glue_score()
+        return self.results.get(task, {}).get("metrics", {}).get(key)
+
+    def majority(self, task: str, key: str) -> float | None:
+        if task == GLUE:
+            return _glue({t: r.get("majority", {}) for t, r in self.results.items()})
+        return self.results.get(task, {}).get("majority", {}).get(key)
+
+    def glue_score(self) -> float | None:
+        return _glue({t: r.get("metrics", {}) for t, r in self.results.items()})
+
+    def cell(self, task: str, key: str) -> str:
+        if task in self.errors:
+            return FAILED
+        return fmt(self.value(task, key))
+
+    @property
+    def ablation(self) -> str:
+        settings = sorted({r.get("ablation", "full") for r in self.results.values()})
+        return "/".join(settings) or MISSING
+
+
+def _glue(per_task: dict[str, dict]) -> float | None:
+    if not all("primary" in per_task.get(t, {}) for t in metrics.GLUE_TASKS):
+        return None
+    return metrics.glue_score(per_task)
+
+
+def fmt(value: float | None) -> str:
+    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def is_task_dir(path: Path) -> bool:
+    return (path / METRICS_FILE).is_file() or (path / ERROR_FILE).is_file()
+
+
+def task_dirs(root: Path) -> list[Path]:
+    """`root` itself when it is a task folder, else the task folders one or two levels below it."""
+    if is_task_dir(root):
+        return [root]
+    found = [p for p in sorted(root.glob("*")) if p.is_dir() and is_task_dir(p)]
+    return found or [p for p in sorted(root.glob("*/*")) if p.is_dir() and is_task_dir(p)]
+
+
+def read_run(root: str | os.PathLike, label: str) -> Run:
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results folder {root} does not exist")
+    dirs = task_dirs(root)
+    if not dirs:
+        raise FileNotFoundError(f"{root}: no task results ({METRICS_FILE} or {ERROR_FILE}) in it or its sub-folders")
+    run = Run(label, root)
+    for path in dirs:
+        done, failed = path / METRICS_FILE, path / ERROR_FILE
+        if failed.is_file() and (not done.is_file() or failed.stat().st_mtime >= done.stat().st_mtime):
+            error = read_json(failed)
+            run.errors[error.get("task", path.name)] = error.get("error", "unknown error")
+            continue
+        result = read_json(done)
+        task = result.get("task", path.name)
+        if task not in REGISTRY:
+            log.warning("%s: unknown task %r, skipped", done, task)
+            continue
+        if task in run.results:
+            log.warning("%s: a second result for %s in %s, ignored", done, task, root)
+            continue
+        result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
+        result["peak_rss_mb"] = (result.get("train") or {}).get("peak_rss_mb")
+        run.results[task] = result
+    return run
+
+
+def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -> list[Run]:
+    if labels and len(labels) != len(paths):
+        raise ValueError(f"--labels: {len(labels)} labels for {len(paths)} results folders")
+    runs, seen = [], set()
+    for i, path in enumerate(paths):
+        path = Path(path)
+        label = labels[i] if labels else (path.parent.name if is_task_dir(path) else path.name)
+        while label in seen:  # the same folder name twice (e.g. two `.../full`): keep both, distinguishable
+            label += "'"
+        seen.add(label)
+        runs.append(read_run(path, label))
+    return runs
+
+
+# -- rendering ------------------------------------------------------------------------------------------------
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def paper_value(task: str, key: str) -> float | None:
+    return metrics.PAPER_RESULTS.get(task, {}).get(key)
+
+
+def first_majority(runs: list[Run], task: str, key: str) -> float | None:
+    return next((v for v in (r.majority(task, key) for r in runs) if v is not None), None)
+
+
+def paper_tables(runs: list[Run]) -> str:
+    parts = []
+    for title, columns in tables():
+        header = ["Method"] + [name for name, _, _ in columns]
+        rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
+        rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
+        rows.append(["majority class"] + [fmt(first_majority(runs, t, k)) for _, t, k in columns])
+        parts.append(f"### {title}\n\n{markdown_table(header, rows)}")
+    return "\n\n".join(parts)
+
+
+def ablation_table(runs: list[Run]) -> str:
+    header = ["Method", "Avg. Score"] + [name for name, _ in ABLATION_COLUMNS]
+    full = {t: paper_value(t, "primary") for _, t in ABLATION_COLUMNS}
+    rows = []
+    for setting, values in (("full", full), *PAPER_ABLATIONS.items()):
+        rows.append([f"paper: {ABLATION_TITLES[setting]}", fmt(metrics.PAPER_AVERAGES[setting])]
+                    + [fmt(values[t]) for _, t in ABLATION_COLUMNS])
+    for run in runs:
+        rows.append([f"ours: {run.label} ({run.ablation})", fmt(run.glue_score())]
+                    + [run.cell(t, "primary") for _, t in ABLATION_COLUMNS])
+    return f"### Table 5: ablations (GLUE tasks, primary metric)\n\n{markdown_table(header, rows)}"
+
+
+def notes(runs: list[Run]) -> list[str]:
+    out = []
+    for run in runs:
+        for task, result in sorted(run.results.items()):
+            split, paper_split = result.get("eval_split"), REGISTRY[task].eval_splits[0]
+            if split and split != paper_split:
+                out.append(f"{run.label}/{task}: scored on {split} (the paper: {paper_split})")
+    return out
+
+
+def per_task_table(runs: list[Run], field: str, title: str) -> str:
+    """One number per fine-tune: `wall_seconds` (the stage's own measure: loading, training, evaluation, outputs)
+    or `peak_rss_mb` (the fine-tune's own peak resident memory)."""
+    tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
+    rows = [[f"ours: {r.label}", *(f"{r.results[t][field]:.0f}" if r.results.get(t, {}).get(field)
+                                  else MISSING for t in tasks_run)] for r in runs]
+    return f"### {title}\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
+
+
+def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> str:
+    text = ["# GPT-1 fine-tuning results", "",
+            "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
+            "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
+            "of the 8 GLUE tasks (the paper's Table 5 \"Avg. Score\", 74.7 for GPT-1); the paper row shows its GLUE "
+            "server score. — = not run, failed = see Errors.", "",
+            "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
+    if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
+        text += ["", ablation_table(runs)]
+    if any(r.results for r in runs):
+        text += ["", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
+                 "", per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)")]
+    if not_run:
+        text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
+    extra = notes(runs)
+    if extra:
+        text += ["", "### Notes", ""] + [f"- {n}" for n in extra]
+    errors = [(r.label, t, e) for r in runs for t, e in sorted(r.errors.items())]
+    if errors:
+        text += ["", "### Errors", ""] + [f"- {label}/{task}: {error}" for label, task, error in errors]
+    return "\n".join(text) + "\n"
+
+
+def plot(runs: list[Run], path: Path) -> Path:
+    """Write `results_figure` as a PNG (atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = results_figure(runs)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def results_figure(runs: list[Run]):
+    """Horizontal grouped bars, one group per table column our runs have (every column when none has any): the
+    paper, each run and the majority baseline, each bar labelled with its value, so a zero or negative score is a
+    visible number and a missing one reads "not run" or "failed". 750 px wide (MLflow's artifact viewer scales a
+    wider image down to its pane, ~600 px) and as tall as the groups need, so its text stays readable there."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    all_columns = [c for _, cols in tables() for c in cols]
+    ours = [c for c in all_columns if any(r.value(c[1], c[2]) is not None or c[1] in r.errors for r in runs)]
+    columns = ours or all_columns
+    series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns], [None] * len(columns))]
+    series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns],
+                [FAILED if t in r.errors else "not run" for _, t, _ in columns]) for r in runs]
+    series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns], [None] * len(columns)))
+    colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9"]
+
+    bar, gap = 0.32, 0.45  # inches per bar and between groups
+    group = bar * len(series) + gap
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + group * len(columns)), dpi=100, layout="constrained")
+    values = [v for _, vals, _ in series for v in vals if v is not None]
+    low, high = min([0.0, *values]), max([100.0, *values])
+    for g, (name, task, _) in enumerate(columns):
+        for i, (label, vals, missing) in enumerate(series):
+            y = g * group / bar + i  # in bar units, top to bottom
+            value = vals[g]
+            if value is None:
+                if missing[g]:
+                    ax.text(0, y, f" {missing[g]}", va="center", ha="left", fontsize=10, color="#555555")
+                continue
+            ax.barh(y, value, height=0.85, color=colors[i], label=label if g == 0 else None)
+            ax.plot([0], [y], marker="|", markersize=11, markeredgewidth=3, color=colors[i])  # shows a zero too
+            ax.text(value, y, f" {value:.1f} ", va="center", ha="left" if value >= 0 else "right", fontsize=10)
+    centers = [g * group / bar + (len(series) - 1) / 2 for g in range(len(columns))]
+    ax.set_yticks(centers, [name for name, _, _ in columns], fontsize=11)
+    ax.set_ylim((len(columns) - 1) * group / bar + len(series) - 0.4, -0.6)  # top to bottom, no empty margins
+    ax.set_xlim(low - (18 if low < 0 else 3), high + 15)  # room for the value labels and the zero marks
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.set_xlabel("score (%; MCC and Pearson x 100)", fontsize=11)
+    # The title heads the legend, above the bars: constrained layout makes room for one block there (a suptitle
+    # beside an axes legend was drawn over it).
+    fig.legend(fontsize=10, loc="outside upper center", ncols=min(len(series), 3), frameon=False,
+               title="GPT-1 fine-tuning: ours vs the paper", title_fontsize=13)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
+    return {
+        "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
+                           "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
+                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds"),
+                                         "peak_rss_mb": res.get("peak_rss_mb")}
+                                     for t, res in sorted(r.results.items())},
+                           "errors": r.errors} for r in runs},
+        "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
+        "not_run": not_run or {},
+    }
+
+
+def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
+                 tracking_uri: str | None = None, run_id: str | None = None,
+                 not_run: dict[str, str] | None = None) -> dict[str, Path]:
+    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths.
+    `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures."""
+    runs = read_runs(list(results), labels)
+    out_dir = Path(out_dir)
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run)),
+             "plot": plot(runs, out_dir / REPORT_PNG),
+             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run))}
+    if run_id:
+        from gpt1.tracking.logger import RunLogger
+
+        parent = RunLogger("report", uri=tracking_uri, run_id=run_id)  # attach; the run's owner ends it
+        for path in files.values():
+            parent.log_artifact(path, "report")
+        parent.log_metrics({f"report/{r.label}/glue_score": r.glue_score() for r in runs
+                            if r.glue_score() is not None})
+        if not parent.flush():
+            log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)
+    for run in runs:
+        log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
+                 fmt(run.glue_score()))
+    return files

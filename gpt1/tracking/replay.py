@@ -1,0 +1,173 @@
+"""`gpt1 replay-spool DIR`: deliver the MLflow logging calls that runs could not deliver (gpt1.tracking's spool).
+
+    gpt1 replay-spool DIR [--tracking-uri URI] [--timeout SECONDS] [--skip-missing]
+
+A run that could not reach its tracking server before its retries ran out wrote what was left to
+`DIR/mlflow-undelivered-<run>-....json` (GPT1_MLFLOW_SPOOL_DIR): its calls in the order they were made. Each file is
+replayed through a `RunLogger` attached to its run (or creating it, with the recorded name, tags and parent, when
+the server was never reached), so the calls arrive in order, metrics at their original steps and timestamps, models
+built again from their folders, and a server that goes down during the replay only queues the rest.
+
+Afterwards a file whose calls were all delivered moves to DIR/replayed/; one with calls left is replaced by a new
+spool file of what is left (with the run id, once the run exists), so replaying again never sends a call twice.
+`--tracking-uri` sends to another server than the one recorded (e.g. the same store behind a new address).
+
+Before anything is sent, every call of a file is checked: a file that is not a spool file is an error (exit 2), as
+is a call that cannot be replayed (an artifact or model folder no longer on disk, a call this version does not
+know); `--skip-missing` replays the rest of such a file and lists what was skipped. Exit 0 when everything was
+delivered, 1 when calls are left for a later replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+from pathlib import Path
+
+from gpt1.io import InputError, read_json
+from gpt1.tracking.runs import publish_runs_view
+from gpt1.tracking.models import log_files_model, register_model
+
+log = logging.getLogger(__name__)
+
+COMMAND, SUMMARY = "replay-spool", "deliver the MLflow calls a run could not (its spool files) to the server"
+PATTERN = "mlflow-undelivered-*.json"
+REPLAYED = "replayed"
+RUN_FIELDS = ("tracking_uri", "experiment", "run_name", "run_id", "parent_run_id", "tags", "calls")
+# The fields each call needs; what a call refers to on disk is checked separately (`missing`).
+CALL_FIELDS = {
+    "log_params": ("params",), "log_metrics": ("metrics", "step", "timestamp"), "set_tags": ("tags",),
+    "log_artifact": ("path",), "log_artifacts": ("path",), "log_text": ("text", "artifact_file"),
+    "log_inputs": ("dataset", "digest", "source_type", "source", "context"), "log_model": ("model", "kind"),
+    "register_model": ("registered_model", "model", "tags"), "runs_view": ("name", "columns"), "end": ("status",),
+}
+
+
+def read_spool(path: Path) -> dict:
+    """A spool file, checked field by field (errors name the file and the call)."""
+    try:
+        spool = read_json(path)
+    except ValueError as err:
+        raise InputError(f"not a JSON spool file ({err})", file=path) from None
+    if not isinstance(spool, dict) or any(field not in spool for field in RUN_FIELDS):
+        raise InputError(f"not a gpt1 MLflow spool file (expected the fields {', '.join(RUN_FIELDS)})", file=path)
+    for i, call in enumerate(spool["calls"]):
+        kind = call.get("call") if isinstance(call, dict) else None
+        absent = [f for f in CALL_FIELDS.get(kind, ()) if f not in call]
+        if kind in CALL_FIELDS and absent:
+            raise InputError(f"call {i} ({kind}) lacks {', '.join(absent)}", file=path, field=f"calls[{i}]")
+    return spool
+
+
+def missing(call: dict) -> str | None:
+    """Why a call cannot be replayed here (None: it can)."""
+    kind = call.get("call")
+    if kind not in CALL_FIELDS:
+        return f"unknown call {kind!r}"
+    if kind == "log_model" and call["kind"] not in ("task", "files"):
+        return f"unknown model kind {call['kind']!r}"
+    where = call.get("path") or call.get("model_dir") or call.get("folder")
+    if kind in ("log_artifact", "log_artifacts", "log_model") and not (where and os.path.exists(where)):
+        return f"{where} no longer exists"
+    return None
+
+
+def replay_call(run, call: dict) -> None:
+    """One spooled call, made again through `run` (a RunLogger)."""
+    kind = call["call"]
+    if kind == "log_params":
+        run.log_params(call["params"])
+    elif kind == "log_metrics":
+        run.log_metrics(call["metrics"], step=call["step"], timestamp=call["timestamp"])
+    elif kind == "set_tags":
+        run.set_tags(call["tags"])
+    elif kind in ("log_artifact", "log_artifacts"):
+        run.log_artifact(call["path"], call.get("artifact_path"))
+    elif kind == "log_text":
+        run.log_text(call["text"], call["artifact_file"])
+    elif kind == "log_inputs":
+        from mlflow.data.dataset_source_registry import get_dataset_source_from_json
+
+        source = get_dataset_source_from_json(call["source"], call["source_type"])
+        run.log_dataset(call["dataset"], call["digest"], source, call["context"], call.get("profile"))
+    elif kind == "log_model" and call["kind"] == "task":
+        from gpt1.finetune.serving import log_model
+
+        log_model(run, call["model_dir"], call["input_example"], name=call["model"], step=call["step"],
+                  tags=call.get("tags"))
+    elif kind == "log_model":
+        log_files_model(run, call["model"], call["folder"], upload=call["upload"], model_type=call["model_type"],
+                            params=call.get("params"), tags=call.get("tags"), step=call.get("step", 0))
+    elif kind == "register_model":
+        register_model(run, call["registered_model"], call["model"], tags=call["tags"])
+    elif kind == "runs_view":
+        publish_runs_view(run, call["name"], call["columns"])
+    else:
+        raise ValueError(f"not a call to replay one by one: {kind}")
+
+
+def check(path: Path, skip_missing: bool) -> tuple[dict, set[int]]:
+    """The spool file and the calls to skip; an InputError when it cannot be replayed as asked."""
+    spool = read_spool(path)
+    problems = [(i, why) for i, call in enumerate(spool["calls"]) if (why := missing(call))]
+    if problems and not skip_missing:
+        i, why = problems[0]
+        raise InputError(f"{len(problems)} call(s) cannot be replayed, the first: {why} (--skip-missing replays "
+                         "the others)", file=path, field=f"calls[{i}]")
+    for i, why in problems:
+        log.warning("%s: skipping call %d (%s): %s", path.name, i, spool["calls"][i]["call"], why)
+    return spool, {i for i, _ in problems}
+
+
+def replay_file(path: Path, uri: str | None, timeout: float, skip_missing: bool) -> tuple[int, Path | None]:
+    """Replay one spool file; returns (calls replayed, the spool file of what is left, if anything is)."""
+    from gpt1.tracking.logger import RunLogger
+
+    spool, skipped = check(path, skip_missing)
+    run = RunLogger(spool["run_name"], experiment=spool["experiment"], uri=uri or spool["tracking_uri"],
+                    parent_run_id=spool["parent_run_id"], run_id=spool["run_id"], tags=spool["tags"],
+                    spool_dir=path.parent, flush_timeout=timeout, code_tags=False)
+    run.model_ids.update(spool.get("model_ids") or {})
+    calls = [call for i, call in enumerate(spool["calls"]) if i not in skipped]
+    for call in calls:
+        if call["call"] != "end":
+            replay_call(run, call)
+    ends = [call["status"] for call in calls if call["call"] == "end"]
+    left = run.end(ends[-1]) if ends else run.deliver()
+    if left is None:  # all delivered: keep the file as the record of what was sent, out of the way
+        (path.parent / REPLAYED).mkdir(exist_ok=True)
+        shutil.move(str(path), path.parent / REPLAYED / path.name)
+    else:  # what is left is now in `left`; this file would send the delivered calls twice
+        path.unlink()
+    return len(calls), left
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("directory", type=Path, metavar="DIR", help="the spool directory (GPT1_MLFLOW_SPOOL_DIR)")
+    parser.add_argument("--tracking-uri", help="send to this tracking server instead of the one each file names")
+    parser.add_argument("--timeout", type=float, default=60.0,
+                        help="seconds to keep retrying an unreachable server per file (default 60)")
+    parser.add_argument("--skip-missing", action="store_true",
+                        help="replay a file's other calls when some cannot be (their files are gone)")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    if not args.directory.is_dir():
+        raise FileNotFoundError(f"{args.directory}: no such directory")
+    files = sorted(args.directory.glob(PATTERN), key=lambda p: p.stat().st_mtime)  # oldest first: a run's order
+    if not files:
+        print(f"{args.directory}: no spool files ({PATTERN})")
+        return 0
+    for path in files:  # every file checked before anything is sent
+        check(path, args.skip_missing)
+    failed = []
+    for path in files:
+        count, left = replay_file(path, args.tracking_uri, args.timeout, args.skip_missing)
+        if left is None:
+            print(f"{path.name}: {count} call(s) delivered")
+        else:
+            failed.append(left)
+            print(f"{path.name}: not all of {count} call(s) delivered; what is left is in {left.name}")
+    return 1 if failed else 0
