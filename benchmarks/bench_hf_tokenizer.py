@@ -5,7 +5,7 @@ sample and is compared with ours (`GPT1Tokenizer.encode_batch`: ftfy in Python, 
 the CPU time of one thread (process time: on a shared machine wall time mostly measures the neighbours), variants in
 alternating rounds, the best round counts.
     as is           our tokenizer.json in transformers unchanged (`PreTrainedTokenizerFast(tokenizer_file=...)`)
-    export          what `gpt1.tokenizer.save_transformers` writes: ftfy's context-free fixes in the normalizer
+    export          what `bpe.save_transformers` writes: ftfy's context-free fixes in the normalizer
     export - maps   the export without ftfy's ligature and fullwidth maps (248 one-character replacements)
     ftfy first      the export on text passed through `ftfy.fix_text` beforehand (the documented way to full parity)
 
@@ -31,6 +31,7 @@ SHARED = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))
 
 from gpt1_oracle import book_paragraphs  # noqa: E402
+from results import record  # noqa: E402
 
 
 def without_character_maps(folder: Path) -> Path:
@@ -101,6 +102,10 @@ def main() -> None:
         extra = " (+ ftfy's own time)" if name == "ftfy first" else ""
         print(f"| {name} | {agree[name]:,} ({share:.2f}%) | {best[name]:.2f} s{extra} | "
               f"{best[name] / best['ours']:.2f} |")
+    keys = {"as is": "as_is", "export": "export", "export - maps": "export_without_maps", "ftfy first": "ftfy_first"}
+    record({"paragraphs": len(paragraphs),
+            **{f"{keys[name]}.same_ids_pct": 100 * agree[name] / len(paragraphs) for name in variants},
+            **{f"{keys[name]}.cpu_vs_ours": best[name] / best["ours"] for name in variants}})
 
 
 if __name__ == "__main__":

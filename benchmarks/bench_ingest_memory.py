@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results import record
+
 REPO = Path(__file__).resolve().parents[1]
 BOOKS = REPO.parent / "shared" / "data" / "books"
 LIMIT = 1.2
@@ -111,11 +113,16 @@ def main() -> None:
         rate = f"{size / 1e6 / r['cpu_seconds']:8.2f}" if size else f"{'-':>8}"
         print(f"{config:>10} {name:>13} {size / 1e6:9.1f} {r['documents']:9d} {r['cpu_seconds']:7.1f} {rate} "
               f"{r['peak_rss_mb']:11.1f}")
+    figures = {}
     for config in configs:
         growth = results[config, f"{args.scale}x"][1]["peak_rss_mb"] / results[config, "1x"][1]["peak_rss_mb"]
         verdict = "within" if growth < LIMIT else "OVER"
         print(f"{config} allocators: peak RSS growth {args.scale}x / 1x corpus = {growth:.3f}x "
               f"({verdict} the {LIMIT}x limit)")
+        figures[config] = {"peak_rss_mb_1x": results[config, "1x"][1]["peak_rss_mb"],
+                           f"peak_rss_mb_{args.scale}x": results[config, f"{args.scale}x"][1]["peak_rss_mb"],
+                           "growth": growth, "limit": LIMIT}
+    record(figures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What pre-training on the sample books taught: do held-out words land next to the words that share their meaning?
 
-The sample tasks (gpt1.sample) train on one half of the lexicon and evaluate on the other, so fine-tuning can
+The sample tasks (gpt1.sample_data) train on one half of the lexicon and evaluate on the other, so fine-tuning can
 only generalise if pre-training already placed the held-out words by meaning. This measures that directly, for a
 checkpoint and, in the same run, for a randomly initialised model of the same shape (the no-pre-training peer):
 
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from gpt1.data.train_tokenizer import bpe
 from gpt1.sample_data import lexicon as lex
 from gpt1.model.transformer import GPT1
+from results import record
 
 
 def word_states(model: GPT1, tok, frame: str, words: list[str]) -> torch.Tensor:
@@ -103,6 +104,8 @@ def main() -> None:
     chances = {"kind": 50.0, "category": 100 / len(lex.CATEGORIES), "sentiment": 50.0, "fed/watered": 50.0}
     for name, chance in chances.items():
         print(f"  {name:12s} {ours[name]:11.1f}% {peer[name]:11.1f}% {chance:7.1f}%")
+    record({name: {"pretrained_pct": ours[name], "random_init_pct": peer[name], "chance_pct": chance}
+            for name, chance in chances.items()})
 
 
 if __name__ == "__main__":

@@ -3,14 +3,14 @@ the machine's peak, in one run.
 
 One forward + backward + AdamW step on random tokens, train mode (dropout on), same config, same weights (ours
 exported into HF's layout), same batch and fused AdamW, in one process. Ours runs as pre-training runs it: the
-loss through `GPT1(input_ids, targets=...)` (`gpt1.losses.lm_loss`, chunked), eagerly and with `model.compile=true`
+loss through `GPT1(input_ids, targets=...)` (`gpt1.model.losses.lm_loss`, chunked), eagerly and with `model.compile=true`
 (the transformer blocks compiled by torch.compile; the compile happens in the untimed warm-up step and its time
 is printed). HF computes its logits and the same fp32 cross-entropy. Steps of the models alternate, so load from
 other processes on a shared machine hits all alike. Precision: fp32, and bf16 autocast over fp32 weights (mixed
 precision).
 
 The limit: on a CPU, a large square matmul timed in the same run, per dtype (best of before and after the steps);
-on a GPU, the device's datasheet peak (`gpt1.mfu.GPU_PEAK_TFLOPS`), so the printed share is MFU as llm-foundry
+on a GPU, the device's datasheet peak (`gpt1.model.mfu.GPU_PEAK_TFLOPS`), so the printed share is MFU as llm-foundry
 and PaLM define it. Achieved FLOP/s count `gpt1.model.flops_per_token` (6N + attention) at the measured sequence
 length. Besides wall-clock tokens/s it prints tokens per CPU-second of this process, which moves less with other
 load on a shared CPU.
@@ -34,6 +34,7 @@ from gpt1.config import ModelConfig, load_config
 from gpt1.model.convert import hf_config_dict, to_hf_state_dict
 from gpt1.model.mfu import gpu_peak_flops
 from gpt1.model.transformer import GPT1, flops_per_token
+from results import record
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -167,6 +168,7 @@ def main() -> None:
           f"steps={steps} {where} flops/token={flops / 1e9:.3f} G")
 
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
+    figures: dict[str, dict] = {}
     for precision in precisions:
         models = build_models(cfg, args.compare_attention, device)
         trainers = [Trainer(name, model, precision, tokens.to(device)) for name, model in models.items()]
@@ -179,13 +181,17 @@ def main() -> None:
         if not gpu:  # best of before/after: load from others comes and goes
             peak = max(peak, matmul_peak(DTYPES[precision]))
         print(f"[{precision}] {limit} " + (f"{peak / 1e12:.3f} TFLOP/s" if peak else "unknown for this GPU"))
+        figures[precision] = {"peak_tflops": peak / 1e12 if peak else None}
         for t in trainers:
             rate = t.tokens_per_second()
+            figures[precision][t.name] = {"tokens_per_s": rate,
+                                          "pct_of_peak": 100 * rate * flops / peak if peak else None}
             share = f"= {100 * rate * flops / peak:5.1f}% of {limit}" if peak else ""
             print(f"[{precision}] {t.name:>13}: {rate:9.1f} tokens/s  {rate * flops / 1e12:.3f} TFLOP/s  {share}  "
                   f"({t.tokens_per_cpu_second():.1f} tokens per CPU-second; first step {t.first_step:.1f} s)")
         reference = trainers[-1]
         for t in trainers[:-1]:
+            figures[precision][t.name][f"vs_{reference.name}"] = t.tokens_per_second() / reference.tokens_per_second()
             print(f"[{precision}] ratio {t.name}/{reference.name}: "
                   f"{t.tokens_per_second() / reference.tokens_per_second():.2f}x wall, "
                   f"{t.tokens_per_cpu_second() / reference.tokens_per_cpu_second():.2f}x CPU time")
@@ -194,6 +200,7 @@ def main() -> None:
                 if t.ours:
                     profile(t)
         del trainers
+    record(figures)
 
 
 if __name__ == "__main__":

@@ -40,14 +40,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from flows.pipeline import FINETUNE_PRELOAD
-from gpt1.pipeline import plan as P
+from flows.pipeline import WORKER_PRELOAD
 from gpt1.config import load_config
 from gpt1.io import read_json
+from gpt1.pipeline import plan as P
+from gpt1.pipeline.run import InWorker, run_step
 from gpt1.runtime.workers import WorkerPool
-from gpt1.finetune.stage import InWorker
+from results import record
 
-UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
+UPSTREAM = ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain")
 
 
 def run_plain(preset: str, overrides: list[str], work: Path, uri: str, subprocesses: bool = False) -> float:
@@ -56,21 +57,14 @@ def run_plain(preset: str, overrides: list[str], work: Path, uri: str, subproces
     plan = P.Plan.make(load_config(preset, [*overrides, f"tracking.tracking_uri={uri}"]), work)
     started = time.perf_counter()
     quiet = lambda line: None  # noqa: E731 - subprocess output is not what is measured
-    for stage in ("sample", "ingest", "tokenizer", "shards"):
-        P.run_stage(plan, stage)
-    P.run_pretrain(plan, log_line=quiet)
-    with contextlib.nullcontext() if subprocesses else WorkerPool(1, preload=FINETUNE_PRELOAD) as workers:
-        for variant in plan.variants:
-            P.prepare_start(plan, variant)
-            for task in plan.cfg.finetune.tasks:
-                if subprocesses:
-                    job = InWorker(plan.finetune_job(variant, task), plan.task_dir(task, variant))
-                    once = "import pickle, sys; sys.exit(pickle.load(sys.stdin.buffer)())"
-                    subprocess.run([sys.executable, "-c", once],
-                                   input=pickle.dumps(job), capture_output=True, check=True)
-                else:
-                    P.run_finetune(plan, variant, task, workers=workers, log_line=quiet)
-    P.run_report(plan)
+    with contextlib.nullcontext() if subprocesses else WorkerPool(1, preload=WORKER_PRELOAD) as workers:
+        for name, step in plan.steps.items():
+            if subprocesses and step.stage == "finetune":
+                once = "import pickle, sys; sys.exit(pickle.load(sys.stdin.buffer)())"
+                subprocess.run([sys.executable, "-c", once], input=pickle.dumps(InWorker(step.job, step.out, name)),
+                               capture_output=True, check=True)
+            else:
+                run_step(plan, name, workers=workers, log_line=quiet)
     return time.perf_counter() - started
 
 
@@ -151,7 +145,7 @@ def main() -> None:
             if "flow-n" in runs:
                 upstream = P.Plan.make(load_config(args.preset, parallel), root / "flow-n")
                 for stage in UPSTREAM:
-                    source = root / "flow-1" / stage / upstream.jobs[stage].key()
+                    source = root / "flow-1" / stage / upstream.ref(stage).key
                     if source.exists():
                         shutil.copytree(source, upstream.dir(stage))
                 totals["flow-n"] = run_flow(args.preset, parallel, root / "flow-n")
@@ -197,6 +191,14 @@ def main() -> None:
             "runs": runs, "overrides": args.overrides, "concurrency": args.concurrency, "stages": stages,
             "totals_s": totals, "fanouts": {r: {"wall_s": w, "finetunes": n} for r, (w, n) in fanouts.items()},
             "overlaps": overlaps, "loadavg": os.getloadavg()}, indent=2))
+    figures: dict = {"totals_s": totals, "fanout_wall_s": {r: w for r, (w, _) in fanouts.items()}}
+    if "plain" in totals and "flow-1" in totals:
+        figures["overhead_flow1_vs_plain"] = (totals["flow-1"] - totals["plain"]) / totals["plain"]
+    if "plain" in totals and "plain-sub" in totals:
+        figures["reused_worker_saves_s"] = totals["plain-sub"] - totals["plain"]
+    if "flow-1" in fanouts and "flow-n" in fanouts:
+        figures[f"fanout_speedup_{args.concurrency}"] = fanouts["flow-1"][0] / fanouts["flow-n"][0]
+    record(figures)
 
 if __name__ == "__main__":
     main()

@@ -3,7 +3,7 @@
 --part engine   In one process, the same GPT1 (same initial weights, same batch) is trained by
                 (a) a plain loop: torch fused AdamW over `gpt1.pretrain.param_groups`, the LambdaLR schedule,
                     `clip_grad_norm_`, i.e. what the engine does, written by hand;
-                (b) the DeepSpeed engine built from the same PretrainConfig (`gpt1.distributed.deepspeed_config`).
+                (b) the DeepSpeed engine built from the same PretrainConfig (`gpt1.pretrain.distributed.deepspeed_config`).
                 Steps alternate (a, b, a, b, ...) so load from other processes hits both alike; median step time.
                 Overhead = median(b) / median(a) - 1; goal <= 5 %. Precision fp32 -> ZeRO stage 0 against plain
                 fp32; bf16 -> ZeRO stage 1 bf16 (bf16 weights, fp32 masters) against bf16 autocast over fp32 weights,
@@ -38,6 +38,7 @@ import torch
 from gpt1.config import load_config
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor, param_groups
+from results import record
 
 
 def engine_overhead(shape: str, precision: str, batch: int, steps: int, seq: int | None, vocab: int | None) -> dict:
@@ -145,6 +146,7 @@ def main() -> None:
             parser.error("--part scaling needs --shards")
         report = scaling(args.shards, args.steps, args.batch, args.threads_per_rank)
     print(json.dumps(report, indent=2))
+    record(report, benchmark=f"bench_pretrain {args.part}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from results import record
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"))
 A100_BF16_FLOPS, A100_MFU = 312e12, 0.40
@@ -137,6 +139,11 @@ def main() -> None:
                          rates["reader, rank 0 of 8, global_batches(64, 8)"])
     for name, rate in consumers.items():
         print(f"reader / {name}: {slowest_reader / rate:,.1f}x")
+    record({"reader_1_rank_tokens_per_s": rates["reader, 1 rank, global_batches(64, 8)"],
+            "reader_rank0_of_8_tokens_per_s": rates["reader, rank 0 of 8, global_batches(64, 8)"],
+            "random_access_tokens_per_s": rates["reader, random reader[i]"],
+            "reader_vs_smoke_step": slowest_reader / smoke, "reader_vs_gpt1_step": slowest_reader / paper,
+            "reader_vs_a100_stated": slowest_reader / gpu})
     if work:
         shutil.rmtree(work)
 

@@ -28,6 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+
+from results import record  # noqa: E402
+
 CHUNK = 1 << 20
 
 
@@ -136,6 +139,11 @@ def main() -> None:
                   f"{seconds / tokenize_seconds:>12.5f}")
         print(f"per-batch vocabulary check: {check * 1e6:.1f} us of {per_batch * 1e6:.0f} us per global batch of 64 "
               f"({check / per_batch:.2%})")
+        record({"shards_mb": total / 1e6, "tokenize_s": tokenize_seconds,
+                "verify_full_cold_vs_read_cold": rows["verify, full, cold"] / rows["read, cold"],
+                "verify_full_cold_vs_tokenize": rows["verify, full, cold"] / tokenize_seconds,
+                "verify_again_s": rows["verify, again (nothing changed)"],
+                "batch_check_share": check / per_batch})
     finally:
         shutil.rmtree(work)
 

@@ -39,6 +39,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from results import record
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"))
 SHARD_ROWS = 1024  # 0.5M tokens: the 1x corpus already fills several shards, so packing costs the same in both
@@ -226,6 +228,16 @@ def main() -> None:
     print("peak RSS: ru_maxrss of the process, or of the largest of parent and workers (on Linux a spawned worker's "
           "ru_maxrss starts at its parent's RSS at spawn time, so that figure is an upper bound)")
     print(json.dumps({"best": best, "scaled_8x": scaled}))
+    figures: dict = {}
+    for name, result in best.items():
+        figures[name] = {"vs_raw_1x": result["tokens"] / result["seconds"] / raw_rate}
+        if name in scaled:
+            big = scaled[name]
+            figures[name]["vs_raw_8x"] = big["tokens"] / big["seconds"] / raw_rate
+            figures[name]["rss_growth_8x"] = (max(big["self_mb"], big["largest_child_mb"])
+                                              / max(result["self_mb"], result["largest_child_mb"]))
+    figures["in_encode_batch_1x"] = best["stage, 1 proc"]["in_encode_batch"]
+    record(figures)
     if not args.work:
         shutil.rmtree(work)
 

@@ -29,6 +29,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
+
+from results import record  # noqa: E402
+
 WHOLE = 1 << 40  # encode_chars larger than any document: every document encoded whole
 
 
@@ -130,6 +133,7 @@ def main() -> None:
             per_char = (r["after"] - r["before"]) / sizes[name]
             print(f"{mode:<8}{name:<8}{r['before'] / 2**20:>15.0f}{r['after'] / 2**20:>15.0f}{per_char:>12.1f}"
                   f"{r['seconds']:>9.1f}{r['cpu_seconds']:>8.1f}")
+        figures: dict = {"large_chars": sizes["large"]}
         for mode in ("pieces", "whole"):
             small, large = results[mode, "small"], results[mode, "large"]
             if "failed" in small or "failed" in large:
@@ -137,7 +141,11 @@ def main() -> None:
             slope = ((large["after"] - large["before"]) - (small["after"] - small["before"])) / (
                 sizes["large"] - sizes["small"])
             print(f"{mode}: {slope:.1f} bytes of peak RSS per additional character (large vs small)")
+            figures[f"{mode}_bytes_per_char"] = slope
         print(f"load at end: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+        for (mode, name), r in results.items():
+            figures[f"{mode}_{name}_peak_mb"] = r["after"] / 2**20 if "failed" not in r else "failed"
+        record(figures)
     finally:
         shutil.rmtree(work)
 

@@ -39,6 +39,7 @@ SHARED = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO / "tests"))
 
 from gpt1_oracle import OracleEncoder, book_paragraphs  # noqa: E402
+from results import record  # noqa: E402
 
 
 def vocab_files(vocab_dir: Path) -> tuple[Path, Path]:
@@ -114,7 +115,7 @@ def throughput(args: argparse.Namespace) -> dict:
             "tokens": tokens["ours"], "rows": rows, "load": os.getloadavg()[0], "cpus": os.cpu_count()}
 
 
-def print_throughput(result: dict) -> None:
+def print_throughput(result: dict) -> dict:
     rows = result["rows"]
     print(f"\n== {result['threads']} thread(s): {result['paragraphs']:,} paragraphs, {result['chars']:,} chars, "
           f"{result['tokens']:,} tokens (load average {result['load']:.1f} on {result['cpus']} CPUs) ==")
@@ -131,6 +132,9 @@ def print_throughput(result: dict) -> None:
     print(f"spaCy emulation: raw peer / whitespace peer time {raw / rows['whitespace peer']['seconds']:.2f}x; "
           f"ours tokens/s = {speed['ours'] / speed['exact']:.1f}x exact mode, "
           f"{speed['ours'] / speed['original']:.1f}x the original Python encoder")
+    return {"ours_tokens_per_s": speed["ours"], "raw_peer_tokens_per_s": speed["raw peer"],
+            "ours_vs_raw_time": ours / raw, "ftfy_share": fix / ours, "ours_vs_exact": speed["ours"] / speed["exact"],
+            "ours_vs_original": speed["ours"] / speed["original"]}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -153,7 +157,7 @@ def mismatch_class(chunk: str) -> str:
     return "other rare spaCy rules (degree signs, single-letter units, reversed words)"
 
 
-def parity(args: argparse.Namespace) -> None:
+def parity(args: argparse.Namespace) -> dict:
     import ftfy
 
     from gpt1.data.train_tokenizer import bpe
@@ -207,6 +211,8 @@ def parity(args: argparse.Namespace) -> None:
     if args.json:
         print(json.dumps({"paragraphs": n, "identical": same, "tokens": total, "tokens_reproduced": matched,
                           "exact_identical": exact_same, "classes": dict(classes)}))
+    return {"paragraphs": n, "exact_same_pct": 100 * exact_same / n, "fast_same_pct": 100 * same / n,
+            "fast_tokens_pct": 100 * matched / total}
 
 
 def main() -> None:
@@ -227,6 +233,7 @@ def main() -> None:
         return
     if not (args.throughput or args.parity):
         args.throughput = args.parity = True
+    figures: dict = {}
     if args.throughput:
         for threads in args.threads:
             env = {**os.environ, "RAYON_NUM_THREADS": str(threads),
@@ -234,9 +241,10 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", "--books", str(args.books), "--vocab", str(args.vocab),
                    "--chars", str(args.chars), "--rounds", str(args.rounds)]
             out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-            print_throughput(json.loads(out.strip().splitlines()[-1]))
+            figures[f"throughput_{threads}_threads"] = print_throughput(json.loads(out.strip().splitlines()[-1]))
     if args.parity:
-        parity(args)
+        figures["parity"] = parity(args)
+    record(figures)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from mlflow.store.tracking.rest_store import RestStore
 
 from gpt1.runtime.processes import free_port
 from gpt1.tracking.logger import METRICS_INTERVAL, RunLogger
+from results import record
 
 KEYS = ("train/loss", "train/lr", "train/grad_norm")
 
@@ -185,6 +186,9 @@ def main() -> None:
     base = median("per call", "delivered_s")
     print("  to delivery vs per call: " + ", ".join(f"{mode} {base / median(mode, 'delivered_s'):.1f}x"
                                                    for mode in MODES[1:]))
+    record({mode: {"delivered_s": median(mode, "delivered_s"), "calls_s": median(mode, "calls_s"),
+                   "requests": median(mode, "requests"), "speedup_vs_per_call": base / median(mode, "delivered_s")}
+            for mode in MODES})
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """`gpt1 <command> ...`: every pipeline stage by hand, and the tools around them.
 
-Each command lives in the module that owns it (COMMANDS): a stage's module in gpt1/stages/ (its inputs, key,
-build and arguments: the same code the pipeline runs), or a tool's own module. Each defines `add_cli_args(parser)`
-and `run_cli(args)`. Modules are imported only when their command runs, so `gpt1 --help` stays fast and a broken
-optional dependency only affects its own command. Errors follow gpt1.errors: bad input is one line and exit 2.
+A stage's command is its name in the stage graph (gpt1.stages.graph), run by its module: the same job the
+pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and `run_cli(args)` and is
+imported only when its command runs, so `gpt1 --help` stays fast and a broken optional dependency only affects its
+own command. `preflight` is the orchestrator's (flows/preflight.py: it checks Prefect deployments and pools too).
+Errors follow gpt1.errors: bad input is one line and exit 2.
 """
 
 from __future__ import annotations
@@ -16,28 +17,27 @@ import sys
 
 from gpt1.errors import exit_code
 from gpt1.runtime.processes import exit_with_parent
+from gpt1.stages import graph
 
-COMMANDS: dict[str, tuple[str, str]] = {
-    "sample-data": ("gpt1.sample_data.stage", "write the offline sample corpus and the 12 tasks in official layouts"),
-    "ingest": ("gpt1.data.ingest.stage", "clean, dedup and split a corpus into Parquet documents + stats.json"),
-    "train-tokenizer": ("gpt1.data.train_tokenizer.stage", "train the GPT-1 BPE tokenizer on an ingested corpus"),
-    "tokenize": ("gpt1.data.tokenize.stage", "tokenize and pack a corpus into Arrow shards + manifest.json"),
-    "pretrain": ("gpt1.pretrain.stage", "pre-train with DeepSpeed (launches workers)"),
-    "finetune": ("gpt1.finetune.stage", "fine-tune and evaluate one task from a checkpoint"),
-    "report": ("gpt1.report.stage", "results table beside the paper's numbers (markdown + PNG)"),
-    "preflight": ("gpt1.pipeline.preflight", "check a run's data, services, pools and disk before it starts"),
+TOOLS: dict[str, tuple[str, str]] = {
+    "preflight": ("flows.preflight", "check a run's data, services, pools and disk before it starts"),
     "generate": ("gpt1.model.generate", "continue a prompt with a checkpoint"),
     "predict": ("gpt1.finetune.predict", "score raw task inputs with a fine-tuned model"),
     "convert": ("gpt1.model.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),
-    "replay-spool": ("gpt1.tracking.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
+    "replay-spool": ("gpt1.pipeline.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
 }
+
+
+def commands() -> dict[str, tuple[str, str]]:
+    """Command -> (module, summary): every stage of the graph, then the tools."""
+    return {**{stage.name: (stage.module, stage.summary) for stage in graph.STAGES}, **TOOLS}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpt1", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, help_text) in commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:  # only the chosen command's module is imported
             importlib.import_module(module).add_cli_args(p)
@@ -47,7 +47,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     exit_with_parent()  # started by a pipeline stage: stop when it dies
     argv = list(sys.argv[1:] if argv is None else argv)
-    command = next((a for a in argv if a in COMMANDS), None)
+    command = next((a for a in argv if a in commands()), None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
     def run() -> int:
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.command:
             build_parser().print_help()
             return 2
-        return importlib.import_module(COMMANDS[args.command][0]).run_cli(args)
+        return importlib.import_module(commands()[args.command][0]).run_cli(args)
 
     return exit_code(run, prefix=f"gpt1 {command}" if command else "gpt1")
 

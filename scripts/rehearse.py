@@ -197,7 +197,7 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
                  f"retried {sorted(retried)}; file repaired after {repaired.get('repaired_after')})")
 
     markers = sorted(p.parent.relative_to(work).as_posix() for p in work.glob(f"*/*/{DONE}"))
-    for stage in ("sample", "ingest", "tokenizer", "shards", "pretrain"):
+    for stage in ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain"):
         done = [m for m in markers if m.startswith(f"{stage}/")]
         checks.check(len(done) == 1, f"stage {stage} computed once ({done})")
 
@@ -212,7 +212,7 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
         children = {r.info.run_name: r for r in mruns if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
         tasks = {f"full/{t}" for t in cfg.finetune.tasks}
         checks.check(tasks <= set(children), f"{name}: every task's run under the parent ({sorted(children)})")
-        checks.check({"sample", "ingest", "tokenizer", "shards"} <= set(children), f"{name}: every stage's run")
+        checks.check({"sample-data", "ingest", "train-tokenizer", "tokenize"} <= set(children), f"{name}: every stage's run")
     trained = [r for r in mruns if r.info.run_name == "pretrain" and r.data.tags.get("gpt1.cached") != "true"]
     checks.check(len(trained) == 1 and trained[0].data.params.get("world_size") == "2"
                  and trained[0].data.tags.get("mlflow.parentRunId") in

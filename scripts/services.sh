@@ -3,7 +3,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${GPT1_VENV:-$ROOT/.venv}/bin
-STATE=${GPT1_STATE:-$ROOT/.demo}
+export GPT1_STATE=${GPT1_STATE:-$ROOT/.demo}
+STATE=$GPT1_STATE
 PREFECT_PORT=${GPT1_PREFECT_PORT:-4200}
 MLFLOW_PORT=${GPT1_MLFLOW_PORT:-5000}
 HOST=${GPT1_HOST:-127.0.0.1}

@@ -78,7 +78,7 @@ def test_mlflow_has_parent_stage_and_task_runs(demo):
     assert parent.data.tags["prefect.deployment"] == "smoke"
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     names = {r.info.run_name for r in children}
-    assert {"sample", "ingest", "tokenizer", "shards", "pretrain"} <= names
+    assert {"sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain"} <= names
     for variant in ("full", "no_pretrain"):
         names = {r.info.run_name.split("/", 1)[1] for r in children if r.info.run_name.startswith(f"{variant}/")}
         assert names == set(TASKS), variant

@@ -44,7 +44,7 @@ from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
 EXPERIMENT = load_config("smoke").tracking.experiment
-UPSTREAM = ("sample", "ingest", "tokenizer", "shards", "pretrain")
+UPSTREAM = ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain")
 TASKS = ["sst2", "stsb"]  # a classification and a regression task: one round of the fan-out (concurrency 2)
 TINY = [
     "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=128", "model.n_ctx=32",
@@ -333,9 +333,9 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
 
 @pytest.mark.slow
 def test_a_deleted_stage_directory_is_rebuilt_not_taken_from_prefects_cache(base):
-    sample = base.plan.dir("sample")
+    sample = base.plan.dir("sample-data")
     digests = {name: sha256_tree(sample / name) for name in ("books", "tasks")}
-    others = {k: v for k, v in done_markers(base.work).items() if not k.startswith("sample/")}
+    others = {k: v for k, v in done_markers(base.work).items() if not k.startswith("sample-data/")}
     shutil.rmtree(sample)
 
     state = run_flow(base.work, base.uri, BASE)
@@ -415,7 +415,7 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
 
     init = plan.start("no_pretrain").path
     assert sorted(p.name for p in init.iterdir()) == [DONE, CONFIG_NAME]
-    vocab = load_tokenizer(plan.dir("tokenizer")).vocab_size
+    vocab = load_tokenizer(plan.dir("train-tokenizer")).vocab_size
     assert load_model_config(init / CONFIG_NAME) == plan.cfg.model.model_copy(update={"vocab_size": vocab})
     for task in TASKS:
         metrics = read_json(plan.task_dir(task, "no_pretrain") / "metrics.json")
@@ -461,19 +461,19 @@ def test_the_cli_keys_a_stage_as_the_plan_does(base):
     from gpt1.cli import main
 
     plan = base.plan
-    sample, corpus, tok = plan.dir("sample"), plan.dir("ingest"), plan.dir("tokenizer")
+    sample, corpus, tok = plan.dir("sample-data"), plan.dir("ingest"), plan.dir("train-tokenizer")
     cfg = plan.cfg
     cli_jobs = {
         "ingest": ["ingest", "--source", str(sample / "books"), "--out", str(corpus), "--val-fraction",
                    str(cfg.ingest.val_fraction)],
-        "tokenizer": ["train-tokenizer", "--corpus", str(corpus), "--out", str(tok), "--merges",
+        "train-tokenizer": ["train-tokenizer", "--corpus", str(corpus), "--out", str(tok), "--merges",
                       str(cfg.train_tokenizer.merges)],
-        "shards": ["tokenize", "--corpus", str(corpus), "--tokenizer", str(tok), "--out", str(plan.dir("shards")),
+        "tokenize": ["tokenize", "--corpus", str(corpus), "--tokenizer", str(tok), "--out", str(plan.dir("tokenize")),
                    "--ctx", str(cfg.model.n_ctx), "--shard-rows", str(cfg.tokenize.shard_rows)],
     }
     before = done_markers(base.work)
     for stage, argv in cli_jobs.items():
-        assert main([*argv, "--expect-key", plan.jobs[stage].key()]) == 0, stage
+        assert main([*argv, "--expect-key", plan.ref(stage).key]) == 0, stage
     assert done_markers(base.work) == before, "a stage run by hand re-ran work the pipeline had finished"
     job = plan.finetune_job("full", "sst2")
     argv = ["finetune", "--task", "sst2", "--data", job.data, "--checkpoint", str(job.checkpoint.path),
@@ -488,7 +488,7 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
     from mlflow.artifacts import download_artifacts
 
     data = tmp_path / "tasks"
-    shutil.copytree(base.plan.dir("sample") / "tasks", data)
+    shutil.copytree(base.plan.dir("sample-data") / "tasks", data)
     bad = data / "RTE" / "train.tsv"
     header, *rows = bad.read_text(encoding="utf-8").splitlines()
     bad.write_text("\n".join([header] + [row.rsplit("\t", 1)[0] + "\tmaybe" for row in rows]) + "\n",
@@ -498,7 +498,8 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
 
     state = run_flow(base.work, uri, extra)
     assert state.is_failed(), state
-    assert "full/rte" in state.message and "full/sst2" not in state.message and "full/stsb" not in state.message
+    assert "finetune-full-rte" in state.message
+    assert "finetune-full-sst2" not in state.message and "finetune-full-stsb" not in state.message
 
     plan = plan_for(base.work, extra)
     for task in ("sst2", "stsb"):
@@ -514,11 +515,11 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
     runs = mlflow_runs(uri)
     parent = parent_run(runs, state.state_details.flow_run_id)
     assert parent.info.status == "FAILED"
-    assert parent.data.tags["gpt1.failed_tasks"] == "full/rte"
+    assert parent.data.tags["gpt1.failed_steps"] == "finetune-full-rte"
     failures = json.loads(Path(download_artifacts(run_id=parent.info.run_id, artifact_path="failures.json",
                                                   tracking_uri=uri, dst_path=str(tmp_path / "dl"))).read_text())
-    assert set(failures) == {"full/rte"}
-    assert "train.tsv" in failures["full/rte"], failures  # the cause itself, not only an exit code
+    assert set(failures) == {"finetune-full-rte"}
+    assert "train.tsv" in failures["finetune-full-rte"], failures  # the cause itself, not only an exit code
     assert {"task/sst2/accuracy", "task/stsb/pearson"} <= set(parent.data.metrics)  # the report reached the parent
     children = child_runs(runs, parent)
     for task in ("sst2", "stsb"):
@@ -599,7 +600,7 @@ def test_killed_flow_resumes_pretraining_from_its_last_checkpoint(base, prefect_
         assert set(now.keys()) == set(reference.keys())
     training = read_json(final / "training.json")
     assert training["steps"] == total and training["weights_sha256"] == sha256_file(final / "gpt1.safetensors")
-    BlockReader(plan.dir("shards"), "train", verify_checksums=True)  # every shard still matches its manifest
+    BlockReader(plan.dir("tokenize"), "train", verify_checksums=True)  # every shard still matches its manifest
 
     runs = mlflow_runs(uri)
     pretrain = [r for r in runs if r.info.run_name == "pretrain"]

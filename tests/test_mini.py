@@ -16,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from gpt1.finetune.stage import metrics_of
 from gpt1.pipeline import plan as P
+from gpt1.pipeline.run import run_step
 from gpt1.config import load_config
 from gpt1.runtime.workers import WorkerPool
 from tests.conftest import shared_path
@@ -64,16 +66,14 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     plan = P.Plan.make(cfg, tmp_path / "work")
     assert plan.tasks == ["rte"] and sorted(plan.missing_data()) == sorted(NOT_RUN)
 
-    for stage in ("ingest", "tokenizer", "shards"):
-        P.run_stage(plan, stage)
-    P.run_pretrain(plan, threads="1")
-    for variant in plan.variants:
-        P.prepare_start(plan, variant)
+    for stage in ("ingest", "train-tokenizer", "tokenize"):
+        run_step(plan, stage)
+    run_step(plan, "pretrain", threads="1")
     with WorkerPool(2) as workers, \
             ThreadPoolExecutor(2) as fanout:
-        runs = {v: fanout.submit(P.run_finetune, plan, v, "rte", workers=workers) for v in plan.variants}
-        metrics = {v: run.result() for v, run in runs.items()}
-    report = P.run_report(plan)
+        runs = {v: fanout.submit(run_step, plan, f"finetune-{v}-rte", workers=workers) for v in plan.variants}
+        metrics = {v: metrics_of(run.result().path) for v, run in runs.items()}
+    report = run_step(plan, "report")
 
     stats = json.loads((plan.dir("ingest") / "stats.json").read_text())
     assert stats["subset"]["limit_reached"]

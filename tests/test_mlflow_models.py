@@ -18,7 +18,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from gpt1.pipeline import plan as P
-from gpt1.tracking import runs as mlflow_features, models as mlflow_models, logger as tracking
+from gpt1.pipeline.lineage import log_step
+from gpt1.tracking import logger, models, runs
 from gpt1.pretrain import outputs as pretrain_outputs
 from gpt1 import tasks
 from gpt1.data.train_tokenizer import bpe
@@ -86,7 +87,7 @@ def test_champion_is_the_best_version_and_loads_by_alias_on_raw_inputs(registere
     versions = sorted(client.search_model_versions(f"name='{REGISTERED}'"), key=lambda v: int(v.version))
     assert [v.run_id for v in versions] == [result["run_id"] for _, result in registered]
     scores = [result["metrics"]["primary"] for _, result in registered]
-    assert [float(v.tags[mlflow_models.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
+    assert [float(v.tags[models.HEADLINE_TAG]) for v in versions] == pytest.approx(scores)
     best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # the rule: highest, the earliest on a tie
     assert client.get_registered_model(REGISTERED).aliases == {"champion": versions[best].version}
 
@@ -96,7 +97,7 @@ def test_champion_is_the_best_version_and_loads_by_alias_on_raw_inputs(registere
     dev = [ex for ex in tasks.load("sst2", sample_tasks / "SST-2", "dev") if ex.id in expected][:6]
     raw = pd.DataFrame([raw_inputs(tasks.get("sst2"), ex) for ex in dev])
     assert list(raw.columns) == ["sentence"]
-    with mlflow_models.process_uri(store):
+    with models.process_uri(store):
         champion = mlflow.pyfunc.load_model(f"models:/{REGISTERED}@champion")
         newest = mlflow.pyfunc.load_model(f"models:/{REGISTERED}/latest")  # MLflow reserves the alias "latest"
     assert list(champion.predict(raw)["prediction"]) == [expected[ex.id] for ex in dev]
@@ -112,8 +113,8 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
     cfg = load_config("smoke", ["model.n_layer=2"])
     metrics = {"loss": 3.1, "val_loss": 3.4, "probe/sst2": 55.0}  # at the last update
 
-    def pretrain_run() -> tracking.RunLogger:
-        run = tracking.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
+    def pretrain_run() -> logger.RunLogger:
+        run = logger.RunLogger("pretrain", experiment=EXPERIMENT, uri=store)
         run.log_metrics({"loss": 4.0}, step=20)
         run.log_metrics(metrics, step=30)
         log_pretrained_model(run, final, cfg, 30, "ab" * 32)
@@ -140,9 +141,9 @@ def test_the_pretrained_model_is_logged_uploaded_or_by_reference(work, store, mo
 
 def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metrics(work, store, registered):
     client = MlflowClient(store)
-    parent = tracking.RunLogger("gpt1/smoke · rerun", experiment=EXPERIMENT, uri=store)
+    parent = logger.RunLogger("gpt1/smoke · rerun", experiment=EXPERIMENT, uri=store)
     out_dir, result = registered[0]
-    tags = mlflow_features.stage_tags("finetune", key="k1", preset="smoke", cached=True)
+    tags = runs.stage_tags("finetune", key="k1", preset="smoke", cached=True)
     cached_id = log_finished_finetune(out_dir, run_name="full/sst2", parent_run_id=parent.run_id,
                                       experiment=EXPERIMENT, tracking_uri=store, tags=tags)
     cached, trained = client.get_run(cached_id), client.get_run(result["run_id"])
@@ -162,7 +163,7 @@ def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metr
     write_json(out / "final" / "training.json", {"steps": 2, "tokens_seen": 4096, "mlflow_run_id": "abc",
                                                  "shards_key": "s1"})
     pretrain_id = log_finished_pretrain(out, parent_run_id=parent.run_id, experiment=EXPERIMENT, tracking_uri=store,
-                                        tags=mlflow_features.stage_tags("pretrain", key="k2", cached=True))
+                                        tags=runs.stage_tags("pretrain", key="k2", cached=True))
     parent.end()
     logged = client.get_run(pretrain_id)
     assert logged.data.metrics == {"loss": 4.0, "lr": 2e-4, "val_loss": 4.5, "val_ppl": 90.0, "tokens_seen": 4096}
@@ -175,27 +176,28 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     cfg = load_config("smoke", ["finetune.tasks=[sst2]", f"tracking.tracking_uri={store}",
                                 f"tracking.experiment={EXPERIMENT}"])
     plan = P.Plan.make(cfg, work / "plan")
-    parent = mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
+    parent = runs.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
 
     # the tokenizer stage (finished earlier): its child run, and on the parent the vocabulary and merges learnt
     stats = {"vocab_size": 1383, "merges": 1313, "merges_requested": cfg.train_tokenizer.merges}
-    tokenizer_dir = plan.dir("tokenizer")
+    tokenizer_dir = plan.dir("train-tokenizer")
     tokenizer_dir.mkdir(parents=True)
-    P.log_stage(plan, "tokenizer", Result(tokenizer_dir, plan.jobs["tokenizer"].key(), {"stats": stats}, True),
-                parent.run_id)
+    log_step(plan, plan.steps["train-tokenizer"],
+             Result(tokenizer_dir, plan.ref("train-tokenizer").key, {"stats": stats}, True), parent.run_id)
 
     # a fine-tune done by an earlier flow run: logged as cached; one this flow run did: not again
     task_dir = plan.task_dir("sst2")
     shutil.copytree(registered[0][0], task_dir)
     mark_done(task_dir, "finetune", "task-key")
-    P.log_cached_finetune(plan, "full", "sst2", parent.run_id)
+    step = plan.steps["finetune-full-sst2"]
+    log_step(plan, step, Result(task_dir, "task-key", {}, True), parent.run_id)
     result = read_json(task_dir / "metrics.json")
     write_json(task_dir / "metrics.json", {**result, "parent_run_id": parent.run_id})
-    P.log_cached_finetune(plan, "full", "sst2", parent.run_id)
+    log_step(plan, step, Result(task_dir, "task-key", {}, True), parent.run_id)
 
     # a report an earlier run wrote: its files and headline metrics on this parent too
-    report = build_report([plan.variant_dir("full")], work / "report", ["full"])
-    P.log_results_on_parent(plan, report["json"], parent.run_id, files=True)
+    build_report([plan.variant_dir("full")], work / "report", ["full"])
+    log_step(plan, plan.steps["report"], Result(work / "report", "report-key", {}, True), parent.run_id)
     parent.end()
 
     got = client.get_run(parent.run_id)
@@ -207,24 +209,27 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
         "resolved.train_tokenizer.merges": "1313", "resolved.train_tokenizer.vocab_size": "1383",
         "resolved.model.vocab_size": "1383"}
     children = client.search_runs([got.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
-    assert sorted(r.info.run_name for r in children) == ["full/sst2", "tokenizer"]
+    assert sorted(r.info.run_name for r in children) == ["full/sst2", "train-tokenizer"]
     by_name = {r.info.run_name: r for r in children}
     assert by_name["full/sst2"].data.tags["gpt1.key"] == "task-key"
-    tokenizer_run = by_name["tokenizer"]
+    tokenizer_run = by_name["train-tokenizer"]
     assert {k: tokenizer_run.data.tags[k] for k in ("gpt1.stage", "gpt1.cached", "gpt1.preset", "gpt1.key")} == {
-        "gpt1.stage": "tokenizer", "gpt1.cached": "true", "gpt1.preset": "smoke",
-        "gpt1.key": plan.jobs["tokenizer"].key()}
-    assert {d.dataset.name for d in tokenizer_run.inputs.dataset_inputs} == {"corpus", "tokenizer-output"}
+        "gpt1.stage": "train-tokenizer", "gpt1.cached": "true", "gpt1.preset": "smoke",
+        "gpt1.key": plan.ref("train-tokenizer").key}
+    assert {d.dataset.name for d in tokenizer_run.inputs.dataset_inputs} == {"corpus", "train-tokenizer-output"}
 
 
 def test_hub_data_is_logged_with_its_repo_config_split_and_revision(store):
+    from gpt1.config import IngestConfig
+    from gpt1.data.ingest.stage import Job as IngestJob
     from gpt1.finetune.train import log_task_data
 
     splits = {"train": {"rows": 10, "bad": {}, "excluded": {}, "sha256": "a" * 64},
               "dev": {"rows": 4, "bad": {"label": 1}, "excluded": {}, "sha256": "b" * 64}}
-    run = tracking.RunLogger("hub-data", experiment=EXPERIMENT, uri=store)
+    run = logger.RunLogger("hub-data", experiment=EXPERIMENT, uri=store)
     log_task_data(run, tasks.get("mnli"), "hf:glue/mnli@bcdcba79", splits)
-    run.log_dataset("source", "c" * 64, P.corpus_source("hf:bookcorpus/bookcorpus@d2e5b3:train"))
+    key, source = IngestJob("hf:bookcorpus/bookcorpus@d2e5b3:train", "c" * 64, IngestConfig()).lineage_inputs()["source"]
+    run.log_dataset("source", key, source)
     run.end()
     got = MlflowClient(store).get_run(run.run_id)
     sources = {d.dataset.name: (d.dataset.source_type, {k: v for k, v in json.loads(d.dataset.source).items() if v})

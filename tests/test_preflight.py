@@ -10,7 +10,7 @@ import yaml
 
 from gpt1.cli import main as cli
 from gpt1.config import load_config
-from gpt1.pipeline.preflight import run_checks
+from flows.preflight import run_checks
 from tests.conftest import REPO, shared_path
 
 
@@ -37,7 +37,11 @@ def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offlin
 def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path, capsys):
     assert cli(["preflight", "--preset", "smoke", "--work", str(tmp_path / "w")]) == 0
     out = capsys.readouterr().out
-    assert "preflight: ok" in out and "pretrain  to run" in out and "12 task(s) x 2 variant(s)" in out
+    assert "preflight: ok" in out and "12 task(s) x 2 variant(s)" in out
+    stages = [line.split()[:3] for line in out.splitlines() if line.startswith("  ")][:7]
+    assert stages == [[name, "to", "run"] if name != "finetune" else [name, "24", "jobs,"]
+                      for name in ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain", "finetune",
+                                   "report")]
     assert "disk: the run writes about" in out
     assert not (tmp_path / "mlflow.db").exists()  # checked, not created
 

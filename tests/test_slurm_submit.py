@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt1.pipeline import plan as P
+from gpt1.pipeline.run import run_step
 from gpt1.config import ConfigError, load_config
 from gpt1.runtime.processes import free_port
 from gpt1.io import read_json, write_json
@@ -116,7 +117,7 @@ def data(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("work")
     plan = plan_for(work)
-    books = sorted((P.run_stage(plan, "sample").path / "books").glob("*.txt"))[:2]
+    books = sorted((run_step(plan, "sample-data").path / "books").glob("*.txt"))[:2]
     text = "\n\n".join(p.read_text(encoding="utf-8") for p in books)[:200_000]
     docs = [d.strip() for d in text.split("\n\n") if d.strip()]
     corpus_dir = work / "corpus"

@@ -22,7 +22,8 @@ import pytest
 from gpt1.cli import main as cli
 from gpt1.config import load_config
 from gpt1.io import read_json
-from gpt1.pipeline.plan import Plan, run_stage
+from gpt1.pipeline.plan import Plan
+from gpt1.pipeline.run import run_step
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, StageJob, input_key
 from gpt1.stages.outputs import DONE, OutputBusy, OutputError
@@ -197,13 +198,13 @@ def test_editing_a_local_dataset_folder_reruns_ingestion_through_the_cli_and_the
     assert cli(argv) == 0
     first = read_json(out / DONE)
     plan = Plan.make(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
-    assert plan.jobs["ingest"].key() == first["key"]  # one fingerprint everywhere
-    assert not run_stage(plan, "ingest").cached and run_stage(plan, "ingest").cached
+    assert plan.ref("ingest").key == first["key"]  # one fingerprint everywhere
+    assert not run_step(plan, "ingest").cached and run_step(plan, "ingest").cached
 
     save_local_hub_dataset(data, [*books, "A new chapter, added after the first ingestion."])
     edited = Plan.make(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
-    assert edited.jobs["ingest"].key() != first["key"]
-    result = run_stage(edited, "ingest")  # what the flow's ingest task runs
+    assert edited.ref("ingest").key != first["key"]
+    result = run_step(edited, "ingest")  # what the flow's ingest task runs
     assert not result.cached and sum(result.marker["stats"]["documents"].values()) == 41
     assert cli([*argv, "--force"]) == 0  # the CLI's folder holds the old corpus: replaced on request
     assert read_json(out / DONE)["key"] == result.key
@@ -213,13 +214,13 @@ def test_editing_a_local_dataset_folder_reruns_ingestion_through_the_cli_and_the
 def test_the_tokenizer_stage_writes_its_stats_whoever_runs_it(tmp_path):
     """Before, only the CLI wrote tokenizer_stats.json, so a flow run never logged them."""
     plan = Plan.make(load_config("smoke", ["train_tokenizer.merges=100"]), tmp_path / "work")
-    for stage in ("sample", "ingest"):
-        run_stage(plan, stage)
-    result = run_stage(plan, "tokenizer")
+    for stage in ("sample-data", "ingest"):
+        run_step(plan, stage)
+    result = run_step(plan, "train-tokenizer")
     stats = json.loads((result.path / "tokenizer_stats.json").read_text())
     assert stats["merges_requested"] == 100 and 0 < stats["merges"] <= 100
     assert result.marker["stats"]["vocab_size"] == stats["vocab_size"]
     by_hand = tmp_path / "by-hand"
     assert cli(["train-tokenizer", "--corpus", str(plan.dir("ingest")), "--out", str(by_hand), "--merges", "100",
-                "--expect-key", plan.jobs["tokenizer"].key()]) == 0
+                "--expect-key", plan.ref("train-tokenizer").key]) == 0
     assert (by_hand / "tokenizer.json").read_bytes() == (result.path / "tokenizer.json").read_bytes()

@@ -508,45 +508,6 @@ def test_tasks_package_imports_no_training_code():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
-def package_imports(package: str) -> dict[str, set[str]]:
-    """module -> the gpt1 modules it imports anywhere in its body (function-local imports included)."""
-    import ast
-
-    modules = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
-               for p in (REPO / "gpt1").rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        if not name.startswith(package):
-            continue
-        graph[name] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                graph[name] |= {a.name for a in node.names if a.name in modules}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpt1"):
-                graph[name] |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
-                                for a in node.names}
-    return graph
-
-
-@pytest.mark.parametrize("package,allowed", [("gpt1.tasks", ("gpt1.tasks", "gpt1.io")),
-                                             ("gpt1.sample_data", ("gpt1.sample_data", "gpt1.io", "gpt1.tasks", "gpt1.stages")),
-                                             ("gpt1.data", ("gpt1.data", "gpt1.io", "gpt1.config", "gpt1.tasks", "gpt1.stages",
-                                                            "gpt1.tokenizer")),
-                                             ("gpt1", ("gpt1",))])
-def test_packages_import_one_way_without_cycles(package, allowed):
-    graph = package_imports(package)
-    assert graph
-    outside = {(m, t) for m, targets in graph.items() for t in targets if not t.startswith(allowed)}
-    assert not outside
-    order = []  # a topological order exists exactly when there is no cycle
-    pending = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
-    while pending:
-        ready = sorted(m for m, deps in pending.items() if not deps - set(order))
-        assert ready, f"import cycle among {sorted(pending)}"
-        order += ready
-        pending = {m: deps for m, deps in pending.items() if m not in ready}
-
-
 def test_every_task_loads_from_generated_sample_data(tmp_path):
     sample = pytest.importorskip("gpt1.sample_data")
     sample.write_sample_data(tmp_path)

@@ -19,7 +19,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import gpt1
-from gpt1.tracking import runs as mlflow_features, models as mlflow_models, logger as tracking
+from gpt1.tracking import logger, models, runs
 from gpt1.tracking.logger import METRICS_PER_REQUEST, RunLogger, start_run
 from tests.conftest import REPO
 
@@ -172,7 +172,7 @@ def test_300_metric_calls_reach_the_store_as_a_few_requests(store):
     for i, key in enumerate(keys):
         assert history(store, run.run_id, key) == [(s, s + i / 10) for s in range(1, 301)]
     assert MlflowClient(store).get_run(run.run_id).info.status == "FINISHED"
-    assert run.pending == 0 and run not in tracking._UNDELIVERED
+    assert run.pending == 0 and run not in logger._UNDELIVERED
 
 
 def test_an_interval_of_zero_sends_every_call(store):
@@ -277,7 +277,7 @@ def test_spool_holds_buffered_metrics_when_the_server_never_returns(tmp_path):
     gone.log_metrics({"loss": 0.2}, step=4)
     assert gone.pending == 6
     gone.end("FAILED")
-    assert gone.pending == 0 and gone not in tracking._UNDELIVERED
+    assert gone.pending == 0 and gone not in logger._UNDELIVERED
 
     [spool] = (tmp_path / "spool").glob("mlflow-undelivered-gone-*.json")
     calls = json.loads(spool.read_text())["calls"]
@@ -353,7 +353,7 @@ def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tm
 
 def test_datasets_are_mlflow_data_sources_with_hub_ids_and_revisions(store):
     run, _ = recorded_run(store, "datasets")
-    run.log_dataset("sst2/dev", "ab" * 40, mlflow_features.hub_dataset_source("nyu-mll/glue", config="sst2",
+    run.log_dataset("sst2/dev", "ab" * 40, runs.hub_dataset_source("nyu-mll/glue", config="sst2",
                                                                        split="validation", revision="bcdcba79"),
                     context="evaluation", profile={"rows": 872})
     run.log_dataset("corpus", "cd" * 40, "/data/corpus", context="training")
@@ -377,20 +377,20 @@ def test_a_folder_model_is_a_logged_model_uploaded_or_by_reference_with_linked_m
     run, _ = recorded_run(store, "pretrain-like")
     run.log_metrics({"val_loss": 4.0}, step=20)
     run.log_metrics({"val_loss": 3.5}, step=30)
-    mlflow_models.log_files_model(run, "pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
+    models.log_files_model(run, "pretrained", folder, upload=True, model_type="gpt1-pretrained", step=30,
                         params={"model.n_layer": 1}, tags={"gpt1.preset": "smoke"})
-    mlflow_models.log_files_model(run, "by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
+    models.log_files_model(run, "by-reference", folder, upload=False, model_type="gpt1-pretrained", step=30)
     run.end()
 
     client = MlflowClient(store)
-    models = {m.name: m for m in client.search_logged_models([client.get_run(run.run_id).info.experiment_id])
+    logged = {m.name: m for m in client.search_logged_models([client.get_run(run.run_id).info.experiment_id])
               if m.source_run_id == run.run_id}
-    uploaded, external = models["pretrained"], models["by-reference"]
+    uploaded, external = logged["pretrained"], logged["by-reference"]
     assert uploaded.model_id == run.model_ids["pretrained"] and str(uploaded.status) == "READY"
     assert uploaded.params == {"model.n_layer": "1"} and uploaded.tags["gpt1.location"] == str(folder)
     assert [(m.key, m.value, m.step) for m in uploaded.metrics] == [("val_loss", 3.5, 30)]  # the model's step
     assert [(m.step, m.value) for m in client.get_metric_history(run.run_id, "val_loss")] == [(20, 4.0), (30, 3.5)]
-    with mlflow_models.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
+    with models.process_uri(store):  # MLflow resolves models:/ with the process-wide URI, whatever it is given
         local = Path(download_artifacts(f"models:/{uploaded.model_id}", dst_path=str(tmp_path / "down")))
     assert (local / "model.safetensors").read_bytes() == b"weights"
     assert external.tags["mlflow.model.isExternal"] == "true" and str(external.status) == "READY"
@@ -414,7 +414,7 @@ def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_p
         return real(model_id, local_dir, artifact_path)
 
     client.log_model_artifacts = fail_once
-    mlflow_models.log_files_model(run, "pretrained", folder, upload=True, model_type="t")
+    models.log_files_model(run, "pretrained", folder, upload=True, model_type="t")
     assert run.pending == 1 and "pretrained" not in run.model_ids
     run.end()
     assert calls[0] == calls[1] == run.model_ids["pretrained"]  # the same model completed
@@ -427,7 +427,7 @@ def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_p
 def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
     monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
     run, client = recorded_run(store, "system", metrics_interval=0.1)
-    mlflow_features.monitor_system(run)
+    runs.monitor_system(run)
     assert wait_until(lambda: any(k.startswith("system/") for r in client.requests for k, *_ in r["metrics"]))
     client.down = True
     time.sleep(1.0)  # samples taken while the server is unreachable: queued, not lost, and sampling goes on
@@ -440,7 +440,7 @@ def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
 
     monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
     off, _ = recorded_run(store, "no-system")
-    mlflow_features.monitor_system(off)
+    runs.monitor_system(off)
     off.end()
     assert not any(k.startswith("system/") for k in MlflowClient(store).get_run(off.run_id).data.metrics)
 
@@ -461,13 +461,13 @@ class FakeRegistry:
 
 
 def test_champion_is_the_best_headline_ties_keep_the_earliest():
-    h = mlflow_models.HEADLINE_TAG
+    h = models.HEADLINE_TAG
     registry = FakeRegistry([(1, {h: "71.5"}), (2, {h: "80.25"}), (3, {h: "80.25"}), (4, {h: "nan"}), (5, {}),
                              (6, {h: "bad"})])
-    assert mlflow_models.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
+    assert models.update_champion(registry, "m") == "2" and registry.aliases == {"champion": "2"}
     registry = FakeRegistry([(1, {h: "-3.0"}), (2, {h: "12.0"})])  # MCC and Pearson can be negative
-    assert mlflow_models.update_champion(registry, "m") == "2"
-    assert mlflow_models.update_champion(FakeRegistry([(1, {})]), "m") is None
+    assert models.update_champion(registry, "m") == "2"
+    assert models.update_champion(FakeRegistry([(1, {})]), "m") is None
 
 
 def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_view(store):
@@ -475,9 +475,9 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
 
     cfg = load_config("smoke", ["tracking.experiment=t", f"tracking.tracking_uri={store}",
                                 "finetune.tasks=[sst2,stsb]"])
-    run = mlflow_features.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="crimson-falcon",
+    run = runs.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="crimson-falcon",
                                       flow_run_id="1234")
-    bare = mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="quiet-owl")
+    bare = runs.start_pipeline_run(cfg, flow="gpt1", flow_run="quiet-owl")
     run.end()
     bare.end()
     client = MlflowClient(store)
@@ -492,15 +492,15 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     experiment = client.get_experiment(got.info.experiment_id)
     key = link.split("viewStateShareKey=")[1]
     assert link.startswith(f"#/experiments/{experiment.experiment_id}/runs?")
-    saved = json.loads(experiment.tags[mlflow_features.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
+    saved = json.loads(experiment.tags[runs.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
     assert saved["name"] == "headline metrics: sst2, stsb" and isinstance(saved["createdAt"], int)
     assert json.loads(saved["state"])["selectedColumns"][-3:] == [
         "metrics.`glue_score`", "metrics.`task/sst2/primary`", "metrics.`task/stsb/primary`"]
-    assert sum(k.startswith(mlflow_features.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # run 2: the same view
+    assert sum(k.startswith(runs.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # run 2: the same view
     assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
 
     client.set_experiment_tag(experiment.experiment_id, "mlflow.note.content", "my notes")
-    mlflow_features.start_pipeline_run(cfg, flow="gpt1", flow_run="x").end()
+    runs.start_pipeline_run(cfg, flow="gpt1", flow_run="x").end()
     assert client.get_experiment(experiment.experiment_id).tags["mlflow.note.content"] == "my notes"  # kept
 
 

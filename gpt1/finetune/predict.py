@@ -5,7 +5,7 @@
     gpt1 predict --model runs/finetune/rte/model --task rte --input pairs.jsonl --out predictions.jsonl
 
 A task model folder (written by `gpt1 finetune` into OUT/model, read by `load_task_model`, `gpt1 predict` and the
-MLflow pyfunc model of gpt1.serving):
+MLflow pyfunc model of gpt1.finetune.serving):
 
     (weights and config)     the fine-tuned transformer, as `GPT1.save_pretrained` writes it
     head.safetensors         the task head
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 MODEL_DIR = "model"
 HEAD_NAME = "head.safetensors"
 TASK_FILE = "task.json"
-
-COMMAND, SUMMARY = "predict", "score raw task inputs with a fine-tuned model"
 
 
 # -- the task model folder ------------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
     model.predict(pd.DataFrame([{"premise": "A man plays.", "hypothesis": "Someone plays."}]))
     mlflow models serve -m models:/gpt1-smoke-sst2@champion --env-manager local      # then POST /invocations
 
-`GPT1TaskModel` wraps `gpt1.predict.TaskPredictor`: the tokenizer, the task's input transformation and the
-fine-tuned network with its head. Input columns are the task's raw fields (`gpt1.predict.input_columns`):
+`GPT1TaskModel` wraps `gpt1.finetune.predict.TaskPredictor`: the tokenizer, the task's input transformation and the
+fine-tuned network with its head. Input columns are the task's raw fields (`gpt1.finetune.predict.input_columns`):
 `sentence` (CoLA, SST-2); `premise, hypothesis` (MNLI, SNLI, SciTail); `sentence1, sentence2` (RTE, MRPC, STS-B);
 `question1, question2` (QQP); `question, sentence` (QNLI); `context, question, options` (RACE, Story Cloze; the
 question may be empty). An optional `id` column is passed through. Output columns: `prediction` (the label as the
@@ -73,7 +73,7 @@ def pinned_requirements() -> list[str]:
 
 def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, name: str, step: int = 0,
               tags: dict[str, str] | None = None) -> None:
-    """Log the fine-tuned model folder `model_dir` as logged model `name` of `run` (a `gpt1.tracking.RunLogger`),
+    """Log the fine-tuned model folder `model_dir` as logged model `name` of `run` (a `gpt1.tracking.logger.RunLogger`),
     linked to the metrics `run` logged at `step`."""
     model_dir = str(Path(model_dir).resolve())
     record = {"kind": "task", "model_dir": model_dir, "input_example": input_example, "step": step,

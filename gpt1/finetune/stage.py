@@ -1,4 +1,4 @@
-"""Stage `finetune`: fine-tune and evaluate one task from a checkpoint (gpt1.finetune does the work).
+"""Stage `finetune`: fine-tune and evaluate one task from a checkpoint (train.py beside it does the work).
 
     gpt1 finetune --task NAME --data PATH --checkpoint DIR --out DIR [--preset P] [--set k=v ...]
 
@@ -6,9 +6,6 @@ The key hashes the starting weights, the tokenizer, the task, its data and the f
 list nor where the data root is: adding a task or moving a folder re-runs nothing else). A fine-tune cannot resume,
 so an unfinished output of the same key is cleared and run again; metrics.json is written last, and the report
 trusts only finished outputs.
-
-`InWorker(job, out)` is the same run as a picklable job for the reused worker processes of the local fan-out
-(gpt1.runtime.workers), with the CLI's checks, error.json and exit codes.
 """
 
 from __future__ import annotations
@@ -18,23 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gpt1 import errors
-from gpt1.tracking import runs as mlflow_features, logger as tracking
+from gpt1.tracking import runs
 from gpt1.config import PipelineConfig, load_config
-from gpt1.finetune.train import METRICS_FILE, PREDICTIONS_DIR, ablation_name, finetune, registered_model_name
-from gpt1.io import read_json, write_json
+from gpt1.finetune.train import (METRICS_FILE, PREDICTIONS_DIR, ablation_name, finetune, log_finished,
+                                 registered_model_name)
+from gpt1.io import read_json, stable_hash, write_json
 from gpt1.model.transformer import CONFIG_NAME
 from gpt1.finetune.predict import MODEL_DIR
-from gpt1.stages.base import Ref, StageJob, add_output_args, input_key, run_from_args
-from gpt1.stages.outputs import is_done, mark_done
+from gpt1.data.train_tokenizer import bpe
+from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, input_key, run_from_args
+from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
-
-COMMAND, SUMMARY = "finetune", "fine-tune and evaluate one task from a checkpoint"
 
 
 def data_key(data: str) -> str:
-    """The content key of a task's data: a hub reference as written (pin @revision), else its files."""
-    return data if data.startswith("hf:") else input_key(data)
+    """The content key of a task's data: a hub reference as written (pin @revision), else its files (a path
+    with nothing there yet: its name, so a plan can be made; the fine-tune itself then names what is missing)."""
+    if data.startswith("hf:"):
+        return data
+    return input_key(data) if Path(data).exists() else stable_hash(["missing", str(Path(data).absolute())])
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,7 @@ class Job(StageJob):
     parent_run_id: str | None = None
     track: bool = True
     device: str | None = None
+    random_init: dict | None = None  # a model config: `checkpoint` is that model randomly initialised (written first)
 
     def identity(self) -> dict:
         return {"start": self.checkpoint.key, "tokenizer": self.tokenizer.key if self.tokenizer else None,
@@ -67,47 +67,54 @@ class Job(StageJob):
 
     def build(self, out: Path) -> dict:
         cfg = self.cfg
+        if self.random_init is not None:  # the vocabulary is the tokenizer's, known once it is trained
+            vocab = bpe.load(self.tokenizer.path).vocab_size
+            write_random_init(self.checkpoint, {**self.random_init, "vocab_size": vocab})
         result = finetune(self.task, self.data, self.checkpoint.path, out, cfg.finetune,
                           tokenizer_dir=self.tokenizer.path if self.tokenizer else None,
                           parent_run_id=self.parent_run_id, tracking_uri=cfg.tracking.tracking_uri,
                           experiment=cfg.tracking.experiment, run_name=self.label, track=self.track,
                           device=self.device, registered_model=registered_model_name(cfg, self.task),
-                          run_tags=mlflow_features.stage_tags("finetune", key=self.key(), preset=cfg.preset))
+                          run_tags=runs.stage_tags("finetune", key=self.key(), preset=cfg.preset))
         return {"task": self.task, "ablation": ablation_name(cfg.finetune), "eval_split": result["eval_split"],
                 "primary": result["metrics"].get("primary"), "run_id": result.get("run_id")}
 
-
-@dataclass(frozen=True)
-class InWorker:
-    """`job.run(out)` in a reused worker process: waits for a concurrent writer, exit codes as `gpt1 finetune`."""
-
-    job: Job
-    out: Path
-
-    @property
-    def label(self) -> str:
-        return self.job.label
-
-    def __call__(self) -> int:
-        def run() -> int:
-            self.job.run(self.out, wait=True)
-            return 0
-
-        with tracking.as_own_process():  # a fresh process's tracking state, drained at the end as at exit
-            return errors.exit_code(run, prefix="gpt1 finetune")
+    def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
+        """Unless it was logged under this parent (it ran in this flow run), a child run with its recorded
+        metrics, tagged `gpt1.cached=true`."""
+        if not parent_run_id or metrics_of(result.path).get("parent_run_id") == parent_run_id:
+            return
+        cfg = self.cfg
+        log_finished(result.path, run_name=self.label, parent_run_id=parent_run_id,
+                     experiment=cfg.tracking.experiment, tracking_uri=cfg.tracking.tracking_uri,
+                     tags=runs.stage_tags("finetune", key=(read_marker(result.path) or {}).get("key"),
+                                                     preset=cfg.preset, cached=True))
 
 
-def random_init(folder: Path, model_config: dict, key: str) -> Ref:
+def write_random_init(start: Ref, model_config: dict) -> None:
     """The "checkpoint" of a fine-tune from a random init (the no-pre-training ablation): a folder holding only
-    the model's config (with the tokenizer's vocabulary size), marked with `key` so it is keyed like any input."""
-    if not is_done(folder, key) or read_json(folder / CONFIG_NAME) != model_config:
-        write_json(folder / CONFIG_NAME, model_config)
-        mark_done(folder, "random-init", key)
-    return Ref(folder.absolute(), key)
+    the model's config (with the tokenizer's vocabulary size), marked with its key so it is keyed like any input.
+    Every task of the variant writes the same bytes, so concurrent writers agree."""
+    if not is_done(start.path, start.key) or read_json(start.path / CONFIG_NAME) != model_config:
+        write_json(start.path / CONFIG_NAME, model_config)
+        mark_done(start.path, "random-init", start.key)
 
 
 def metrics_of(out: Path) -> dict:
     return read_json(out / METRICS_FILE)
+
+
+def plan(p) -> list[Step]:
+    """One job per task and variant, the likely longest tasks first. A variant from a random init needs only the
+    tokenizer (it runs beside pre-training); one from a given checkpoint needs neither."""
+    steps = []
+    for task in p.tasks_heaviest_first():
+        for variant in p.variants:
+            needs = (("sample-data",) if p.checkpoint is not None else
+                     ("train-tokenizer", "sample-data") if p.from_random_init(variant) else None)
+            steps.append(Step(f"finetune-{variant}-{task}", p.finetune_job(variant, task), p.task_dir(task, variant),
+                              needs))
+    return steps
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
     metrics = finetune("rte", "glue_data/RTE", "runs/pretrain/final", "runs/finetune/rte", cfg.finetune)
 
-`gpt1 finetune` (gpt1.stages.finetune) runs this as a stage; inference with the model it writes is gpt1.predict.
+`gpt1 finetune` (gpt1.finetune.stage) runs this as a stage; inference with the model it writes is gpt1.finetune.predict.
 
 The paper's recipe (section 3.2, 4.1) is the default `FinetuneConfig`: the task's examples go through its input
 transformation (`spec.encode`), a linear head reads the `_classify_` state (`GPT1ForTask`), and the objective is
@@ -17,14 +17,14 @@ Outputs in OUT (each file written atomically; metrics.json last, so its presence
     metrics.json              headline metrics, majority baseline, every evaluated split, throughput, settings
     predictions/<split>.jsonl one line per example: id, group, gold label, prediction, probabilities
     submission/<Task>.tsv     test-split predictions in the GLUE server format (`gpt1.tasks.write_submission`)
-    model/                    the task model folder (gpt1.predict: transformer, head, tokenizer, task.json)
+    model/                    the task model folder (gpt1.finetune.predict: transformer, head, tokenizer, task.json)
 
 and an MLflow child run: params, system metrics, per-update curves (`train/*`), per-epoch evaluation
 (`eval/<split>/<metric>`), final metrics `task/<name>/<metric>` (`task/<name>/majority/<metric>` for the baseline,
 `task/<name>/<split>/...` for a split other than the headline one), the task files as `mlflow.data` datasets (hub
-id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.serving`,
+id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.finetune.serving`,
 named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with `registered_model`, a
-Model Registry version of it, the alias `champion` on the best version (gpt1.mlflow_models.update_champion).
+Model Registry version of it, the alias `champion` on the best version (gpt1.tracking.models.update_champion).
 
 Choices where the spec is silent:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
@@ -33,11 +33,11 @@ Choices where the spec is silent:
   split). Model selection is not done (the paper trains a fixed 3 epochs): the metrics are those after the last
   epoch; the per-epoch evaluations are curves only, of the headline split (every split is evaluated once, at the
   end: scoring dev and test after every epoch cost a fifth of a small task's fine-tuning time).
-- Schedule: linear warmup over W = ceil(warmup_fraction * total) updates, then linear decay (gpt1.optim).
+- Schedule: linear warmup over W = ceil(warmup_fraction * total) updates, then linear decay (gpt1.model.optim).
 - The LM loss is averaged per sequence, then over sequences (as the release does); every real token after the
   first is a target, `_classify_` included. Multiple choice and similarity count all K (or 2) sequences.
 - Weight decay applies to every parameter with 2+ dimensions (matrices, embeddings) and not to biases and
-  LayerNorm gains, as the release's `vector_l2` (gpt1.optim); Adam betas/eps are finetune.adam_betas/adam_eps.
+  LayerNorm gains, as the release's `vector_l2` (gpt1.model.optim); Adam betas/eps are finetune.adam_betas/adam_eps.
 - `max_train_examples` / `max_eval_examples` keep evenly spaced examples (the same ones whatever the seed, so
   ablations are scored on the same subset, and sorted files still yield every class). The majority baseline is
   the most frequent label of the whole train split, scored on the same evaluation examples as the model.
@@ -396,7 +396,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 
     `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
     `run_tags`: added to the MLflow run's tags (the stage's key and preset). Writing into a folder that may hold
-    other files, failures and re-runs are the stage's business (gpt1.stages.finetune); this function only writes
+    other files, failures and re-runs are the stage's business (gpt1.finetune.stage); this function only writes
     its outputs."""
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)

@@ -9,7 +9,7 @@ A tokenizer travels with the weights: SRC's tokenizer.json (ours), the release's
 vocab_40000.bpe, or in a transformers folder our exported tokenizer or the release's files under HF's names
 (vocab.json + merges.txt); `--tokenizer` overrides. A transformers folder (`save_hf_folder`, also pre-training's
 `final/hf`) is complete: config.json, model.safetensors, generation_config.json, the tokenizer with the 3 specials
-(`gpt1.tokenizer.save_transformers`) and a model card, so `AutoTokenizer`, `AutoModelForCausalLM` and
+(`bpe.save_transformers`) and a model card, so `AutoTokenizer`, `AutoModelForCausalLM` and
 `pipeline("text-generation")` work on it as they are. A hub id is fetched into the local hub cache, or read from it
 alone when HF_HUB_OFFLINE=1.
 
@@ -25,7 +25,7 @@ Choices where the spec is silent: shapes do not determine the number of heads, s
 (`n_head`) and, for the OpenAI release (which has no config), is the released model's 12. HF's openai-gpt has no
 FFN-width setting (it is always 4 x n_embd), so exporting a model with another `d_ff` is refused. In the exported
 folder `_start_` is the bos token (`tokenizer(text)` starts with it, as every pre-training document does) and the
-eos token of generation_config.json (generation stops when the model starts a new document, as `gpt1.generate`
+eos token of generation_config.json (generation stops when the model starts a new document, as `gpt1.model.generate`
 does).
 """
 

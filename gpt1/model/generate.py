@@ -4,7 +4,7 @@
     text = continue_text(model, tokenizer, "the old man said", max_new_tokens=40)
 
 Choices where the spec is silent:
-- A prompt is encoded after `_start_`, as every pre-training document begins (gpt1.data.shards), and generation
+- A prompt is encoded after `_start_`, as every pre-training document begins (gpt1.data.tokenize), and generation
   stops early when the model starts a new document (emits `_start_` again).
 - temperature 0 (or top_k 1) is greedy decoding. Sampling draws from an explicit `torch.Generator` when given,
   so samples logged during training never touch the training RNG (resume stays exact) and repeat across evals.

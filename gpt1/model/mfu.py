@@ -63,7 +63,7 @@ def device_peak_flops(device: str, precision: str) -> tuple[float | None, str]:
         name = torch.cuda.get_device_name()
         peak = gpu_peak_flops(name, precision)
         if peak is None:
-            log.warning("no peak FLOP/s for GPU %r in gpt1.mfu.GPU_PEAK_TFLOPS: MFU not reported", name)
+            log.warning("no peak FLOP/s for GPU %r in gpt1.model.mfu.GPU_PEAK_TFLOPS: MFU not reported", name)
         return peak, f"datasheet:{name}"
     peak = measure_matmul_flops(precision)
     return peak, f"measured:cpu-matmul-{precision}-{torch.get_num_threads()}threads"

@@ -13,7 +13,7 @@ the embeddings, the attention probabilities and both residual branches. Sizes co
 Choices where the paper and spec are silent (recorded here once):
 - Embedding dropout acts on the summed input embeddings (as in HF `transformers`). The TF release applied it to
   the embedding matrix itself, which also perturbed the tied output projection; the expected effect is the same.
-- Parameter names follow the release (`c_attn`, `c_proj`, `c_fc`, `ln_1`, `ln_2`) so `gpt1.convert` only has to
+- Parameter names follow the release (`c_attn`, `c_proj`, `c_fc`, `ln_1`, `ln_2`) so `gpt1.model.convert` only has to
   transpose; the tied head is computed from `tokens_embed.weight` (one tensor: nothing duplicated on disk).
 - `resize_token_embeddings(n)` with n smaller than the vocabulary drops the trailing rows (e.g. the specials).
 - `attention="auto"`: `F.scaled_dot_product_attention` (SDPA), except on CPU while attention dropout is active,
@@ -44,7 +44,7 @@ from gpt1.model.losses import Average, lm_loss
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
 # `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
-# under those names by earlier versions still load (`model_files`); `gpt1.convert` writes the transformers layout.
+# under those names by earlier versions still load (`model_files`); `gpt1.model.convert` writes the transformers layout.
 WEIGHTS_NAME = "gpt1.safetensors"
 CONFIG_NAME = "gpt1_config.json"
 _EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
@@ -58,7 +58,7 @@ TaskHead = Literal["classification", "similarity", "multiple_choice"]
 class GPT1Output(NamedTuple):
     logits: torch.Tensor | None  # (B, T, V) next-token logits; None when a loss was asked for instead
     hidden: torch.Tensor  # (B, T, D) output of the last block
-    loss: torch.Tensor | None = None  # LM loss of `targets` (gpt1.losses.lm_loss), when given
+    loss: torch.Tensor | None = None  # LM loss of `targets` (gpt1.model.losses.lm_loss), when given
 
 
 class TaskOutput(NamedTuple):
@@ -163,7 +163,7 @@ class GPT1(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
                 loss_mask: torch.Tensor | None = None, loss_average: Average = "tokens") -> GPT1Output:
-        """LM logits of (B, T) input_ids; with `targets` (B, T) the LM loss instead (`gpt1.losses.lm_loss`, with
+        """LM logits of (B, T) input_ids; with `targets` (B, T) the LM loss instead (`gpt1.model.losses.lm_loss`, with
         `loss_mask` and `loss_average`), and no logits: the full (B, T, V) logits are never built."""
         hidden = self.hidden_states(input_ids)
         if targets is None:
@@ -366,7 +366,7 @@ class GPT1ForTask(nn.Module):
                 lm_mask: torch.Tensor | None = None) -> TaskOutput:
         """with_lm_logits=True also returns the (large) LM logits; lm_mask (input_ids' shape, 1 = real token)
         returns the auxiliary LM loss of the sequences instead: next-token cross-entropy over real targets, per
-        sequence then averaged (`gpt1.losses.lm_loss`, average="sequences"), without building the logits."""
+        sequence then averaged (`gpt1.model.losses.lm_loss`, average="sequences"), without building the logits."""
         self._check_shapes(input_ids, classify_pos)
         if lm_mask is not None and lm_mask.shape != input_ids.shape:
             raise ValueError(f"lm_mask {tuple(lm_mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}")

@@ -1,51 +1,40 @@
-"""`gpt1 preflight --preset NAME [--set k=v ...] [--work DIR]`: check everything a run needs before any GPU is held.
+"""Checks of everything a run needs before any GPU is held, reported all at once (`gpt1 preflight`, and the `gpt1`
+flow's first task): the corpus source and every task's files for every split the run reads (local files are opened
+and their first rows parsed; hub ids are resolved at their revision when the hub is reachable, else looked up in the
+local cache; Story Cloze has no downloadable hub copy and must be supplied through `finetune.task_data.storycloze`),
+the MLflow server (reachable, and the experiment writable), processes per node against this machine's GPUs, the
+work dir (writable; an absolute path when other pods must see it), the settings that must agree (batch layout for
+the world size, transfer layers, cached shards' context), and free disk against an estimate of the run's outputs.
+The Prefect deployments and work pools a run hands work to are checked by flows/preflight.py, which runs these
+checks too; this package never imports Prefect.
 
-Every problem is reported at once, one line each, and the command exits 2; exit 0 prints what the run will do
-(which stages run and which are already finished, where each runs, how much disk it needs). The `gpt1` flow runs
-the same checks as its first task, on the CPU pool.
-
-Checked: the corpus source and every task's files for every split the run reads (local files are opened and their
-first rows parsed; hub ids are resolved at their revision when the hub is reachable, else looked up in the local
-cache; Story Cloze has no downloadable hub copy and must be supplied through `finetune.task_data.storycloze`), the
-MLflow server (reachable, and the experiment writable), the Prefect deployments and work pools the run hands work
-to (each deployment exists, its pool exists and has a worker online), processes per node against the GPUs the
-pre-training pool gives a job, the work dir (writable; an absolute path when other pods must see it), the settings
-that must agree (batch layout for the world size, transfer layers, cached shards' context), and free disk against
-an estimate of the run's outputs. The vocabulary needs no check: the run trains its own tokenizer, and every later
-stage is keyed by it.
-
-Prefect is reached through its REST API (PREFECT_API_URL, or the active profile's), so this package never imports
-Prefect. Unpinned hub revisions are notes, not problems: the run works, but a re-run cannot tell if the data moved.
+Unpinned hub revisions are notes, not problems: the run works, but a re-run cannot tell if the data moved. The
+vocabulary needs no check: the run trains its own tokenizer, and every later stage is keyed by it.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
 import os
 import shutil
 import socket
 import subprocess
-import tomllib
-import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import httpx
 
 from gpt1 import tasks
-from gpt1.config import PipelineConfig, load_config
+from gpt1.config import PipelineConfig
 from gpt1.pretrain.distributed import batch_layout
 from gpt1.io import size_on_disk
 from gpt1.pipeline.plan import Plan
+from gpt1.stages import graph
 from gpt1.stages.outputs import is_done
 from gpt1.tasks import hub as task_hub
 
-COMMAND, SUMMARY = "preflight", "check a run's data, services, pools and disk before it starts; every problem at once"
 HUB = "https://huggingface.co"
-PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.json ship with
 GIB = 1024**3
 
 
@@ -76,8 +65,10 @@ class Context:
         self.found.notes.append(text)
 
 
-def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool = True) -> Findings:
-    """Every check (see the module docstring); `services=False` skips MLflow and Prefect (tests, dry planning)."""
+def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool = True,
+               extra_checks: Iterable[Callable[[Context], None]] = ()) -> Findings:
+    """Every check (see the module docstring), then `extra_checks` (the orchestrator's); `services=False` skips
+    the MLflow check (tests, dry planning)."""
     found = Findings()
     try:
         plan = Plan.make(cfg, work)
@@ -88,7 +79,8 @@ def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool =
     checks: list[Callable[[Context], None]] = [check_corpus, check_task_data, check_settings, check_work_dir,
                                                check_disk]
     if services:
-        checks += [check_mlflow, check_prefect]
+        checks.append(check_mlflow)
+    checks += extra_checks
     for check in checks:
         try:
             check(ctx)
@@ -198,7 +190,7 @@ def check_settings(ctx: Context) -> None:
     if "transfer_layers" in o.ablations and o.ablation_transfer_layers > cfg.model.n_layer:
         ctx.problem(f"orchestration.ablation_transfer_layers={o.ablation_transfer_layers} > model.n_layer="
                     f"{cfg.model.n_layer}")
-    shards = ctx.plan.dir("shards") / "manifest.json"
+    shards = ctx.plan.dir("tokenize") / "manifest.json"
     if shards.exists():
         from gpt1.data.tokenize import load_manifest
 
@@ -255,7 +247,7 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
         if text is None:
             text = 5 * GIB if cfg.ingest.source.startswith("hf:") else 10**8
         parts += [("corpus", text), ("shards", text)]  # Parquet text; ~2 bytes per token of ~4 characters
-    if not is_done(plan.dir("pretrain")):  # fp32 weights + Adam moments per kept checkpoint, final + HF export
+    if "pretrain" in plan.steps and not is_done(plan.dir("pretrain")):  # fp32 weights + Adam moments per kept checkpoint, final + HF export
         parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 8))
     runs = len(cfg.finetune.tasks) * len(plan.variants)
     parts.append(("fine-tuned models", params * 4 * 2 * runs))  # the model folder and its MLflow copy
@@ -300,126 +292,27 @@ def check_mlflow(ctx: Context) -> None:
     ctx.found.plan.append(f"tracking: experiment {name!r} on {uri}")
 
 
-def prefect_api() -> tuple[str | None, dict[str, str]]:
-    """The Prefect API URL and auth headers: the environment's, else the active profile's."""
-    settings = dict(os.environ)
-    if "PREFECT_API_URL" not in settings:
-        home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect"))
-        try:
-            profiles = tomllib.loads((home / "profiles.toml").read_text())
-            active = os.environ.get("PREFECT_PROFILE") or profiles.get("active", "ephemeral")
-            settings = {**profiles.get("profiles", {}).get(active, {}), **settings}
-        except (OSError, tomllib.TOMLDecodeError):
-            pass
-    headers = {}
-    if settings.get("PREFECT_API_KEY"):
-        headers["Authorization"] = f"Bearer {settings['PREFECT_API_KEY']}"
-    elif settings.get("PREFECT_API_AUTH_STRING"):
-        token = base64.b64encode(settings["PREFECT_API_AUTH_STRING"].encode()).decode()
-        headers["Authorization"] = f"Basic {token}"
-    return settings.get("PREFECT_API_URL"), headers
-
-
-def check_prefect(ctx: Context) -> None:
-    o = ctx.cfg.orchestration
-    wanted = {}
-    if o.fanout == "deployment":
-        wanted[o.finetune_deployment] = "fine-tunes"
-    if o.pretrain_deployment and any(not ctx.plan.from_random_init(v) for v in ctx.plan.variants):
-        wanted[o.pretrain_deployment] = "pre-training"
-    if not wanted:
-        return
-    url, headers = prefect_api()
-    if not url:
-        ctx.problem(f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}")
-        return
-    with httpx.Client(base_url=url.rstrip("/") + "/", headers=headers, timeout=15.0) as api:
-        try:
-            api.get("health").raise_for_status()
-        except httpx.HTTPError as err:
-            ctx.problem(f"Prefect API {url} is not reachable ({err})")
-            return
-        for name, what in wanted.items():
-            check_deployment(ctx, api, name, what)
-
-
-def check_deployment(ctx: Context, api: httpx.Client, name: str, what: str) -> None:
-    flow, _, deployment = name.partition("/")
-    response = api.get(f"deployments/name/{urllib.parse.quote(flow)}/{urllib.parse.quote(deployment)}")
-    if response.status_code == 404:
-        ctx.problem(f"{what}: deployment {name} does not exist (prefect deploy --prefect-file pipelines.yaml --all)")
-        return
-    response.raise_for_status()
-    found = response.json()
-    pool = found.get("work_pool_name")
-    pool_info = api.get(f"work_pools/{urllib.parse.quote(pool)}") if pool else None
-    if pool_info is None or pool_info.status_code == 404:
-        ctx.problem(f"{what}: deployment {name} uses work pool {pool!r}, which does not exist")
-        return
-    pool_info.raise_for_status()
-    template = pool_info.json().get("base_job_template", {}).get("variables", {}).get("properties", {})
-    image = (found.get("job_variables") or {}).get("image", template.get("image", {}).get("default"))
-    if isinstance(image, str) and PLACEHOLDER_IMAGE in image:
-        ctx.problem(f"{what}: work pool {pool} runs the placeholder image {image!r}: set `image` in its base job "
-                    "template (infra/k8s/work-pools/) or as a job variable of the deployment")
-    workers = api.post(f"work_pools/{urllib.parse.quote(pool)}/workers/filter", json={}).json()
-    if not any(w.get("status") == "ONLINE" for w in workers):
-        ctx.problem(f"{what}: work pool {pool} has no worker online: its runs would wait as Late (start one: "
-                    f"prefect worker start --pool {pool})")
-    if what == "pre-training":
-        gpus = (found.get("job_variables") or {}).get("gpus", template.get("gpus", {}).get("default"))
-        nproc = ctx.cfg.orchestration.pretrain_nproc
-        if isinstance(gpus, int) and nproc > gpus:
-            ctx.problem(f"orchestration.pretrain_nproc={nproc} processes per node but {name} gives a job {gpus} GPUs")
-        elif isinstance(gpus, int) and nproc < gpus:
-            ctx.note(f"pre-training uses {nproc} of the {gpus} GPUs {name} holds per node")
-    ctx.found.plan.append(f"{what}: deployment {name} on work pool {pool}")
-
-
 # -- what the run will do ------------------------------------------------------------------------------------------
 def describe_run(ctx: Context) -> None:
+    """Each stage the run needs, in the graph's order: its folder and whether it is finished already."""
     plan, cfg, o = ctx.plan, ctx.cfg, ctx.cfg.orchestration
     lines = [f"preset {cfg.preset}: work dir {ctx.work} (on {socket.gethostname()})"]
-    pretraining = any(not plan.from_random_init(v) for v in plan.variants)
-    for stage in ("sample", "ingest", "tokenizer", "shards", "pretrain"):
-        if stage == "sample" and "sample" not in (cfg.ingest.source, cfg.finetune.data):
-            continue
-        if stage == "pretrain" and not pretraining:
-            lines.append("  pretrain: not needed (every variant starts from a random init)")
-            continue
-        state = "finished (reused)" if is_done(plan.dir(stage)) else "to run"
-        lines.append(f"  {stage:<9} {state:<18} {plan.dir(stage)}")
+    for stage in graph.STAGES:
+        steps = [step for step in plan.steps.values() if step.stage == stage.name]
+        if not steps:
+            lines.append(f"  {stage.name:<16} not needed by this run")
+        elif len(steps) == 1:
+            state = "finished (reused)" if is_done(steps[0].out) else "to run"
+            lines.append(f"  {stage.name:<16} {state:<18} {steps[0].out}")
+        else:
+            done = sum(is_done(step.out) for step in steps)
+            lines.append(f"  {stage.name:<16} {len(steps)} jobs, {done} finished (reused)")
     where = (f"deployment {o.pretrain_deployment}" if o.pretrain_deployment else
              f"Slurm, {o.pretrain_nnodes} node(s)" if o.pretrain_launcher == "slurm" else "this worker")
-    lines.append(f"  pre-training: {o.pretrain_nproc} process(es) per node on {where}; "
-                 f"{cfg.model.n_layer} layers x {cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} "
-                 "merges")
+    lines.append(f"  pre-training: {o.pretrain_nproc} process(es) per node on {where}; {cfg.model.n_layer} layers x "
+                 f"{cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} merges")
     fan = (f"one flow run each of {o.finetune_deployment}" if o.fanout == "deployment" else
            f"{o.finetune_concurrency} at a time on this worker")
     lines.append(f"  fine-tunes: {len(plan.tasks)} task(s) x {len(plan.variants)} variant(s) "
                  f"({', '.join(plan.variants)}), {fan}")
     ctx.found.plan[:0] = lines
-
-
-# -- CLI ------------------------------------------------------------------------------------------------------------
-def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override (repeatable)")
-    parser.add_argument("--work", default=os.environ.get("GPT1_WORK_DIR", "runs"),
-                        help="the run's work dir (default: $GPT1_WORK_DIR, else ./runs)")
-    parser.add_argument("--no-services", action="store_true", help="skip the MLflow and Prefect checks")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    found = run_checks(load_config(args.preset, args.overrides), args.work, services=not args.no_services)
-    for note in found.notes:
-        print(f"note: {note}")
-    if found.problems:
-        for problem in found.problems:
-            print(f"problem: {problem}")
-        print(f"preflight: {len(found.problems)} problem(s); nothing was started")
-        return 2
-    print("\n".join(found.plan))
-    print("preflight: ok")
-    return 0

@@ -17,10 +17,10 @@ Choices where the spec is silent:
   and an explicit allow-list of the three DeepSpeed types its ZeRO optimizer state holds (`WeightsOnlyLoads`):
   a file planted on a shared checkpoint volume cannot run code on resume, it is refused with its name.
 - The data-reader state is global (epoch, position in the world-size-independent sample order; see
-  gpt1.data.shards), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
+  gpt1.data.tokenize), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
   RNG streams and ZeRO partitions are per rank.
 - Consolidation: ZeRO 1-3 checkpoints go through DeepSpeed's `get_fp32_state_dict_from_zero_checkpoint` (the
-  fp32 master partitions of every rank); stage 0 (fp32 only, see gpt1.distributed) holds the full fp32 module on
+  fp32 master partitions of every rank); stage 0 (fp32 only, see gpt1.pretrain.distributed) holds the full fp32 module on
   every rank, so its state dict is the answer.
 """
 

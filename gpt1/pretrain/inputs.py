@@ -1,4 +1,4 @@
-"""What a pre-training run starts from, checked before any worker launches (gpt1.stages.pretrain) and again by each
+"""What a pre-training run starts from, checked before any worker launches (gpt1.pretrain.stage) and again by each
 worker (gpt1.pretrain): the resolved config, the tokenizer, where the zero-shot probes read task data, the
 checkpoint to resume from, the number of updates.
 

@@ -4,8 +4,8 @@
 
 Everything that can fail is checked before a worker starts (config, shards, batch layout for the world size,
 tokenizer, resume state); then OUT/config.json is written and the workers are started: one process directly, N
-through torchrun (gpt1.distributed.worker_command), or, with `launcher="slurm"`, the sbatch job of
-infra/multinode/slurm (gpt1.runtime.slurm). The training loop itself is gpt1.pretrain.
+through torchrun (distributed.worker_command), or, with `launcher="slurm"`, the sbatch job of
+infra/multinode/slurm (slurm.py). The training loop itself is worker.py.
 
 Resumable in place: OUT keeps its checkpoints, and a run of the same key with `--resume auto` continues from the
 latest complete one (without --resume an unfinished OUT is refused rather than silently restarted). The workers
@@ -31,14 +31,14 @@ from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_comm
 from gpt1.io import write_json, write_text
 from gpt1.pretrain.worker import WORKER
 from gpt1.pretrain.inputs import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
+from gpt1.pretrain.outputs import log_finished
+from gpt1.tracking.runs import stage_tags
 from gpt1.runtime import processes
 from gpt1.pretrain import slurm
 from gpt1.stages import outputs
-from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, run_from_args
 
 log = logging.getLogger(__name__)
-
-COMMAND, SUMMARY = "pretrain", "pre-train with DeepSpeed (launches workers)"
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,16 @@ class Job(StageJob):
                                "to continue from the last complete checkpoint)")
         return {"final": str(out / FINAL)}
 
+    def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
+        """Found finished by an earlier run: a child run `pretrain` of the parent with its recorded metrics, tagged
+        `gpt1.cached=true` (a pre-training that ran logged its own run)."""
+        if not parent_run_id or not result.cached:
+            return
+        cfg = self.cfg
+        log_finished(result.path, parent_run_id=parent_run_id, experiment=cfg.tracking.experiment,
+                     tracking_uri=cfg.tracking.tracking_uri,
+                     tags=stage_tags("pretrain", key=result.key, preset=cfg.preset, cached=True))
+
     def submit_to_slurm(self, out: Path) -> str:
         """Run the workers as the Slurm job of infra/multinode/slurm and wait for it; returns the job id."""
         resolved = write_text(out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
@@ -133,6 +143,16 @@ class Job(StageJob):
         if uri:
             env["MLFLOW_TRACKING_URI"] = uri  # the workers' tracking server when the config names none
         return slurm.run_job(slurm.script(), out, self.nnodes, env, self.log_line)
+
+
+def plan(p) -> list[Step]:
+    """Pre-training of the plan's model on its shards, unless the plan fine-tunes a given checkpoint."""
+    if p.checkpoint is not None:
+        return []
+    o = p.cfg.orchestration
+    job = Job(p.ref("tokenize"), p.ref("train-tokenizer"), p.cfg, task_data=p.probe_data(), resume="auto",
+              nproc=o.pretrain_nproc, nnodes=o.pretrain_nnodes, launcher=o.pretrain_launcher)
+    return [Step(job.stage, job, p.folder(job))]
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
     python -m gpt1.pretrain --config OUT/config.json --shards SHARDS --out OUT ...
 
-One worker: what `gpt1 pretrain` (gpt1.stages.pretrain: validation before launch, then one process directly or N
+One worker: what `gpt1 pretrain` (gpt1.pretrain.stage: validation before launch, then one process directly or N
 through torchrun) and the multi-node launchers (torchrun, the deepspeed launcher; infra/multinode/) start.
 
 A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks:
 AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
-DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.distributed). Every `eval_every`
+DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.pretrain.distributed). Every `eval_every`
 updates it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
-(gpt1.probes), every `save_every` a resumable checkpoint (gpt1.checkpoint); at the end the consolidated fp32
+(gpt1.pretrain.probes), every `save_every` a resumable checkpoint (gpt1.pretrain.checkpoint); at the end the consolidated fp32
 weights go to OUT/final/ (GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
 
 Outputs:
@@ -22,10 +22,10 @@ Outputs:
     OUT/loss_curve.png
 
 What the run starts from (resolved config, tokenizer, probe data, resume point, number of updates) is checked by
-gpt1.pretrain_inputs, before launch and again here; what it wrote is read back and logged by gpt1.pretrain_outputs.
+gpt1.pretrain.inputs, before launch and again here; what it wrote is read back and logged by gpt1.pretrain.outputs.
 
 Choices where the spec is silent:
-- Schedule and weight-decay groups: gpt1.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
+- Schedule and weight-decay groups: gpt1.model.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
   DeepSpeed steps and checkpoints).
 - Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
   updates, metrics.jsonl every update. Validation uses the first eval_batches x global-batch blocks of the val

@@ -326,26 +326,44 @@ def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
 
 
 def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
-                 tracking_uri: str | None = None, run_id: str | None = None,
                  not_run: dict[str, str] | None = None) -> dict[str, Path]:
-    """Write results.md, results.png and results.json to `out_dir` (and to MLflow run `run_id`); returns paths.
+    """Write results.md, results.png and results.json to `out_dir`; returns their paths.
     `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures."""
     runs = read_runs(list(results), labels)
     out_dir = Path(out_dir)
     files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run)),
              "plot": plot(runs, out_dir / REPORT_PNG),
              "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run))}
-    if run_id:
-        from gpt1.tracking.logger import RunLogger
-
-        parent = RunLogger("report", uri=tracking_uri, run_id=run_id)  # attach; the run's owner ends it
-        for path in files.values():
-            parent.log_artifact(path, "report")
-        parent.log_metrics({f"report/{r.label}/glue_score": r.glue_score() for r in runs
-                            if r.glue_score() is not None})
-        if not parent.flush():
-            log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)
     for run in runs:
         log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
                  fmt(run.glue_score()))
     return files
+
+
+def headline_metrics(results_json: dict) -> dict[str, float]:
+    """The report's numbers as MLflow metrics named alike in every run, so the compare view lines up runs and
+    ablation deployments: `task/<task>/<metric>` and `glue_score`, prefixed `<variant>/` for an ablation."""
+    found: dict[str, float] = {}
+    for variant, result in results_json["runs"].items():
+        prefix = "" if variant == "full" else f"{variant}/"
+        for task, entry in result.get("tasks", {}).items():
+            for name, value in (entry.get("metrics") or {}).items():
+                if isinstance(value, (int, float)):
+                    found[f"{prefix}task/{task}/{name}"] = value
+        if result.get("glue_score") is not None:
+            found[f"{prefix}glue_score"] = result["glue_score"]
+    return found
+
+
+def log_to_run(out_dir: str | os.PathLike, run_id: str, tracking_uri: str | None) -> None:
+    """A written report on an MLflow run (the pipeline's parent): its files under `report/` and its headline
+    metrics. The run's owner ends it."""
+    from gpt1.tracking.logger import RunLogger
+
+    out_dir = Path(out_dir)
+    parent = RunLogger("report", uri=tracking_uri, run_id=run_id)
+    for name in (REPORT_MD, REPORT_PNG, REPORT_JSON):
+        parent.log_artifact(out_dir / name, "report")
+    parent.log_metrics(headline_metrics(read_json(out_dir / REPORT_JSON)))
+    if not parent.flush():
+        log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)

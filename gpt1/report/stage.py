@@ -4,7 +4,7 @@
 
 Each results DIR is one run (a configuration or an ablation): a task output folder of `gpt1 finetune`, or a folder
 holding such task folders. The key hashes the task outputs' own keys (or their errors), so the report is redone
-exactly when a result changed; gpt1.report renders it.
+exactly when a result changed; render.py beside it writes the files.
 """
 
 from __future__ import annotations
@@ -15,47 +15,69 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpt1.io import stable_hash
-from gpt1.report.render import build_report, task_dirs
-from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
+from gpt1.report.render import build_report, log_to_run, task_dirs
+from gpt1.stages.base import Result, StageJob, Step, add_output_args, run_from_args
 from gpt1.stages.outputs import ERROR, read_marker
 
-COMMAND, SUMMARY = "report", "results table beside the paper's numbers (markdown + PNG)"
 
-
-def results_ref(path: str | Path) -> Ref:
-    """A results folder keyed by its task outputs' markers (or errors), not by hashing their models' bytes."""
-    path = Path(path).absolute()
+def results_key(path: Path) -> str | None:
+    """A results folder keyed by its task outputs' markers (or errors), not by hashing their models' bytes;
+    None while the folder does not exist (a variant none of whose tasks has started)."""
     if not path.is_dir():
-        raise FileNotFoundError(f"results folder {path} does not exist")
+        return None
     state = []
     for task_dir in task_dirs(path):
         marker = read_marker(task_dir)
         error = task_dir / ERROR
         state.append((task_dir.name, marker.get("key") if marker else None,
                       error.stat().st_mtime if error.is_file() else None))
-    return Ref(path, stable_hash(state))
+    return stable_hash(state)
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
+    """The report of `results` (folders of task outputs, one per run), keyed by what they hold when it runs."""
+
     stage: ClassVar[str] = "report"
     mode: ClassVar[str] = "restart"  # MLflow uploads (and retries) the files from their final place
-    results: tuple[Ref, ...]
+    results: tuple[Path, ...]
     labels: tuple[str, ...] | None = None
     not_run: tuple[tuple[str, str], ...] = ()  # (task, why) left out on purpose
     parent_run_id: str | None = None
     tracking_uri: str | None = None
 
     def identity(self) -> dict:
-        return {"results": [r.key for r in self.results], "labels": self.labels, "not_run": self.not_run}
+        return {"results": [results_key(path) for path in self.results], "labels": self.labels,
+                "not_run": self.not_run}
 
     def input_paths(self) -> dict[str, str]:
-        return {f"results[{i}]": str(r.path) for i, r in enumerate(self.results)}
+        return {f"results[{i}]": str(path) for i, path in enumerate(self.results)}
+
+    def check(self, out: Path) -> None:
+        missing = [str(path) for path in self.results if not path.is_dir()]
+        if len(missing) == len(self.results):
+            raise FileNotFoundError(f"no results to report: {', '.join(missing)} do not exist")
 
     def build(self, out: Path) -> dict:
-        files = build_report([r.path for r in self.results], out, list(self.labels) if self.labels else None,
-                             tracking_uri=self.tracking_uri, run_id=self.parent_run_id, not_run=dict(self.not_run))
+        ran = [(path, label) for path, label in zip(self.results, self.labels or [None] * len(self.results))
+               if path.is_dir()]
+        files = build_report([path for path, _ in ran], out, [label for _, label in ran] if self.labels else None,
+                             not_run=dict(self.not_run))
+        if self.parent_run_id:
+            log_to_run(out, self.parent_run_id, self.tracking_uri)
         return {"files": {kind: path.name for kind, path in files.items()}}
+
+    def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
+        """Found finished by an earlier run: its files and headline metrics on this run's parent too."""
+        if parent_run_id and result.cached:
+            log_to_run(result.path, parent_run_id, self.tracking_uri)
+
+
+def plan(p) -> list[Step]:
+    """One report of every variant's fine-tunes, after all of them (failed ones are reported as failed)."""
+    job = Job(tuple(p.variant_dir(v) for v in p.variants), tuple(p.variants),
+              tuple(sorted(p.missing_data().items())), tracking_uri=p.cfg.tracking.tracking_uri)
+    return [Step(job.stage, job, p.report_dir(), force=True)]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +92,12 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    job = Job(tuple(results_ref(p) for p in args.results), tuple(args.labels) if args.labels else None,
+    for path in args.results:
+        if not path.is_dir():
+            raise FileNotFoundError(f"results folder {path} does not exist")
+    if args.labels and len(args.labels) != len(args.results):
+        raise ValueError(f"--labels: {len(args.labels)} labels for {len(args.results)} results folders")
+    job = Job(tuple(path.absolute() for path in args.results), tuple(args.labels) if args.labels else None,
               parent_run_id=args.run_id, tracking_uri=args.tracking_uri)
     result = run_from_args(job, args)
     markdown = result.path / result.marker["files"]["markdown"]

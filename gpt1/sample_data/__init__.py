@@ -11,7 +11,7 @@ to show the paper's central claim on a tiny model: pre-training on the books mak
 
 Design: the meaning is in the books, the held-out words are in the dev sets
 ---------------------------------------------------------------------------
-Every label follows from a property of words (`gpt1.sample.lexicon`): the polarity of an adjective, whether
+Every label follows from a property of words (`gpt1.sample_data.lexicon`): the polarity of an adjective, whether
 a noun names an animal or a plant, whether a verb takes an object. Each word list is split once, by position, into
 a *train* half and an *eval* half. Task train splits use only train-half words; dev and test splits only eval-half
 words. A model fine-tuned from scratch has never seen an eval-half word with a label and has random embeddings for

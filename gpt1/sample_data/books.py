@@ -1,7 +1,7 @@
 """The generated books: chapters of one-line paragraphs, each paragraph a scene that teaches one word property.
 
 Every scene uses the whole lexicon (both halves) in the same consistent contexts, so a language model trained on
-the books places each held-out word next to the train words that share its meaning (see `gpt1.sample`).
+the books places each held-out word next to the train words that share its meaning (see `gpt1.sample_data`).
 """
 
 from __future__ import annotations

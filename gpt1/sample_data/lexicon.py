@@ -1,7 +1,7 @@
 """The lexicon of the offline sample data: which words exist, what they mean, and which half each task may train on.
 
 Meaning lives in three word properties, each taught by the generated books and tested by the generated tasks (the
-design, and why every task reads exactly one property, is in `gpt1.sample`):
+design, and why every task reads exactly one property, is in `gpt1.sample_data`):
 
 * polarity: adjectives that are positive or negative (`POSITIVE`, `NEGATIVE`);
 * kind: nouns that name an animal (a bird or a fish) or a plant (a tree or a flower) (`CATEGORIES`, `KINDS`);

@@ -1,9 +1,9 @@
-"""Stage `sample`: the offline sample data (generated books + the 12 tasks in their official layouts).
+"""Stage `sample-data`: the offline sample data (generated books + the 12 tasks in their official layouts).
 
     gpt1 sample-data --out DIR [--seed N]
 
 The output depends on the seed and the generator's version only (the same seed writes byte-identical files), so
-those are the key. See gpt1.sample for what is generated and why.
+those are the key. See gpt1.sample_data for what is generated and why.
 """
 
 from __future__ import annotations
@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpt1.sample_data import GENERATOR_VERSION, write_sample_data
-from gpt1.stages.base import StageJob, add_output_args, run_from_args
-
-COMMAND, SUMMARY = "sample-data", "write the offline sample corpus and the 12 tasks in official layouts"
+from gpt1.stages.base import StageJob, Step, add_output_args, run_from_args
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
-    stage: ClassVar[str] = "sample"
+    stage: ClassVar[str] = "sample-data"
     seed: int = 0
 
     def identity(self) -> dict:
@@ -29,6 +27,14 @@ class Job(StageJob):
 
     def build(self, out: Path) -> dict:
         return {"summary": write_sample_data(out, seed=self.seed)}
+
+
+def plan(p) -> list[Step]:
+    """Written when the corpus or the task files are the sample data."""
+    if "sample" not in (p.cfg.ingest.source, p.cfg.finetune.data):
+        return []
+    job = Job(seed=p.cfg.sample_data.seed)
+    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

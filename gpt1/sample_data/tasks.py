@@ -1,7 +1,7 @@
 """The twelve tasks' sample files, in their official layouts: one writer per task (`TaskWriter.<task>`), all
 splits, at the paths the task's loader expects under `tasks/<folder as distributed>/`.
 
-Each task asks about one word property, always in the same direction (see `gpt1.sample`); train splits use the
+Each task asks about one word property, always in the same direction (see `gpt1.sample_data`); train splits use the
 lexicon's train half, dev and test splits its eval half.
 """
 

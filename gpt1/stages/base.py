@@ -1,11 +1,11 @@
 """What every stage shares: its inputs as keyed references, its one content key, and how it is run.
 
-A stage is a job dataclass (one per module in gpt1/stages/): the inputs it reads (`Ref`s) and the settings that
+A stage is a job dataclass (in its component's `stage.py`, listed in gpt1.stages.graph): the inputs it reads (`Ref`s) and the settings that
 decide its output. Its key hashes exactly those, and it is the same key whoever runs it:
 
-    job = tokenizer.Job(corpus=Ref.to("runs/corpus"), cfg=cfg.train_tokenizer)    # the CLI: keys read from the inputs
-    job = tokenizer.Job(corpus=plan.ref("ingest"), cfg=cfg.train_tokenizer)       # gpt1.pipeline: keys planned ahead
-    result = job.run(out, wait=True)                                        # skip, resume or build; then marked
+    job = Job(corpus=Ref.to("runs/corpus"), cfg=cfg.train_tokenizer)         # the CLI: keys read from the inputs
+    job = Job(corpus=plan.ref("train-tokenizer"), cfg=cfg.train_tokenizer)   # gpt1.pipeline: keys planned ahead
+    result = job.run(out, wait=True)                                         # skip, resume or build; then marked
 
 An input's key is the key the stage that wrote it recorded in its `.done` marker (for a folder inside a stage's
 output, e.g. pre-training's `final/`, a hash of that key and the relative path); anything else (a user's data
@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -122,6 +122,39 @@ class StageJob:
     def input_paths(self) -> dict[str, str]:
         """Where the inputs were read from, for the marker (lineage)."""
         return {name: str(value) for name, value in vars(self).items() if isinstance(value, Ref)}
+
+    # What the pipeline records about a run of this stage in MLflow (gpt1.pipeline.lineage) ---------------------
+    def lineage_inputs(self) -> dict[str, tuple[str, Any]]:
+        """Each input as (content key, dataset source) for the stage's MLflow run: its `Ref`s by default."""
+        return {name: (value.key, str(value.path)) for name, value in vars(self).items() if isinstance(value, Ref)}
+
+    def resolved_params(self, result: "Result") -> dict[str, Any]:
+        """Values a finished output fixes for every later stage (e.g. the vocabulary learnt), for the parent run."""
+        return {}
+
+    def log_reuse(self, result: "Result", parent_run_id: str | None) -> None:
+        """For stages that log their own MLflow run: show an output an earlier run made under this parent too."""
+
+    def with_context(self, **context: Any) -> "StageJob":
+        """This job with how-it-runs values (an MLflow parent run, a log line sink, threads) set on the fields it
+        has; those never change its key."""
+        own = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in context.items() if k in own})
+
+
+@dataclass(frozen=True)
+class Step:
+    """One job of a pipeline plan: `job.run(out)` once the plan's steps of the stages it `needs` are finished."""
+
+    name: str  # unique in its plan: the stage's name, or e.g. "finetune-full-sst2" for one of many
+    job: StageJob
+    out: Path
+    needs: tuple[str, ...] | None = None  # stage names it waits for; None: its stage's inputs in the graph
+    force: bool = False  # replace an output of other inputs in `out` (a folder named before its inputs exist)
+
+    @property
+    def stage(self) -> str:
+        return self.job.stage
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:

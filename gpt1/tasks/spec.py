@@ -6,7 +6,7 @@ the paper reports for it (Tables 2-5) and how the report and the zero-shot probe
 `gpt1/tasks/` reads these fields and never names a task; `gpt1.tasks.registry` holds the twelve specs.
 
 Adding a task: one `TaskSpec` in the registry plus, when its files are in a format not yet read, a reader in
-`gpt1.tasks.formats` (and a writer in `gpt1.sample.tasks` for it to appear in the offline sample data).
+`gpt1.tasks.formats` (and a writer in `gpt1.sample_data.tasks` for it to appear in the offline sample data).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class PaperColumn:
 
 @dataclass(frozen=True, kw_only=True)
 class Probe:
-    """A zero-shot probe during pre-training (paper Fig. 2 right): the heuristic (see `gpt1.probes`) and the splits
+    """A zero-shot probe during pre-training (paper Fig. 2 right): the heuristic (see `gpt1.pretrain.probes`) and the splits
     it reads (the acceptability probe fits its threshold on the first and scores the second)."""
 
     heuristic: str

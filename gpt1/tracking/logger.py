@@ -1,7 +1,7 @@
 """MLflow logging that never stops training: run nesting, lineage, and buffered, retried writes.
 
-This module is the delivery; what runs carry (logged models and the Registry: gpt1.mlflow_models; stage tags,
-datasets, system metrics, the parent run: gpt1.mlflow_features) logs through `RunLogger`, as every stage does.
+This module is the delivery; what runs carry (logged models and the Registry: gpt1.tracking.models; stage tags,
+datasets, system metrics, the parent run: gpt1.tracking.runs) logs through `RunLogger`, as every stage does.
 
 Metrics are buffered: `log_metrics` only appends to the run's buffer, and a background thread sends the buffer as
 one `log_batch` request (at most 1000 metrics each) once its oldest metric is `metrics_interval` seconds old
@@ -20,14 +20,14 @@ retrying with backoff for up to `flush_timeout` seconds (argument, else $GPT1_ML
 one wait for a server has run out, later ones in the same process try once). What still cannot be delivered is
 written as JSON (every undelivered call's params, metrics with step and timestamp, tags, artifact paths, status; one
 entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
-one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.replay) delivers such files later.
+one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.pipeline.replay) delivers such files later.
 
 Choices where the spec is silent:
 - Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
   tracked folder of a git checkout, the commit as `mlflow.source.git.commit` (the tag MLflow's UI shows) and
   `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one.
-- A model is logged by `log_model`, which queues the function that builds it (gpt1.serving for task models,
-  gpt1.mlflow_models for a folder of files) like any other call.
+- A model is logged by `log_model`, which queues the function that builds it (gpt1.finetune.serving for task models,
+  gpt1.tracking.models for a folder of files) like any other call.
 - MLflow's own asynchronous logging (MLFLOW_ENABLE_ASYNC_LOGGING) is not used: it sends from up to 10 threads in
   no fixed order and drops a batch that fails; the buffered sender here replays after an outage and delivers
   sooner in fewer requests (benchmarks/bench_tracking.py).
@@ -233,7 +233,7 @@ class RunLogger:
         self._experiment_id: str | None = None
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
         self.reattached = run_id is not None  # an existing run continued (resumed training), not a new one
-        # Stopped by `end()` before the run is terminated: anything with `finish()` (gpt1.mlflow_features'
+        # Stopped by `end()` before the run is terminated: anything with `finish()` (gpt1.tracking.runs'
         # system metrics sampler, set by its `monitor_system`).
         self.system_metrics = None
         if enabled:
@@ -283,7 +283,7 @@ class RunLogger:
 
     def submit(self, what: str, fn: Callable[[], Any], record: dict | None = None) -> None:
         """Queue `fn`, one MLflow request (or a few), to be delivered in order with the run's other calls and
-        retried like them; `record` (JSON) describes it for the spool file, `what` names it (gpt1.replay)."""
+        retried like them; `record` (JSON) describes it for the spool file, `what` names it (gpt1.pipeline.replay)."""
         if not self.enabled:
             return
         with self._lock:
@@ -498,7 +498,7 @@ class RunLogger:
         """A logged model of this run, named `name`, made by `make(run, attempt)` when the queue reaches the call;
         `make` returns the model id. `attempt` is kept across retries: `make` stores the model id there as soon as
         the model exists, so a retry after a failure completes that model instead of creating another. `record`
-        (JSON) says how to make it again, for the spool file (gpt1.replay)."""
+        (JSON) says how to make it again, for the spool file (gpt1.pipeline.replay)."""
         if not self.enabled:
             return
         attempt: dict = {}

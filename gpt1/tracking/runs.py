@@ -1,7 +1,7 @@
 """What a pipeline run carries in MLflow beyond the values it logs: the stage tags, Hugging Face dataset sources,
 system metrics, the pipeline's parent run and its saved runs-table view. Everything here sends through a
-`gpt1.tracking.RunLogger`, so an outage queues, retries and spools it like any other call; logged models and the
-Model Registry are gpt1.mlflow_models.
+`gpt1.tracking.logger.RunLogger`, so an outage queues, retries and spools it like any other call; logged models and the
+Model Registry are gpt1.tracking.models.
 
 Choices where the spec is silent:
 - Stage runs are tagged by `stage_tags`: `gpt1.stage`, `gpt1.key` (the stage's content key), `gpt1.preset`,

@@ -15,7 +15,7 @@ Choices where the spec is silent:
   and runs the per-line ones (mojibake, HTML entities) only on lines that can need them: identical output on
   every shared book, ~10x faster. One deliberate difference: HTML entities are left alone only on lines that
   contain "<" (ftfy's "auto"), where ftfy stops unescaping for the rest of the text after the first such line.
-  (`gpt1.tokenizer.fix_text` is the other ftfy pass: byte-exact, as parity with the original encoder needs, and
+  (`bpe.fix_text` is the other ftfy pass: byte-exact, as parity with the original encoder needs, and
   fast only on ASCII lines; ingestion cleans whole books once, so it takes this faster one.)
 - Whitespace: every run of spaces/tabs/NBSPs becomes one space, lines are stripped (indentation is not kept), and
   blank-line runs become a single blank line, so paragraph breaks survive as "\n\n".

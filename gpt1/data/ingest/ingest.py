@@ -18,7 +18,7 @@ Choices where the spec is silent:
 - Duplicates are exact (same id = sha256 of the cleaned text); the first one in source order is kept.
 - Documents empty or shorter than min_doc_chars once cleaned are named in stats.json, as are the inputs a source
   could not use and its malformed rows.
-- Restartability and replacement are the stage's (gpt1.stages.ingest, gpt1.stages.outputs): its key hashes the
+- Restartability and replacement are the stage's (gpt1.data.ingest.stage, gpt1.stages.outputs): its key hashes the
   source (local files by content; a hub source by id, revision and split, so pin a revision) and these settings.
 - A subset of a large source (`max_documents`, `max_chars`): the first documents in source order, whole; the
   source is read only that far (see `_build`).
@@ -184,7 +184,7 @@ def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text"
     `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
     for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
     gpt1/data/clean.py). `max_documents` / `max_chars`: a subset, see `_build`. Whether to run, and replacing an
-    earlier corpus without ever showing half of one, are the stage's (gpt1.stages.ingest): this writes what it is
+    earlier corpus without ever showing half of one, are the stage's (gpt1.data.ingest.stage): this writes what it is
     given to write.
     """
     if not 0 <= val_fraction < 1:

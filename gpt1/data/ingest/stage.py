@@ -14,15 +14,14 @@ import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gpt1.config import IngestConfig
 from gpt1.data.ingest import ingest
 from gpt1.io import positive_int, stable_hash
-from gpt1.stages.base import StageJob, add_output_args, input_key, run_from_args
+from gpt1.stages.base import StageJob, Step, add_output_args, input_key, run_from_args
 from gpt1.stages.outputs import read_marker
-
-COMMAND, SUMMARY = "ingest", "clean, dedup and split a corpus into Parquet documents + stats.json"
+from gpt1.tracking.runs import hub_dataset_source
 
 
 def source_key(spec: str) -> str:
@@ -51,6 +50,15 @@ class Job(StageJob):
     def input_paths(self) -> dict[str, str]:
         return {"source": self.source}
 
+    def lineage_inputs(self) -> dict[str, tuple[str, Any]]:
+        """The source as an `mlflow.data` source: hub id, split and revision for hub data, else its path."""
+        source = self.source
+        if source.startswith("hf:"):
+            hub = ingest.HFSource(source)
+            source = (str(hub.folder.resolve()) if hub.local else
+                      hub_dataset_source(hub.id, split=hub.split, revision=hub.revision))
+        return {"source": (self.source_key, source)}
+
     def check(self, out: Path) -> None:
         source = Path(self.source)
         if not self.source.startswith("hf:") and source.is_dir() and out.resolve().is_relative_to(source.resolve()):
@@ -64,6 +72,17 @@ class Job(StageJob):
                               unwrap_lines=d.unwrap_lines, max_documents=d.max_documents, max_chars=d.max_chars,
                               show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
         return {"stats": stats}
+
+
+def plan(p) -> list[Step]:
+    """The configured source, or the sample books (`ingest.source: sample`)."""
+    d = p.cfg.ingest
+    if d.source == "sample":
+        books = p.ref("sample-data").inside("books")
+        job = Job(str(books.path), books.key, d)
+    else:
+        job = Job(d.source, source_key(d.source), d)
+    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

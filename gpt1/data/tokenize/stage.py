@@ -1,8 +1,8 @@
-"""Stage `shards`: tokenize an ingested corpus and pack it into Arrow IPC shards of n_ctx+1-token blocks.
+"""Stage `tokenize`: tokenize an ingested corpus and pack it into Arrow IPC shards of n_ctx+1-token blocks.
 
     gpt1 tokenize --corpus DIR --tokenizer DIR --out DIR [--ctx N] [--shard-rows N] [--workers N]
 
-Resumable: a killed run continues with the partitions it had not finished (gpt1.data.shards does the work and
+Resumable: a killed run continues with the partitions it had not finished (gpt1.data.tokenize does the work and
 documents the layout). The worker count changes speed, never the bytes, so it is not part of the key.
 """
 
@@ -17,14 +17,12 @@ from typing import ClassVar
 from gpt1.config import load_config
 from gpt1.data.tokenize import load_manifest, tokenize_corpus
 from gpt1.io import positive_int
-from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
-
-COMMAND, SUMMARY = "tokenize", "tokenize and pack a corpus into Arrow shards + manifest.json"
+from gpt1.stages.base import Ref, StageJob, Step, add_output_args, run_from_args
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
-    stage: ClassVar[str] = "shards"
+    stage: ClassVar[str] = "tokenize"
     mode: ClassVar[str] = "resume"
     corpus: Ref
     tokenizer: Ref
@@ -43,6 +41,13 @@ class Job(StageJob):
                                    show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
         return {"tokens": {split: entry.get("tokens") for split, entry in manifest["splits"].items()},
                 "vocab_size": manifest["vocab_size"]}
+
+
+def plan(p) -> list[Step]:
+    t = p.cfg.tokenize
+    job = Job(p.ref("ingest"), p.ref("train-tokenizer"), n_ctx=p.cfg.model.n_ctx, shard_rows=t.shard_rows,
+              workers=t.workers)
+    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

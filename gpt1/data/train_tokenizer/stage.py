@@ -1,10 +1,10 @@
-"""Stage `tokenizer`: train the GPT-1 BPE tokenizer on an ingested corpus.
+"""Stage `train-tokenizer`: train the GPT-1 BPE tokenizer on an ingested corpus.
 
     gpt1 train-tokenizer --corpus DIR --out DIR [--merges N] [--min-frequency N] [--max-chars N]
 
 Writes tokenizer.json (HF `tokenizers`, with the specials `_start_ _delimiter_ _classify_`) and
 tokenizer_stats.json: the vocabulary size and the merges actually learnt (a small corpus can run out of pairs
-before the requested number), the corpus read, the time. gpt1.tokenizer does the work.
+before the requested number), the corpus read, the time. The encoder itself is bpe.py, beside this file.
 """
 
 from __future__ import annotations
@@ -14,22 +14,20 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from gpt1.data.train_tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
 from gpt1.data.ingest.corpus import iter_texts, split_files
 from gpt1.io import InputError, write_json
-from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, run_from_args
 
 log = logging.getLogger(__name__)
-
-COMMAND, SUMMARY = "train-tokenizer", "train the GPT-1 BPE tokenizer on an ingested corpus"
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
-    stage: ClassVar[str] = "tokenizer"
+    stage: ClassVar[str] = "train-tokenizer"
     corpus: Ref
     cfg: TrainTokenizerConfig
 
@@ -67,6 +65,18 @@ class Job(StageJob):
                  "%.1f s (%.0f chars/s)", stats["merges"], t.merges, stats["vocab_size"], len(SPECIAL_TOKENS),
                  stats["documents"], stats["characters"], seconds, stats["characters_per_second"])
         return {"stats": stats}
+
+    def resolved_params(self, result: Result) -> dict[str, Any]:
+        """The vocabulary the later stages really use (a small corpus may run out of pairs before `merges`)."""
+        stats = result.marker["stats"]
+        return {"resolved.train_tokenizer.merges": stats["merges"],
+                "resolved.train_tokenizer.vocab_size": stats["vocab_size"],
+                "resolved.model.vocab_size": stats["vocab_size"]}
+
+
+def plan(p) -> list[Step]:
+    job = Job(p.ref("ingest"), p.cfg.train_tokenizer)
+    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -32,7 +32,6 @@ from gpt1.tracking.models import log_files_model, register_model
 
 log = logging.getLogger(__name__)
 
-COMMAND, SUMMARY = "replay-spool", "deliver the MLflow calls a run could not (its spool files) to the server"
 PATTERN = "mlflow-undelivered-*.json"
 REPLAYED = "replayed"
 RUN_FIELDS = ("tracking_uri", "experiment", "run_name", "run_id", "parent_run_id", "tags", "calls")
