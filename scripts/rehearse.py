@@ -210,7 +210,7 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
         if not parent:
             continue
         children = {r.info.run_name: r for r in mruns if r.data.tags.get("mlflow.parentRunId") == parent[0].info.run_id}
-        tasks = {f"full/{t}" for t in cfg.finetune.tasks}
+        tasks = {f"finetune-full-{t}" for t in cfg.finetune.tasks}
         checks.check(tasks <= set(children), f"{name}: every task's run under the parent ({sorted(children)})")
         checks.check({"sample-data", "ingest", "train-tokenizer", "tokenize"} <= set(children), f"{name}: every stage's run")
     trained = [r for r in mruns if r.info.run_name == "pretrain" and r.data.tags.get("gpt1.cached") != "true"]

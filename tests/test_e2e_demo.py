@@ -82,7 +82,7 @@ def test_mlflow_has_parent_stage_and_task_runs(demo):
     for variant in ("full", "no_pretrain"):
         names = {r.info.run_name.split("/", 1)[1] for r in children if r.info.run_name.startswith(f"{variant}/")}
         assert names == set(TASKS), variant
-    task_runs = [r for r in children if r.info.run_name.startswith("full/")]
+    task_runs = [r for r in children if r.info.run_name.startswith("finetune-full-")]
     for r in task_runs:
         task = r.info.run_name.split("/", 1)[1]
         assert any(k.startswith(f"task/{task}/") for k in r.data.metrics), f"{task} logged no metrics"

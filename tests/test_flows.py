@@ -307,7 +307,7 @@ def test_rerun_recomputes_nothing_and_a_finetune_change_redoes_only_finetuning(b
     # served from cache, yet the run still shows every stage and task in MLflow, marked as cached
     runs = mlflow_runs(base.uri)
     stages = child_runs(runs, parent_run(runs, state.state_details.flow_run_id))
-    cached = [*UPSTREAM, *(f"{v}/{t}" for v in plan.variants for t in TASKS)]
+    cached = [*UPSTREAM, *(f"finetune-{v}-{t}" for v in plan.variants for t in TASKS)]
     assert {s: stages[s].data.tags.get("gpt1.cached") for s in cached} == dict.fromkeys(cached, "true")
 
     changed = [*BASE, "finetune.lr=1e-3"]
@@ -523,10 +523,10 @@ def test_one_failing_finetune_fails_the_flow_after_the_others_are_logged_and_rep
     assert {"task/sst2/accuracy", "task/stsb/pearson"} <= set(parent.data.metrics)  # the report reached the parent
     children = child_runs(runs, parent)
     for task in ("sst2", "stsb"):
-        child = children[f"full/{task}"]
+        child = children[f"finetune-full-{task}"]
         assert child.info.status == "FINISHED"
         assert any(k.startswith(f"task/{task}/") for k in child.data.metrics), f"{task} logged no metrics"
-    assert "full/rte" not in children or children["full/rte"].info.status == "FAILED"
+    assert "finetune-full-rte" not in children or children["finetune-full-rte"].info.status == "FAILED"
 
 
 # -- 3. SIGKILL mid pre-training, then resume ---------------------------------------------------------------------
@@ -673,7 +673,7 @@ def test_mlflow_outage_during_pretraining_loses_no_metrics(base, tmp_path, monke
         assert parent.info.status == "FINISHED"
         assert {"task/sst2/accuracy", "task/stsb/pearson"} <= set(parent.data.metrics)
         children = child_runs(runs, parent)  # (stages Prefect serves from its cache log no child run)
-        assert {"pretrain", "full/sst2", "full/stsb"} <= set(children), sorted(children)
+        assert {"pretrain", "finetune-full-sst2", "finetune-full-stsb"} <= set(children), sorted(children)
         pretrain = children["pretrain"]
         assert pretrain.info.status == "FINISHED"
         logged = sorted({m.step for m in MlflowClient(server.url).get_metric_history(pretrain.info.run_id, "loss")})
@@ -681,7 +681,7 @@ def test_mlflow_outage_during_pretraining_loses_no_metrics(base, tmp_path, monke
         assert any(outage["down"] < s <= outage["up"] for s in logged), (outage, logged)
         assert {"val_loss", "tokens_per_s"} <= set(pretrain.data.metrics)
         for task in ("sst2", "stsb"):
-            child = children[f"full/{task}"]
+            child = children[f"finetune-full-{task}"]
             assert child.info.status == "FINISHED"
             assert any(k.startswith(f"task/{task}/") for k in child.data.metrics), f"{task} logged no metrics"
     finally:

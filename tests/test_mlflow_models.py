@@ -144,7 +144,7 @@ def test_a_cached_finetune_and_pretraining_still_log_a_child_run_with_their_metr
     parent = logger.RunLogger("gpt1/smoke · rerun", experiment=EXPERIMENT, uri=store)
     out_dir, result = registered[0]
     tags = runs.stage_tags("finetune", key="k1", preset="smoke", cached=True)
-    cached_id = log_finished_finetune(out_dir, run_name="full/sst2", parent_run_id=parent.run_id,
+    cached_id = log_finished_finetune(out_dir, run_name="finetune-full-sst2", parent_run_id=parent.run_id,
                                       experiment=EXPERIMENT, tracking_uri=store, tags=tags)
     cached, trained = client.get_run(cached_id), client.get_run(result["run_id"])
     assert cached.data.tags["mlflow.parentRunId"] == parent.run_id and cached.data.tags["gpt1.cached"] == "true"
@@ -209,9 +209,9 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
         "resolved.train_tokenizer.merges": "1313", "resolved.train_tokenizer.vocab_size": "1383",
         "resolved.model.vocab_size": "1383"}
     children = client.search_runs([got.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
-    assert sorted(r.info.run_name for r in children) == ["full/sst2", "train-tokenizer"]
+    assert sorted(r.info.run_name for r in children) == ["finetune-full-sst2", "train-tokenizer"]
     by_name = {r.info.run_name: r for r in children}
-    assert by_name["full/sst2"].data.tags["gpt1.key"] == "task-key"
+    assert by_name["finetune-full-sst2"].data.tags["gpt1.key"] == "task-key"
     tokenizer_run = by_name["train-tokenizer"]
     assert {k: tokenizer_run.data.tags[k] for k in ("gpt1.stage", "gpt1.cached", "gpt1.preset", "gpt1.key")} == {
         "gpt1.stage": "train-tokenizer", "gpt1.cached": "true", "gpt1.preset": "smoke",

@@ -63,7 +63,7 @@ class Job(StageJob):
 
     @property
     def label(self) -> str:
-        return self.run_name or f"finetune/{self.task}"
+        return self.run_name or f"finetune-{self.task}"
 
     def build(self, out: Path) -> dict:
         cfg = self.cfg
@@ -130,7 +130,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder/file (default: the checkpoint's)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: config, $MLFLOW_TRACKING_URI, sqlite)")
     parser.add_argument("--parent-run-id", help="MLflow run to nest this task's run under")
-    parser.add_argument("--run-name", help="MLflow run name (default: finetune/<task>)")
+    parser.add_argument("--run-name", help="MLflow run name (default: finetune-<task>)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     add_output_args(parser)

@@ -404,7 +404,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
     tags = {**stage_tags("finetune"), **(run_tags or {}), "gpt1.task": task, "gpt1.ablation": ablation_name(cfg)}
     tracking = dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track, tags=tags)
     return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir, tracking,
-                     run_name or f"finetune/{task}", device, registered_model)
+                     run_name or f"finetune-{task}", device, registered_model)
 
 
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,

@@ -182,7 +182,7 @@ class Plan:
         data, data_key = self.task_data(task)
         init = self.cfg.model.model_dump(exclude={"vocab_size"}) if self.from_random_init(variant) else None
         return finetune.Job(task, data, data_key, self.start(variant), self.tokenizer, self.variant_config(variant),
-                            run_name=f"{variant}/{task}", random_init=init)
+                            run_name=f"finetune-{variant}-{task}", random_init=init)
 
     def missing_data(self) -> dict[str, str]:
         """Tasks left out because their files are not there (`finetune.missing_data=skip`), and why."""
