@@ -47,10 +47,7 @@ CALL_FIELDS = {
 
 def read_spool(path: Path) -> dict:
     """A spool file, checked field by field (errors name the file and the call)."""
-    try:
-        spool = read_json(path)
-    except ValueError as err:
-        raise InputError(f"not a JSON spool file ({err})", file=path) from None
+    spool = read_json(path)
     if not isinstance(spool, dict) or any(field not in spool for field in RUN_FIELDS):
         raise InputError(f"not a gpt1 MLflow spool file (expected the fields {', '.join(RUN_FIELDS)})", file=path)
     for i, call in enumerate(spool["calls"]):
