@@ -20,6 +20,7 @@ import torch
 
 from gpt1.cli import main as cli
 from gpt1.config import ConfigError, load_config
+from gpt1.io import read_json, sha256_file, write_json
 from gpt1.runtime.processes import alive
 from gpt1.stages.outputs import DONE
 from tests.test_pretrain_runs import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
@@ -230,7 +231,11 @@ def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_s
     assert cli([*base, "--out", str(good)]) == 0
     capsys.readouterr()
     head = load_file(str(good / "model" / HEAD_NAME))
-    save_file({k: torch.full_like(v, float("nan")) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
+    # Finite weights whose outputs overflow: an error, never an accuracy from NaN probabilities (task.json's record
+    # of the head's hash updated, or the changed file would be refused before it is read).
+    save_file({k: torch.full_like(v, 3e38) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
+    info = read_json(good / "model" / "task.json")
+    write_json(good / "model" / "task.json", {**info, "head_sha256": sha256_file(good / "model" / HEAD_NAME)})
     code = cli(["predict", "--model", str(good / "model"), "--input", str(tasks_dir), "--split", "dev",
                 "--out", str(tmp_path / "predictions.jsonl")])
     err = capsys.readouterr().err
