@@ -92,6 +92,18 @@ def read_json(path: str | os.PathLike) -> Any:
                          file=path) from None
 
 
+def parquet_file(path: str | os.PathLike):
+    """pyarrow's `ParquetFile` of `path`; bytes that are not Parquet (a cut or overwritten file) raise InputError
+    naming it (pyarrow's own message does not)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except pa.ArrowException as err:
+        raise InputError(f"not a readable Parquet file ({err})", file=path) from None
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -222,7 +222,7 @@ def files_problem(path: Path, recorded: dict, share: tuple[int, int] = (0, 1)) -
         if not isinstance(record, dict) or not {"bytes", "sha256"} <= set(record):
             return f"{META}: the record of {name} has no bytes/sha256"
         if file.stat().st_size != record["bytes"]:
-            return f"{name} is {file.stat().st_size} bytes, recorded {record['bytes']}"
+            return f"{name} changed since it was written ({file.stat().st_size} bytes, recorded {record['bytes']})"
         if index % share[1] == share[0] and (digest := sha256_file(file)) != record["sha256"]:
             return f"{name} changed since it was written (sha256 {digest[:12]}, recorded {record['sha256'][:12]})"
     return None

@@ -167,4 +167,8 @@ def run_cli(args: argparse.Namespace) -> int:
         else:
             failed.append(left)
             print(f"{path.name}: not all of {count} call(s) delivered; what is left is in {left.name}")
-    return 1 if failed else 0
+    if failed:
+        raise ValueError(f"{len(failed)} of {len(files)} spool file(s) not delivered to "
+                         f"{args.tracking_uri or 'their tracking servers'}; what is left is in "
+                         f"{', '.join(str(p) for p in failed)}: run this again when the server answers")
+    return 0
