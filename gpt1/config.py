@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpt1.tasks.registry import TASKS  # the registry is the one list of tasks (gpt1.tasks never imports config)
 
@@ -182,9 +182,22 @@ class FinetuneConfig(_Section):
     seed: int = 0
 
 
+# MLflow tracking stores by URI scheme (a dialect may follow: postgresql+psycopg2://); a scheme MLflow does not
+# have would only fail inside the run, where its calls are spooled for a server that can never answer.
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "file")
+
+
 class TrackingConfig(_Section):
     experiment: str = "gpt1"
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else local sqlite")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _known_scheme(cls, uri: str | None) -> str | None:
+        scheme = uri.split("://", 1)[0].split("+", 1)[0] if uri and "://" in uri else None
+        if scheme is not None and scheme not in TRACKING_SCHEMES:
+            raise ValueError(f"{uri}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})")
+        return uri
     upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
     register_models: bool = Field(True, description="register fine-tuned task models in the Model Registry")
 
@@ -312,7 +325,7 @@ def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
         try:
             data = yaml.safe_load(fh) or {}
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err})") from None
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     data.setdefault("preset", path.stem)

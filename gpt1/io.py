@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from gpt1.errors import NO_SPACE
+from gpt1.errors import NO_SPACE, first_line
 
 _CHUNK = 1 << 20
 
@@ -151,6 +151,17 @@ class InputError(ValueError):
 class OutputError(ValueError):
     """An output cannot or must not be written (unwritable folder, disk full, busy, someone else's folder): names
     the path; what was there is untouched."""
+
+
+def write_error(path: str | os.PathLike, err: BaseException) -> OutputError:
+    """A failed write of `path` as an OutputError naming it. Writers that report a full disk in their own words
+    (torch's checkpoint writer, safetensors) are recognised by the device's free space."""
+    full = getattr(err, "errno", None) in NO_SPACE or "no space left" in str(err).lower()
+    existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+    if existing is not None and shutil.disk_usage(existing).free < _CHUNK:
+        full = True
+    cause = "no space left on the device" if full else first_line(err)
+    return OutputError(f"{path}: could not write it ({cause})")
 
 
 def check_writable(folder: str | os.PathLike) -> Path:

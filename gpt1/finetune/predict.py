@@ -31,14 +31,13 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 from tqdm import tqdm
 
 from gpt1 import tasks
 from gpt1.data.train_tokenizer import bpe
 from gpt1.errors import Diverged
 from gpt1.io import InputError, atomic_dir, positive_int, read_json, sha256_file, write_json, write_text
-from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights
+from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights
 from gpt1.runtime.devices import torch_device
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
@@ -62,8 +61,7 @@ def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | 
     """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
     with atomic_dir(directory) as tmp:
         model.transformer.save_pretrained(tmp)
-        head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
-        save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
+        save_weights({k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}, tmp / HEAD_NAME)
         tokenizer.save(tmp)
         write_json(tmp / TASK_FILE, {**info, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME),
                                      "head_sha256": sha256_file(tmp / HEAD_NAME)})

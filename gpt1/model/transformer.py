@@ -39,7 +39,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gpt1.config import ModelConfig
-from gpt1.io import InputError, atomic_path, read_json, sha256_file, write_json
+from gpt1.io import InputError, atomic_path, read_json, sha256_file, write_error, write_json
 from gpt1.model.losses import Average, lm_loss
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
@@ -226,9 +226,7 @@ class GPT1(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        with atomic_path(directory / WEIGHTS_NAME) as tmp:
-            save_file(state, str(tmp), metadata={"format": "pt"})
+        save_weights({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, directory / WEIGHTS_NAME)
         write_json(directory / CONFIG_NAME, self.config.model_dump())  # written last: marks a complete folder
         return directory
 
@@ -316,6 +314,16 @@ def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
     except ValidationError as err:
         first = err.errors()[0]
         raise InputError(first["msg"], file=path, field=".".join(map(str, first["loc"]))) from None
+
+
+def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    """`state` as a safetensors file, written atomically; a failed write names the file (safetensors' error does
+    not)."""
+    with atomic_path(path) as tmp:
+        try:
+            save_file(state, str(tmp), metadata={"format": "pt"})
+        except SafetensorError as err:
+            raise write_error(path, err) from None
 
 
 def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, torch.Tensor]:

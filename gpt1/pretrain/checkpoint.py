@@ -46,8 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpt1.errors import first_line
-from gpt1.io import InputError, OutputError, read_json, sha256_file, write_json, write_text
+from gpt1.io import InputError, OutputError, read_json, sha256_file, write_error, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +137,7 @@ class CheckpointManager:
             engine.save_checkpoint(str(self.root), tag=tag, save_latest=False)
             write_json(path / rank_file(self.rank), {"rank": self.rank, "rng": rng_state()})
         except (OSError, RuntimeError) as err:  # torch.save reports a failed write as a RuntimeError
-            raise OutputError(f"{path}: could not write the checkpoint ({first_line(err)}); the previous "
-                              "checkpoints are kept") from err
+            raise write_error(path, err) from err
         written = [None] * self.world_size
         dist.all_gather_object(written, _files_written(engine, self.root, tag, self.rank))
         if self.rank == 0:

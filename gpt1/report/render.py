@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpt1.io import read_json, write_json, write_text
+from gpt1.io import atomic_path, read_json, write_json, write_text
 from gpt1.stages.outputs import read_marker
 from gpt1.tasks import REGISTRY, metrics
 
@@ -277,10 +277,11 @@ def plot(runs: list[Run], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig = results_figure(runs)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
