@@ -14,7 +14,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv test test-fast demo rehearse down bench clean
+.PHONY: venv test test-fast battery demo rehearse down bench clean
 
 venv: $(STAMP) $(COMPOSE)
 
@@ -63,6 +63,11 @@ test: venv
 
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# The failure battery (docs/failure-behaviour.md): every case, counts per category and class; tests/test_battery_fast.py
+# runs its CI subset.
+battery: venv
+	$(BIN)/python -m tests.battery
 
 demo: venv
 	bash scripts/demo.sh

@@ -32,9 +32,9 @@ pytestmark = pytest.mark.slow
 def plant_pickle(path: Path, marker: Path) -> None:
     """Write to `path` a torch checkpoint whose unpickling runs `touch marker` (in a separate process: the class
     must not exist in this one)."""
-    code = ("import os, torch\n"
+    code = ("import torch\n"
             "class Planted:\n"
-            f"    def __reduce__(self):\n        return (os.system, ('touch {marker}',))\n"
+            f"    def __reduce__(self):\n        return (open, ({str(marker)!r}, 'w'))\n"
             f"torch.save({{'optimizer_state_dict': Planted()}}, {str(path)!r})\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
