@@ -14,7 +14,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv test test-unit test-integration test-e2e demo rehearse down clean
+.PHONY: venv test test-unit test-integration test-e2e battery demo rehearse down clean
 
 venv: $(STAMP) $(COMPOSE)
 
@@ -71,6 +71,11 @@ test-integration: venv
 
 test-e2e: venv
 	$(BIN)/python -m pytest -q tests/e2e
+
+# The failure battery (docs/failure-behaviour.md): every case, counts per category and class; tests/test_battery_fast.py
+# runs its CI subset.
+battery: venv
+	$(BIN)/python -m tests.battery
 
 demo: venv
 	bash scripts/demo.sh

@@ -20,6 +20,7 @@ import torch
 
 from gpt1.cli import main as cli
 from gpt1.config import ConfigError, load_config
+from gpt1.io import read_json, sha256_file, write_json
 from gpt1.runtime.processes import alive
 from gpt1.stages.outputs import DONE
 from tests.test_pretrain_runs import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
@@ -69,8 +70,8 @@ def test_a_killed_launcher_takes_its_worker_with_it_and_no_second_run_trains_bes
 
 @pytest.mark.slow
 def test_a_planted_file_in_a_checkpoint_is_refused_not_executed(data, trained, tmp_path):  # noqa: F811
-    """Resume unpickles DeepSpeed's files with weights_only=True: a planted pickle that runs code is refused by
-    name and runs nothing."""
+    """A planted pickle that runs code is refused by name (its bytes are not the ones the checkpoint recorded) and
+    runs nothing (tests/test_checkpoint_security.py plants more)."""
     run = tmp_path / "run"
     shutil.copytree(trained, run, ignore=shutil.ignore_patterns("final", DONE))
     (run / "checkpoints" / "step-00000004").rename(run / "checkpoints" / "step-00000004.gone")
@@ -82,7 +83,7 @@ def test_a_planted_file_in_a_checkpoint_is_refused_not_executed(data, trained, t
     done = subprocess.run([*pretrain_args(data, run, "--resume", "auto", steps=4), "--save-every", "2"], env=env(),
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode != 0 and not marker.exists(), "the planted file's code ran"
-    assert "refused to load it" in done.stdout + done.stderr and planted.name in done.stdout + done.stderr
+    assert "changed since it was written" in done.stderr and planted.name in done.stderr
 
 
 @pytest.mark.slow
@@ -230,7 +231,11 @@ def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_s
     assert cli([*base, "--out", str(good)]) == 0
     capsys.readouterr()
     head = load_file(str(good / "model" / HEAD_NAME))
-    save_file({k: torch.full_like(v, float("nan")) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
+    # Finite weights whose outputs overflow: an error, never an accuracy from NaN probabilities (task.json's record
+    # of the head's hash updated, or the changed file would be refused before it is read).
+    save_file({k: torch.full_like(v, 3e38) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
+    info = read_json(good / "model" / "task.json")
+    write_json(good / "model" / "task.json", {**info, "head_sha256": sha256_file(good / "model" / HEAD_NAME)})
     code = cli(["predict", "--model", str(good / "model"), "--input", str(tasks_dir), "--split", "dev",
                 "--out", str(tmp_path / "predictions.jsonl")])
     err = capsys.readouterr().err

@@ -382,7 +382,7 @@ def test_finetune_cli_with_preset_overrides_and_bad_checkpoint(work, sample_task
     smoke = load_config("smoke").finetune
     assert result["finetune_config"]["lr"] == smoke.lr and result["finetune_config"]["epochs"] == 2
     assert result["ablation"] == "no_aux_lm" and result["train"]["steps"] == 2 * -(-16 // smoke.batch_size)
-    assert "storycloze (test): accuracy" in capsys.readouterr().out
+    assert "storycloze (test, 8 rows): accuracy" in capsys.readouterr().out
 
     bad = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint",
            str(work / "nowhere"), "--out", str(work / "bad"), "--no-tracking"]

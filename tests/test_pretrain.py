@@ -19,6 +19,7 @@ import torch
 
 from gpt1.pretrain.checkpoint import COMPLETE, CheckpointManager, rng_state, set_rng_state, tag_for
 from gpt1.config import ModelConfig, load_config
+from gpt1.io import write_json
 from gpt1.pretrain.distributed import batch_layout, deepspeed_config, prepare_env, worker_command
 from gpt1.model.generate import generate
 from gpt1.model.mfu import gpu_peak_flops, measure_matmul_flops, mfu
@@ -184,7 +185,8 @@ def test_total_steps_from_max_steps_or_epochs():
 def _fake_checkpoint(root, step, complete=True, model=None):
     path = root / tag_for(step)
     path.mkdir(parents=True)
-    (path / "meta.json").write_text(f'{{"step": {step}, "model": {__import__("json").dumps(model)}}}')
+    write_json(path / "meta.json", {"step": step, "world_size": 1, "tokens_seen": 0, "reader": {}, "files": {},
+                                    "model": model})
     if complete:
         (path / COMPLETE).write_text(f"{step}\n")
     return path

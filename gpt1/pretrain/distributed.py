@@ -24,8 +24,8 @@ Choices where the spec is silent:
   `init_world` marks that op unavailable before it starts the group, as DeepSpeed itself does on a platform
   that cannot build it; gradients go through torch.distributed (gloo) as before.
 - bf16/fp16 need ZeRO stage >= 1: at stage 0 DeepSpeed keeps the fp32 master weights inside its mixed-precision
-  optimizer wrappers, out of reach of the fp32 consolidation at the end (`zero_to_fp32` reads stages 1-3). On one
-  device stage 1 costs nothing extra.
+  optimizer wrappers, out of reach of the fp32 consolidation at the end (it gathers ZeRO's fp32 partitions at
+  stages 1-3). On one device stage 1 costs nothing extra.
 - fp16 is GPU-only (the CPU accelerator has no fp16 kernels worth training with).
 """
 

@@ -25,6 +25,7 @@ from typing import Callable, ClassVar
 
 import yaml
 
+from gpt1 import errors
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
@@ -118,9 +119,10 @@ class Job(StageJob):
         if code != 0 and worker_errors:
             raise ValueError(worker_errors[0])
         if code != 0:
-            what = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
-            raise RuntimeError(f"pre-training workers {what} (outputs so far in {out}; re-run with --resume auto "
-                               "to continue from the last complete checkpoint)")
+            what = f"killed by signal {-code}" if code < 0 else f"exited with {code} (its traceback is above)"
+            failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
+            raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
+                          "continue from the last complete checkpoint")
         return {"final": str(out / FINAL)}
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:

@@ -351,16 +351,18 @@ class Pretraining:
         return path
 
     def finish(self) -> None:
-        """Rank 0: consolidated fp32 weights + tokenizer + transformers export in OUT/final, artifacts, run end."""
+        """Consolidated fp32 weights (gathered by every rank, from memory); then rank 0: weights + tokenizer +
+        transformers export in OUT/final, artifacts, run end."""
+        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
+
+        state = consolidated_state_dict(self.engine)
         if not self.world.is_main:
             return
-        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
         from gpt1.model.convert import pretrained_by, save_hf_folder
         from gpt1.model.transformer import WEIGHTS_NAME, GPT1
 
         final = self.out / FINAL
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
-        state = consolidated_state_dict(self.engine, checkpoint, self.cfg.pretrain.zero_stage)
         with torch.device("meta"):
             model = GPT1(self.cfg.model)
         model.load_checked_state_dict(state, source=checkpoint)
