@@ -87,11 +87,13 @@ class Job(StageJob):
 
     def prepare(self, out: Path) -> list[str]:
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""
-        cfg, task_data = self.check(out)
+        cfg, _ = self.check(out)
         write_json(out / "config.json", cfg.model_dump(mode="json"))
         args = ["--config", str(out / "config.json"), "--shards", str(self.shards.path), "--out", str(out)]
+        # Only a given task folder is passed on: the worker resolves finetune.data (a hub source, not a folder)
+        # from the config itself, exactly as check() did.
         for flag, value in (("--resume", self.resume), ("--tokenizer", self.tokenizer),
-                            ("--task-data", task_data), ("--parent-run-id", self.parent_run_id)):
+                            ("--task-data", self.task_data), ("--parent-run-id", self.parent_run_id)):
             if value is not None:
                 args += [flag, str(value)]
         return args
