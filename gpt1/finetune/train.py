@@ -74,6 +74,7 @@ from gpt1.model.transformer import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_c
 from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
                                    prediction_records, raw_inputs, save_task_model, to_tensors)
 from gpt1.progress import Every, duration
+from gpt1.runtime.cuda import training_device
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.finetune.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
@@ -410,6 +411,7 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
     reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
+    dev = torch.device(device or training_device("fine-tuning"))  # first: a GPU job without CUDA stops at once
     check_inputs(checkpoint_dir, cfg)
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = bpe.load(tokenizer_path)
@@ -419,7 +421,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     headline = headline_split(spec, held_out)
 
     torch.manual_seed(cfg.seed)
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg).to(dev)
     if spec.regression:  # start at the mean score, so the first updates fit the spread rather than the offset
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpt1.config import PretrainConfig
+from gpt1.runtime.cuda import require_cuda, training_device
 from gpt1.runtime.processes import free_port, threads_per_process
 
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -87,21 +88,23 @@ def world_from_env() -> World:
 
 
 def device_type() -> str:
-    """'cuda' when DeepSpeed will pick a GPU, else 'cpu' (decided without importing deepspeed: it is slow)."""
-    import torch
-
+    """'cuda' when DeepSpeed will pick a GPU, else 'cpu' (decided without importing deepspeed: it is slow). With
+    GPT1_REQUIRE_CUDA set, anything but 'cuda' raises CudaUnavailable (gpt1.runtime.cuda)."""
     wanted = os.environ.get("DS_ACCELERATOR")
-    return "cuda" if wanted in (None, "cuda") and torch.cuda.is_available() else "cpu"
+    if wanted not in (None, "cuda"):
+        require_cuda("pre-training", f"DS_ACCELERATOR={wanted} asks DeepSpeed for another accelerator")
+        return "cpu"
+    return training_device("pre-training")
 
 
 def init_world() -> World:
     """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device."""
+    backend = "nccl" if device_type() == "cuda" else "gloo"  # first: a GPU job without CUDA stops here, at once
     prepare_env()
     import deepspeed
     import torch
 
     world = world_from_env()
-    backend = "nccl" if device_type() == "cuda" else "gloo"
     if backend == "gloo":
         skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)

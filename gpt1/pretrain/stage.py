@@ -68,6 +68,7 @@ class Job(StageJob):
     # -- before any compute ------------------------------------------------------------------------------------
     def check(self, out: Path) -> tuple[PipelineConfig, str | None]:
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
+        device = device_type()  # first: a GPU job without CUDA stops in seconds, before the shards are hashed
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
@@ -75,7 +76,7 @@ class Job(StageJob):
         log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
                  checked["checked_bytes"] / 1e6, checked["seconds"])
         cfg = resolve_config(self.cfg, manifest)
-        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device_type())  # batch layout, precision
+        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device)  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
         if train_blocks < cfg.pretrain.global_batch_size:
             raise ValueError(f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "

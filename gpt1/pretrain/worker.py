@@ -41,6 +41,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -414,13 +415,17 @@ def worker_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     exit_with_parent()  # the launcher (gpt1 pretrain, a pipeline) died: stop training, release the output
     args = worker_parser().parse_args(argv)
+    rank = os.environ.get("RANK", "0")  # as the launcher set it; joining the world may itself fail (no CUDA)
+    return exit_code(lambda: start(args), prefix=f"{WORKER} (rank {rank})")
+
+
+def start(args: argparse.Namespace) -> int:
     from gpt1.pretrain.distributed import init_world
 
     world = init_world()
     logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
                         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
-    cfg = config_from_dict(read_json(args.config))
-    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+    return train(config_from_dict(read_json(args.config)), args, world)
 
 
 def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
