@@ -127,13 +127,17 @@ class PretrainConfig(_Section):
     zero_stage: int = Field(1, ge=0, le=3)
     offload_optimizer: bool = False
     seed: int = 0
-    log_every: int = Field(10, gt=0)
+    log_every: int = Field(10, gt=0, description="updates per logged window; the loop waits for the device only here")
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
     probe_max_examples: int = Field(200, gt=0, description="examples per zero-shot probe task")
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
+    # GPU speed: minutes instead of updates (gpt1/pretrain/cadence.py), checked at the log_every boundaries
+    eval_every_minutes: float | None = Field(None, gt=0, description="evaluate every this many minutes instead")
+    probe_every_minutes: float | None = Field(None, gt=0, description="run the probes every this many minutes instead")
+    save_every_minutes: float | None = Field(None, gt=0, description="checkpoint every this many minutes instead")
 
 
 class FinetuneConfig(_Section):

@@ -27,6 +27,11 @@ Choices where the spec is silent:
   optimizer wrappers, out of reach of the fp32 consolidation at the end (`zero_to_fp32` reads stages 1-3). On one
   device stage 1 costs nothing extra.
 - fp16 is GPU-only (the CPU accelerator has no fp16 kernels worth training with).
+- Gradients are reduced across ranks in fp32 (`communication_data_type`): DeepSpeed's default is the training
+  dtype, and a sum over many ranks in bf16 keeps 8 bits of mantissa. With ZeRO 2-3 micro-batch gradients are also
+  accumulated in fp32 (`data_types.grad_accum_dtype`); at ZeRO-1 DeepSpeed would answer that setting with its
+  separate BF16 optimizer, whose checkpoints its own `zero_to_fp32` cannot consolidate, so ZeRO-1 accumulates a
+  rank's micro-batches in bf16 (none at the paper's 8 x 8 layout on one node; `zero_stage=2` where it matters).
 """
 
 from __future__ import annotations
@@ -174,7 +179,10 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
         "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
         "steps_per_print": _NEVER_PRINT,
         "wall_clock_breakdown": False,
+        "communication_data_type": "fp32",  # gradients summed across ranks in fp32 (module docstring)
     }
+    if precision != "fp32" and stage >= 2:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     return config
 
 
