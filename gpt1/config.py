@@ -51,8 +51,8 @@ class ModelConfig(_Section):
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
     compile: bool | Literal["auto"] = Field(
-        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA only "
-                            "(gpt1/model.py)")
+        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA, when "
+                            "a C compiler is there for Triton (gpt1/model/transformer.py)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":
@@ -155,6 +155,9 @@ class FinetuneConfig(_Section):
     batch_size: int = Field(32, gt=0)
     micro_batch_size: int | None = Field(
         None, gt=0, description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)")
+    forward_sequences: int = Field(
+        64, gt=0, description="most sequences per forward (an example is 1, a similarity pair 2, a K-way choice K); a "
+                              "batch with more is split and its gradients accumulated: bounds memory (RACE: 32 x 4)")
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
@@ -169,7 +172,8 @@ class FinetuneConfig(_Section):
     max_eval_examples: int | None = Field(None, gt=0)
     eval_batch_size: int = Field(64, gt=0)
     max_bad_row_fraction: float = Field(0.01, ge=0, le=1, description="malformed rows tolerated per file")
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU")
     seed: int = 0
 
 

@@ -90,6 +90,15 @@ def training_device(what: str) -> str:
     return "cpu" if cuda_problem() else "cuda"
 
 
+def use_tf32_matmuls() -> None:
+    """Run fp32 matmuls on CUDA as TF32, on the tensor cores. Through torch's process-wide switch on purpose:
+    torch.compile's inductor reads it back (`torch.get_float32_matmul_precision()`), which raises once only the
+    CUDA backend's own switch was set."""
+    import torch
+
+    torch.set_float32_matmul_precision("high")
+
+
 def versions() -> dict[str, str | int | None]:
     """What a GPU run's numbers depend on, for its logs: torch, CUDA, cuDNN, driver, NCCL, DeepSpeed, the GPUs."""
     from importlib.metadata import PackageNotFoundError, version
