@@ -128,16 +128,9 @@ def pretrain(data: Path, out: Path, sets: list[str], env: dict[str, str], timeou
     for item in sets:
         args += ["--set", item]
     gpt1(args, out.parent / f"{out.name}.log", env, timeout)
+    from gpt1.pretrain.outputs import read_metrics
+
     return read_metrics(out / "metrics.jsonl")
-
-
-def read_metrics(path: Path) -> dict[int, dict]:
-    by_step: dict[int, dict] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_step.setdefault(record["step"], {}).update(record)
-    return by_step
 
 
 # -- the checks -----------------------------------------------------------------------------------------------------
@@ -176,19 +169,11 @@ def throughput(mode: Mode, prepared: Path, run: Path, budget: Budget, compiled: 
     mfu = [w["mfu"] for w in windows if w.get("mfu") is not None]
     result = {"tokens_per_s": tokens_per_s, "mfu": statistics.median(mfu) if mfu else None, "micro_batch": micro,
               "compiled": compiled, "updates": steps, "seconds": time.monotonic() - started}
-    shape = "tiny 2x64" if mode.cpu else "12x768"
+    model = json.loads((out / "config.json").read_text())["model"]  # as the run resolved it
     mfu_text = f"MFU {100 * result['mfu']:.1f}%" if result["mfu"] is not None else "MFU n/a"
-    return (f"{tokens_per_s:,.0f} tokens/s, {mfu_text} ({shape}, ctx {metrics_ctx(out)}, vocab "
-            f"{metrics_vocab(out):,}, bf16 ZeRO-1, 1 {mode.device}, {steps} updates, "
+    return (f"{tokens_per_s:,.0f} tokens/s, {mfu_text} ({model['n_layer']}x{model['n_embd']}, ctx {model['n_ctx']}, "
+            f"vocab {model['vocab_size']:,}, bf16 ZeRO-1, 1 {mode.device}, {steps} updates, "
             f"{result['seconds']:.0f} s with start-up)"), result
-
-
-def metrics_ctx(out: Path) -> int:
-    return json.loads((out / "config.json").read_text())["model"]["n_ctx"]
-
-
-def metrics_vocab(out: Path) -> int:
-    return json.loads((out / "config.json").read_text())["model"]["vocab_size"]
 
 
 def small_run_args(prepared: Path, steps: int = 4) -> tuple[list[str], list[str]]:
@@ -242,6 +227,8 @@ def resume(mode: Mode, prepared: Path, run: Path, budget: Budget) -> tuple[str, 
     sets, extra = small_run_args(prepared)
     resumed = losses(pretrain(prepared / "data" / "shards-small", out, sets, child_env(mode, on_cuda=True),
                               budget.timeout(120), *extra, "--resume", "auto"))
+    from gpt1.pretrain.outputs import read_metrics
+
     expected = losses(read_metrics(reference / "metrics.jsonl"))
     if sorted(resumed) != [3, 4]:
         raise CheckFailed(f"the resumed run recorded updates {sorted(resumed)}, expected [3, 4]")

@@ -134,3 +134,11 @@ def test_multinode_assets_require_cuda_and_share_compile_caches():
     sbatch = (INFRA / "multinode/slurm/pretrain.sbatch").read_text()
     assert "export GPT1_REQUIRE_CUDA=${GPT1_REQUIRE_CUDA:-1}" in sbatch
     assert "TORCHINDUCTOR_CACHE_DIR=" in sbatch and "TRITON_CACHE_DIR=" in sbatch
+
+
+def test_the_cluster_preset_acts_by_the_clock_and_the_rehearsal_by_updates():
+    from gpt1.config import load_config
+
+    cluster, rehearse = load_config("cluster").pretrain, load_config("rehearse").pretrain
+    assert cluster.save_every_minutes and cluster.eval_every_minutes and cluster.probe_every_minutes
+    assert (rehearse.save_every_minutes, rehearse.eval_every_minutes, rehearse.probe_every_minutes) == (None,) * 3
