@@ -17,7 +17,8 @@ venv that sees the host's CUDA torch (docs/gpu.md). The checks, each through the
     hf parity              the pre-trained model and its transformers export: the same logits on CUDA
 
 `--cpu` runs them all on the CPU at a tiny shape (the compiled runs only with --compile): the dry run CI makes.
-Every run writes under RUN (default PREPARED/run); RUN/results.json holds the numbers. Exit 1 when a check fails.
+Every run writes under RUN (default PREPARED/run); RUN/results.json holds the numbers. Exit 1 when a check fails
+or does not fit the time budget; `skip` marks a check the host cannot run (compiling without a C compiler).
 Throughput is the median of the logged windows after the first (which holds start-up and compilation).
 """
 
@@ -48,6 +49,10 @@ NEVER = 10**9  # an update count no check reaches: the action only runs at the e
 
 class CheckFailed(Exception):
     """A check's one-line reason."""
+
+
+class CheckSkipped(Exception):
+    """A check this host cannot run, and why (not a failure of gpt1)."""
 
 
 @dataclass
@@ -89,7 +94,7 @@ class Budget:
     def timeout(self, limit: float) -> float:
         left = self.left()
         if left < 20:
-            raise CheckFailed(f"skipped: {max(left, 0):.0f} s of the time budget left")
+            raise CheckFailed(f"not run: {max(left, 0):.0f} s of the {self.seconds:.0f} s budget left")
         return min(limit, left)
 
 
@@ -152,6 +157,10 @@ def environment(mode: Mode) -> tuple[str, dict]:
 
 def throughput(mode: Mode, prepared: Path, run: Path, budget: Budget, compiled: bool, micro: int
                ) -> tuple[str, dict]:
+    from gpt1.model.transformer import c_compiler
+
+    if compiled and not mode.cpu and c_compiler() is None:
+        raise CheckSkipped("no C compiler ($CC, gcc or clang) for Triton on this host: torch.compile cannot run")
     steps, log_every = mode.throughput_steps
     shards = prepared / "data" / ("shards-small" if mode.cpu else "shards-gpt1")
     sets = [*mode.shape, f"model.compile={str(compiled).lower()}", "pretrain.precision=bf16",
@@ -311,9 +320,10 @@ def run_checks(prepared: Path, run: Path, mode: Mode, budget: Budget) -> int:
         try:
             text, data = check()
             status = "ok"
+        except CheckSkipped as err:
+            text, data, status = str(err), {}, "skip"
         except CheckFailed as err:
-            text, data = str(err), {}
-            status = "skip" if text.startswith("skipped:") else "FAIL"
+            text, data, status = str(err), {}, "FAIL"
             failed = True
         results[name] = {"status": status, "detail": text, **data, "check_seconds": time.monotonic() - started}
         print(f"{name:<28} {status:<4} {text}", flush=True)

@@ -177,7 +177,7 @@ class Pretraining:
         self.reader_state = self.train_data.state_dict()  # after the last update trained (checkpoints save it)
 
         self.peak_flops, self.peak_source = None, ""
-        self.run = self.metrics = None
+        self.run = self.metrics = self.bar = None
         if world.is_main:
             from gpt1.model.mfu import device_peak_flops
 
@@ -314,8 +314,6 @@ class Pretraining:
         first = self.step - len(losses) + 1
         for step, loss, grad_norm, lr in zip(range(first, self.step + 1), losses, norms, lrs):
             if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
-                if self.metrics is not None:
-                    self.metrics.flush()
                 raise Diverged(f"pre-training diverged at update {step}: loss {loss}, gradient norm {grad_norm} "
                                f"(lr {lr:.3g}); {self.kept()}")
             if self.metrics is not None:
