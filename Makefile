@@ -80,9 +80,11 @@ WHEELHOUSE ?= build-artifacts/wheelhouse-py$(PYTHON_VERSION)
 GPU_CHECK ?= build-artifacts/gpu-check
 GPU_VENV ?= .venv-gpu
 
-# Everything gpt1 needs but torch, as wheels for CPython $(PYTHON_VERSION) on Linux x86_64 (needs a package index).
+# Everything gpt1 needs but torch, as wheels for CPython $(PYTHON_VERSION) on Linux x86_64 (needs a package index);
+# LEAVE_OUT="numpy pyarrow ...": packages the target Python has too.
 wheelhouse: venv
-	$(BIN)/python scripts/wheelhouse.py build --python-version $(PYTHON_VERSION) --out $(WHEELHOUSE)
+	$(BIN)/python scripts/wheelhouse.py build --python-version $(PYTHON_VERSION) --out $(WHEELHOUSE) \
+	    $(if $(LEAVE_OUT),--leave-out $(LEAVE_OUT))
 
 # No network: a venv on top of $(PYTHON), whose CUDA torch it keeps, filled from the wheelhouse alone.
 install-offline:

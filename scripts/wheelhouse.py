@@ -8,12 +8,14 @@ that already has torch (an air-gapped cluster's CUDA image, or the Docker build)
 `build` (a machine with a package index): the pins of requirements/gpu.lock without torch and the CUDA stack
 that comes with it (torch, triton, nvidia-*, cuda-*), as wheels for CPython X.Y on Linux x86_64; a project
 published as source only (DeepSpeed) is built into a wheel here, which must come out pure Python (any Python);
-then gpt1-pipeline's own wheel. DIR/requirements.txt lists what `install` installs; DIR/wheelhouse.json says for
-which Python it was built.
+then gpt1-pipeline's own wheel. `--leave-out NAME...` leaves out more packages the target Python already has (a
+smaller wheelhouse; the host's versions must then meet the other packages' requirements). DIR/requirements.txt
+lists what `install` installs; DIR/wheelhouse.json says for which Python it was built.
 
 `install` (no network): `pip install --no-index` from DIR alone, with pip's resolver checking that the wheelhouse
-and the Python's own torch together satisfy every requirement. `--venv` first creates a venv that sees the
-Python's packages (`--system-site-packages`: its CUDA torch), and installs into it.
+and the Python's own packages (its torch) together satisfy every requirement. `--venv` first creates a venv that
+sees the Python's packages (`--system-site-packages`), and installs into it. The wheels may travel spread over
+several folders (a size limit on each transfer): `--wheelhouse DIR DIR2 ...`, the one with requirements.txt first.
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ class WheelhouseError(Exception):
     """One line saying what is wrong and what to do."""
 
 
-def pins(lock: Path) -> list[str]:
-    """`name==version` of every pinned line of `lock` but the host-provided ones (extras dropped)."""
+def normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(lock: Path, leave_out: tuple[str, ...] = ()) -> list[str]:
+    """`name==version` of every pinned line of `lock` but the host-provided ones and `leave_out` (extras
+    dropped)."""
+    left_out = {normal(name) for name in leave_out}
     kept = []
     for number, line in enumerate(lock.read_text().splitlines(), start=1):
         line = line.strip()
@@ -54,7 +62,7 @@ def pins(lock: Path) -> list[str]:
         found = PIN.match(line)
         if not found:
             raise WheelhouseError(f"{lock}:{number}: not an exact pin (name==version): {line!r}")
-        if not HOST_PROVIDED.match(found[1]):
+        if not HOST_PROVIDED.match(found[1]) and normal(found[1]) not in left_out:
             kept.append(f"{found[1]}=={found[3]}")
     return kept
 
@@ -106,9 +114,9 @@ def build_wheel(target: str, name: str, out: Path, python_version: str) -> Path:
     return wheel
 
 
-def build(out: Path, python_version: str, lock: Path) -> int:
+def build(out: Path, python_version: str, lock: Path, leave_out: tuple[str, ...]) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    wanted = pins(lock)
+    wanted = pins(lock, leave_out)
     print(f"wheelhouse: {len(wanted)} pins of {lock.name} for CPython {python_version} (without torch and its CUDA "
           f"libraries), into {out}", flush=True)
     source_only = download(wanted, out, python_version)
@@ -123,17 +131,20 @@ def build(out: Path, python_version: str, lock: Path) -> int:
     version = project.name.split("-")[1]
     (out / "requirements.txt").write_text("\n".join([*wanted, f"{PROJECT}=={version}"]) + "\n")
     (out / "wheelhouse.json").write_text(json.dumps({"python_version": python_version, "lock": lock.name,
-                                                     "built_from_source": source_only, "project": project.name},
-                                                    indent=2) + "\n")
+                                                     "left_out": sorted(leave_out), "built_from_source": source_only,
+                                                     "project": project.name}, indent=2) + "\n")
     print(f"wheelhouse: {len(list(out.glob('*.whl')))} wheels in {out} (built from source: "
           f"{', '.join(source_only) or 'none'}, and {project.name})")
     return 0
 
 
-def install(wheelhouse: Path, python: str, venv: Path | None) -> int:
-    manifest = wheelhouse / "wheelhouse.json"
+def install(wheelhouses: list[Path], python: str, venv: Path | None) -> int:
+    """Install from `wheelhouses` (one wheelhouse, or its wheels spread over several folders: the first holds
+    requirements.txt and wheelhouse.json) onto `python`, or a venv made on top of it."""
+    first = wheelhouses[0]
+    manifest = first / "wheelhouse.json"
     if not manifest.is_file():
-        raise WheelhouseError(f"{wheelhouse} is not a wheelhouse (no wheelhouse.json): build one with "
+        raise WheelhouseError(f"{first} is not a wheelhouse (no wheelhouse.json): build one with "
                               "`make wheelhouse PYTHON_VERSION=X.Y`")
     wanted = json.loads(manifest.read_text())["python_version"]
     probe = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2]); import torch; "
@@ -143,7 +154,7 @@ def install(wheelhouse: Path, python: str, venv: Path | None) -> int:
     if not lines[0]:
         raise WheelhouseError(f"{python} does not run: {probe.stderr.strip()}")
     if lines[0] != wanted:
-        raise WheelhouseError(f"{wheelhouse} is for Python {wanted}, {python} is {lines[0]}: build it with "
+        raise WheelhouseError(f"{first} is for Python {wanted}, {python} is {lines[0]}: build it with "
                               f"`make wheelhouse PYTHON_VERSION={lines[0]}`")
     if probe.returncode != 0:
         raise WheelhouseError(f"{python} has no torch: install the host's torch build first (the wheelhouse "
@@ -156,10 +167,12 @@ def install(wheelhouse: Path, python: str, venv: Path | None) -> int:
     # From the wheelhouse alone: no index, and none of pip's configured mirrors or local wheel folders either
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env["PIP_CONFIG_FILE"] = os.devnull
-    done = subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "install", "--no-index",
-                           "--find-links", str(wheelhouse), "-r", str(wheelhouse / "requirements.txt")], env=env)
+    links = [arg for folder in wheelhouses for arg in ("--find-links", str(folder))]
+    done = subprocess.run([python, "-m", "pip", "--disable-pip-version-check", "install", "--no-index", *links,
+                           "-r", str(first / "requirements.txt")], env=env)
     if done.returncode != 0:
-        raise WheelhouseError(f"pip could not install from {wheelhouse} alone (its message is above)")
+        raise WheelhouseError(f"pip could not install from {', '.join(map(str, wheelhouses))} alone (its message is "
+                              "above)")
     print(f"install: done; gpt1 is {Path(python).parent / 'gpt1'}")
     return 0
 
@@ -171,8 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     make.add_argument("--python-version", default="%d.%d" % sys.version_info[:2], help="target CPython X.Y")
     make.add_argument("--out", type=Path, required=True)
     make.add_argument("--lock", type=Path, default=LOCK)
+    make.add_argument("--leave-out", nargs="*", default=[], metavar="NAME",
+                      help="packages the target Python already has, besides torch (e.g. numpy pyarrow)")
     put = sub.add_parser("install", help="install from a wheelhouse, no network")
-    put.add_argument("--wheelhouse", type=Path, required=True)
+    put.add_argument("--wheelhouse", type=Path, nargs="+", required=True,
+                     help="the wheelhouse folder (more folders: its wheels spread over them, the first one first)")
     put.add_argument("--python", default=sys.executable, help="the Python with torch (default: this one)")
     put.add_argument("--venv", type=Path, help="create this venv on top of --python and install there")
     args = parser.parse_args(argv)
@@ -180,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             if not re.fullmatch(r"3\.\d+", args.python_version):
                 raise WheelhouseError(f"--python-version {args.python_version}: expected X.Y, e.g. 3.12")
-            return build(args.out.absolute(), args.python_version, args.lock)
-        return install(args.wheelhouse.absolute(), args.python, args.venv)
+            return build(args.out.absolute(), args.python_version, args.lock, tuple(args.leave_out))
+        return install([folder.absolute() for folder in args.wheelhouse], args.python, args.venv)
     except WheelhouseError as err:
         print(f"wheelhouse: error: {err}", file=sys.stderr)
         return 2

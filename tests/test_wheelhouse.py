@@ -1,10 +1,12 @@
 """The air-gapped install (scripts/wheelhouse.py), rehearsed: a wheelhouse built for this machine's Python goes
-into a fresh venv that has only torch, with no index and no network, and the `gpt1` it installs pre-trains."""
+into a fresh venv that has only torch, with no index and no network (its wheels carried in two folders, as over a
+size-limited transfer), and the `gpt1` it installs pre-trains."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +39,8 @@ def test_host_provided_packages_are_left_out_and_the_rest_kept(tmp_path):
     lock.write_text("# comment\nnumpy==2.3.3\ntorch==2.13.0\ntriton==3.7.1\nnvidia-cublas==13.1.1.3\n"
                     "cuda-bindings==13.5.0\nmlflow[auth]==3.17.2\nsetuptools==84.2.1\n")
     assert module.pins(lock) == ["numpy==2.3.3", "mlflow==3.17.2", "setuptools==84.2.1"]
+    assert module.pins(lock, leave_out=("NumPy", "ml_flow")) == ["mlflow==3.17.2", "setuptools==84.2.1"]
+    assert module.pins(lock, leave_out=("numpy", "MLflow")) == ["setuptools==84.2.1"]
     lock.write_text("numpy>=2\n")
     with pytest.raises(module.WheelhouseError, match=r"gpu.lock:1: not an exact pin"):
         module.pins(lock)
@@ -67,8 +71,15 @@ def test_a_fresh_venv_with_only_torch_gets_gpt1_from_the_wheelhouse_offline_and_
                                 text=True, timeout=1200)  # the host's torch (here from this machine's wheels)
     assert torch_only.returncode == 0, torch_only.stderr[-2000:]
 
+    parts = [tmp_path / "part-1", tmp_path / "part-2"]
+    for part in parts:
+        part.mkdir()
+    for name in ("requirements.txt", "wheelhouse.json"):
+        shutil.copy2(CACHE / name, parts[0])
+    for index, wheel in enumerate(sorted(CACHE.glob("*.whl"))):
+        shutil.copy2(wheel, parts[index % 2])
     offline = {**os.environ, **NO_NETWORK}
-    installed = wheelhouse("install", "--wheelhouse", str(CACHE), "--python", python, env=offline)
+    installed = wheelhouse("install", "--wheelhouse", *map(str, parts), "--python", python, env=offline)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     where = subprocess.run([python, "-c", "import gpt1, torch; print(gpt1.__file__); print(torch.__version__)"],
                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
