@@ -99,9 +99,15 @@ gpu-check-prepare: venv
 gpu-check: $(GPU_VENV)/.installed
 	$(GPU_VENV)/bin/python scripts/gpu_check.py run --prepared $(GPU_CHECK) $(ARGS)
 
+# (wheels carried apart, e.g. under a transfer size limit, may sit in $(GPU_CHECK)/wheelhouse-part-*/ beside it)
 $(GPU_VENV)/.installed: $(GPU_CHECK)/wheelhouse/requirements.txt
-	$(PYTHON) scripts/wheelhouse.py install --wheelhouse $(GPU_CHECK)/wheelhouse --python $(PYTHON) --venv $(GPU_VENV)
+	$(PYTHON) scripts/wheelhouse.py install --python $(PYTHON) --venv $(GPU_VENV) \
+	    --wheelhouse $(GPU_CHECK)/wheelhouse $(wildcard $(GPU_CHECK)/wheelhouse-part-*)
 	touch $@
+
+$(GPU_CHECK)/wheelhouse/requirements.txt:
+	@echo "no wheelhouse in $(GPU_CHECK)/wheelhouse: run 'make gpu-check-prepare PYTHON_VERSION=X.Y' on a machine" \
+	    "with a package index, then copy $(GPU_CHECK)/ here" >&2; exit 2
 
 # The same checks on CPUs at a tiny shape, in this venv: the dry run CI makes (`make gpu-check ARGS=--cpu` on a host).
 gpu-check-cpu: venv
