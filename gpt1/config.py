@@ -127,7 +127,8 @@ class PretrainConfig(_Section):
     zero_stage: int = Field(1, ge=0, le=3)
     offload_optimizer: bool = False
     seed: int = 0
-    log_every: int = Field(10, gt=0, description="updates per logged window; the loop waits for the device only here")
+    log_every: int = Field(10, gt=0, description="updates per logged window: the loop waits for the device at its end "
+                                                 "(and before evaluations, probes and checkpoints), not each update")
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
