@@ -276,12 +276,14 @@ def finetune(mode: Mode, prepared: Path, run: Path, budget: Budget) -> tuple[str
 def hf_parity(mode: Mode, prepared: Path, run: Path, budget: Budget) -> tuple[str, dict]:
     import torch
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
 
     from gpt1.data.train_tokenizer import bpe
     from gpt1.model.transformer import GPT1
 
     final = run / "parity-device" / "final"
     device = torch.device(mode.device)
+    transformers_logging.disable_progress_bar()  # one line per check
     ours = GPT1.from_pretrained(final).to(device).eval()
     theirs = AutoModelForCausalLM.from_pretrained(final / "hf").to(device).eval()
     ids = torch.tensor([bpe.load(final).encode("she opened the door and saw the old man by the window")],
