@@ -62,8 +62,8 @@ class ModelConfig(_Section):
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
     compile: bool | Literal["auto"] = Field(
-        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA only "
-                            "(gpt1/model.py)")
+        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA, when "
+                            "a C compiler is there for Triton (gpt1/model/transformer.py)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":
@@ -138,13 +138,18 @@ class PretrainConfig(_Section):
     zero_stage: int = Field(1, ge=0, le=3)
     offload_optimizer: bool = False
     seed: int = 0
-    log_every: int = Field(10, gt=0)
+    log_every: int = Field(10, gt=0, description="updates per logged window: the loop waits for the device at its end "
+                                                 "(and before evaluations, probes and checkpoints), not each update")
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
     probe_max_examples: int = Field(200, gt=0, description="examples per zero-shot probe task")
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
+    # GPU speed: minutes instead of updates (gpt1/pretrain/cadence.py), checked at the log_every boundaries
+    eval_every_minutes: float | None = Field(None, gt=0, description="evaluate every this many minutes instead")
+    probe_every_minutes: float | None = Field(None, gt=0, description="run the probes every this many minutes instead")
+    save_every_minutes: float | None = Field(None, gt=0, description="checkpoint every this many minutes instead")
 
 
 class FinetuneConfig(_Section):
@@ -162,6 +167,9 @@ class FinetuneConfig(_Section):
     batch_size: int = Field(32, gt=0)
     micro_batch_size: int | None = Field(
         None, gt=0, description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)")
+    forward_sequences: int = Field(
+        64, gt=0, description="most sequences per forward (an example is 1, a similarity pair 2, a K-way choice K); a "
+                              "batch with more is split and its gradients accumulated: bounds memory (RACE: 32 x 4)")
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
@@ -179,7 +187,8 @@ class FinetuneConfig(_Section):
     allow_eval_on_train: bool = Field(
         False, description="score a held-out split that is the training data (a single file as the data) instead "
                            "of refusing; the score is labelled as on training rows")
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU")
     seed: int = 0
 
 

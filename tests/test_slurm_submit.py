@@ -106,6 +106,7 @@ def cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("RDZV_PORT", str(free_port()))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # tiny model on a shared 2-core machine
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    monkeypatch.setenv("GPT1_REQUIRE_CUDA", "0")  # the script requires CUDA by default; this node is a CPU
     monkeypatch.chdir(tmp_path)  # anything written relative to the job's cwd stays in tmp
     return tmp_path
 

@@ -197,7 +197,7 @@ class TaskPredictor:
     """A fine-tuned model folder ready to score raw inputs: tokenizer + input transformation + model + head."""
 
     def __init__(self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64):
-        self.device = torch_device(device)
+        self.device = torch_device(device, "prediction")
         self.model, self.tokenizer, self.info = load_task_model(model_dir, self.device)
         self.spec = tasks.get(self.info["task"])
         self.batch_size = batch_size

@@ -75,6 +75,7 @@ from gpt1.finetune.rows import check_not_training_rows
 from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
                                    prediction_records, raw_inputs, save_task_model, to_tensors)
 from gpt1.progress import Every, duration
+from gpt1.runtime.cuda import use_tf32_matmuls
 from gpt1.runtime.devices import torch_device
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.finetune.serving import log_model
@@ -286,16 +287,31 @@ class CurveLogger:
             self.sums, self.count = {}, 0
 
 
+def examples_per_forward(spec: TaskSpec, cfg: FinetuneConfig) -> int:
+    """Examples per micro-batch: finetune.micro_batch_size (default the whole batch), fewer when their sequences
+    would exceed finetune.forward_sequences (a similarity pair is 2 sequences, a K-way choice K)."""
+    sequences = spec.n_choices if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
+    return max(1, min(cfg.micro_batch_size or cfg.batch_size, cfg.forward_sequences // sequences))
+
+
+def training_precision(cfg: FinetuneConfig, device: torch.device) -> str:
+    """finetune.precision as it runs on `device`: `auto` is bf16 autocast on CUDA (tensor cores; the fp32 matmuls
+    autocast leaves run as TF32 there), fp32 elsewhere (a CPU without bf16 units computes bf16 far slower)."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
 def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.Tensor, labels: torch.Tensor,
              cfg: FinetuneConfig, device: torch.device) -> tuple[dict[str, float], int]:
     """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
-    `cfg.micro_batch_size` when set. Both losses are means over examples, so weighting each micro-batch's loss by
-    its share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
+    `examples_per_forward`. Both losses are means over examples, so weighting each micro-batch's loss by its
+    share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
     real-token count."""
     use_lm = cfg.aux_lm_weight > 0
     losses: dict[str, float] = {}
     tokens = 0
-    for chunk in index.split(cfg.micro_batch_size or len(index)):
+    for chunk in index.split(examples_per_forward(spec, cfg)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
             out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
@@ -422,6 +438,10 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
     reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
+    dev = torch_device(device, "fine-tuning")  # first: a GPU job without CUDA stops at once
+    cfg = cfg.model_copy(update={"precision": training_precision(cfg, dev)})  # what ran, in params and metrics
+    if dev.type == "cuda":
+        use_tf32_matmuls()
     check_inputs(checkpoint_dir, cfg)
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = bpe.load(tokenizer_path)
@@ -431,7 +451,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     headline = headline_split(spec, held_out)
 
     torch.manual_seed(cfg.seed)
-    dev = torch_device(device)
     model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg).to(dev)
     if spec.regression:  # start at the mean score, so the first updates fit the spread rather than the offset
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))

@@ -25,8 +25,10 @@ Choices where the paper and spec are silent (recorded here once):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -56,6 +58,13 @@ WEIGHTS_RECORDS = ("training.json", "task.json")
 _LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing", "compile"}
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
+
+log = logging.getLogger(__name__)
+
+
+def c_compiler() -> str | None:
+    """The C compiler Triton would use: $CC, else gcc, else clang (None: none found)."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
 class GPT1Output(NamedTuple):
@@ -195,10 +204,16 @@ class GPT1(nn.Module):
         return F.linear(hidden, self.tokens_embed.weight)
 
     def compile_for(self, device_type: str) -> bool:
-        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled.
+        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled. `auto`
+        compiles on CUDA when a C compiler is there for Triton.
 
         Regional compilation: every transformer block is compiled in place, and the blocks share one compiled
         graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
+        if self.config.compile == "auto" and device_type == "cuda" and c_compiler() is None:
+            # Triton builds the launcher of its GPU kernels with a C compiler at the first compiled step
+            log.warning("model.compile=auto: no C compiler ($CC, gcc or clang) for Triton, so the model is not "
+                        "compiled (install one, or set model.compile=false to silence this)")
+            return False
         if not (self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")):
             return False
         if not self.compiled:

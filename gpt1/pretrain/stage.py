@@ -69,6 +69,7 @@ class Job(StageJob):
     # -- before any compute ------------------------------------------------------------------------------------
     def check(self, out: Path) -> tuple[PipelineConfig, str | None]:
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
+        device = device_type()  # first: a GPU job without CUDA stops in seconds, before the shards are hashed
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
@@ -76,7 +77,7 @@ class Job(StageJob):
         log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
                  checked["checked_bytes"] / 1e6, checked["seconds"])
         cfg = resolve_config(self.cfg, manifest)
-        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device_type())  # batch layout, precision
+        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device)  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
         if train_blocks < cfg.pretrain.global_batch_size:
             raise ValueError(f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "
@@ -88,11 +89,13 @@ class Job(StageJob):
 
     def prepare(self, out: Path) -> list[str]:
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""
-        cfg, task_data = self.check(out)
+        cfg, _ = self.check(out)
         write_json(out / "config.json", cfg.model_dump(mode="json"))
         args = ["--config", str(out / "config.json"), "--shards", str(self.shards.path), "--out", str(out)]
+        # Only a given task folder is passed on: the worker resolves finetune.data (a hub source, not a folder)
+        # from the config itself, exactly as check() did.
         for flag, value in (("--resume", self.resume), ("--tokenizer", self.tokenizer),
-                            ("--task-data", task_data), ("--parent-run-id", self.parent_run_id)):
+                            ("--task-data", self.task_data), ("--parent-run-id", self.parent_run_id)):
             if value is not None:
                 args += [flag, str(value)]
         return args

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import torch
 
+from gpt1.runtime.cuda import training_device
+
 USABLE = ("cpu", "cuda", "mps")
 
 
-def torch_device(name: str | None) -> torch.device:
-    """The device `name` names (None: cuda when available, else cpu); ValueError when this machine lacks it."""
+def torch_device(name: str | None, what: str = "training") -> torch.device:
+    """The device `name` names, ValueError when this machine lacks it; None: cuda when `what` can run there, else
+    cpu (and a job that requires CUDA stops here: gpt1.runtime.cuda.require_cuda)."""
     if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(training_device(what))
     try:
         device = torch.device(name)
     except RuntimeError:

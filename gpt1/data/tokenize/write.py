@@ -456,6 +456,33 @@ def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
     return manifest
 
 
+def write_random_shards(out_dir: str | Path, *, vocab_size: int, n_ctx: int, rows: dict[str, int],
+                        shard_rows: int = 8192, seed: int = 0) -> dict:
+    """Shards of uniformly random token ids, with their manifest, exactly as `tokenize_corpus` lays them out: for
+    measuring training speed at a vocabulary no tokenizer at hand has (the GPT-1 shape's 40,481). `rows`: blocks
+    per split, e.g. {"train": 4096, "val": 64}. There is no tokenizer; the manifest's corpus hash names the seed."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(vocab_size)
+    block = n_ctx + 1
+    parts = [Partition(split, 0, "", 0, count, 0) for split, count in rows.items()]
+    plan = Plan(corpus_dir="", out_dir=str(out_dir), n_ctx=n_ctx, shard_rows=shard_rows, vocab_size=vocab_size,
+                boundary_id=-1, dtype=dtype.name, tokenizer_sha256="", partition_bytes=0, partitions=parts,
+                corpus_sha256=stable_hash({"random_tokens": seed, "rows": rows, "vocab_size": vocab_size}))
+    plan.work.mkdir(exist_ok=True)
+    rng = np.random.default_rng(seed)
+    splits = {}
+    for part in parts:
+        rng.integers(0, vocab_size, part.stop * block).astype(dtype).tofile(plan.tokens_path(part))
+        packer = ShardPacker(plan, part.split)
+        packer.add(part, {"tokens": part.stop * block, "documents": 0, "empty_documents": 0})
+        splits[part.split] = packer.close()
+    manifest = _manifest(plan, splits)
+    write_json(out_dir / MANIFEST, manifest)
+    shutil.rmtree(plan.work)
+    return manifest
+
+
 @contextlib.contextmanager
 def _run_partitions(plan: Plan, pending: list[Partition], tokenizer, workers: int) -> Iterator[Iterator[dict]]:
     """Counts of the pending partitions, in plan order: computed in this process or in a pool of `workers`."""
