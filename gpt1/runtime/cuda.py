@@ -64,7 +64,7 @@ def cuda_problem() -> str | None:
         available = torch.cuda.is_available()
     if available:
         return None
-    said = " ".join(str(w.message).split()) if caught else ""
+    said = " ".join(str(caught[0].message).split()) if caught else ""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return "torch.cuda.is_available() is False" + (f" ({said})" if said else "") + \
         (f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
