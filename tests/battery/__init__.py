@@ -1,7 +1,7 @@
 """The failure battery: what a user can get wrong, tried against the real commands, each outcome classified.
 
     python -m tests.battery            # every case; prints counts per category and class (make battery)
-    python -m tests.battery --fast     # the CI subset (tests/test_battery_fast.py runs it under pytest)
+    python -m tests.battery --fast     # the CI subset (tests/integration/test_battery_fast.py runs it under pytest)
 
 A case is one thing a user (or a hostile environment) does: a bad task file for one of the twelve tasks, a bad
 CLI argument or `--set` value, a wrong path, a corrupted artefact, a killed process, a full disk, an unreachable

@@ -128,7 +128,7 @@ def kill_pretrain_then_resume(fx, work: Path) -> Outcome:
 
 def same_weights_as_uninterrupted(fx, work: Path, outcome) -> str | None:
     """The resumed run ends where the uninterrupted one did: every weight within 1e-6 (ZeRO-1's optimizer state
-    reloads to within float rounding; tests/test_pretrain_runs.py checks bit-identity at stage 0)."""
+    reloads to within float rounding; tests/integration/test_pretrain_runs.py checks bit-identity at stage 0)."""
     resumed = work / "run" / "final" / "gpt1.safetensors"
     if not resumed.is_file():
         return "no final weights after the resume"

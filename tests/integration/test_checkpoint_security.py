@@ -3,7 +3,7 @@ paper's and the cluster's stage) are refused or ignored, never unpickled, at the
 
 The planted file is a pickle whose unpickling creates a marker file; every case checks the marker never appears.
 Runs are real `gpt1 pretrain` processes on CPU (DS_ACCELERATOR=cpu, gloo) on the tiny shards of
-tests/test_pretrain_runs.py.
+tests/integration/test_pretrain_runs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from gpt1.io import read_json, sha256_file, write_json
 from gpt1.pretrain.checkpoint import COMPLETE, META, WeightsOnlyLoads, tag_for
 from gpt1.stages.outputs import DONE
-from tests.test_pretrain_runs import data, env, pretrain_args  # noqa: F401 - `data` is a fixture
+from tiny_pretraining import data, env, pretrain_args  # noqa: F401 - `data` is a fixture
 
 TIMEOUT = 900
 ZERO_1 = ["pretrain.zero_stage=1"]

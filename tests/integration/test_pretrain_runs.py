@@ -16,8 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -25,69 +23,8 @@ from safetensors.torch import load_file
 
 from gpt1.pretrain.checkpoint import COMPLETE, tag_for
 from gpt1.runtime.processes import free_port
-from gpt1.io import write_json
-from gpt1.pretrain.outputs import read_metrics
-
-TIMEOUT = 900
-MODEL = ["model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128"]
-RECIPE = ["pretrain.global_batch_size=8", "pretrain.micro_batch_size=4", "pretrain.warmup_steps=2",
-          "pretrain.lr=3e-3", "pretrain.log_every=2", "pretrain.eval_every=4", "pretrain.eval_batches=2",
-          "pretrain.probe_every=8"]
-NO_DROPOUT = ["model.embd_pdrop=0", "model.attn_pdrop=0", "model.resid_pdrop=0"]
-
-
-def closed_port_uri() -> str:
-    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
-    from gpt1.data.train_tokenizer import bpe
-    from gpt1.data.ingest import corpus
-    from gpt1.data.tokenize import tokenize_corpus
-    from gpt1.sample_data import write_sample_data
-
-    root = tmp_path_factory.mktemp("pretrain-data")
-    write_sample_data(root / "sample", seed=0)
-    text = "\n\n".join(p.read_text(encoding="utf-8") for p in sorted((root / "sample" / "books").glob("*.txt"))[:2])
-    docs = [p.strip() for p in text[:300_000].split("\n\n") if p.strip()]
-    for split, part in (("train", docs[:-40]), ("val", docs[-40:])):
-        (root / "corpus" / split).mkdir(parents=True)
-        table = pa.table({"id": [str(i) for i in range(len(part))], "source": ["sample"] * len(part), "text": part},
-                         schema=corpus.SCHEMA)
-        pq.write_table(table, root / "corpus" / split / "part-00000.parquet")
-    write_json(root / "corpus" / corpus.STATS_FILE, {"documents": len(docs)})
-    tok = bpe.train(docs, merges=300, show_progress=False)
-    tok.save(root / "tokenizer")
-    tokenize_corpus(root / "corpus", tok, root / "shards", n_ctx=32, shard_rows=256, workers=1, show_progress=False)
-    return root
-
-
-def env() -> dict:
-    # One thread per worker: the same arithmetic in every run, and no oversubscription of the shared cores.
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-
-
-def pretrain_args(data: Path, out: Path, *extra: str, steps: int = 8, sets: list[str] = ()) -> list[str]:
-    args = [sys.executable, "-m", "gpt1.cli", "pretrain", "--preset", "smoke", "--shards", str(data / "shards"),
-            "--out", str(out), "--tokenizer", str(data / "tokenizer"), "--task-data", str(data / "sample" / "tasks"),
-            "--probe-examples", "8", "--max-steps", str(steps), "--save-every", "3"]
-    for item in [*MODEL, *RECIPE, *sets]:
-        args += ["--set", item]
-    return args + list(extra)
-
-
-def run(args: list[str], log: Path) -> subprocess.CompletedProcess:
-    with open(log, "w") as fh:
-        done = subprocess.run(args, env=env(), stdout=fh, stderr=subprocess.STDOUT, timeout=TIMEOUT)
-    assert done.returncode == 0, log.read_text()[-4000:]
-    return done
-
-
-def losses(out: Path) -> dict[int, float]:
-    return {step: r["loss"] for step, r in read_metrics(out / "metrics.jsonl").items() if "loss" in r}
-
+from tiny_pretraining import (NO_DROPOUT, TIMEOUT, closed_port_uri, data, env, losses, pretrain_args, run,  # noqa: F401
+                              workers_of)  # (data: a fixture)
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
@@ -117,7 +54,7 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     ids = torch.tensor([tok.encode("she opened the door and saw")])
     with torch.no_grad():
         assert torch.allclose(hf(ids).logits, model(ids).logits, atol=1e-4)
-    hf_tokenizer = AutoTokenizer.from_pretrained(out / "final" / "hf")  # the complete hand-off (tests/test_hf_handoff.py)
+    hf_tokenizer = AutoTokenizer.from_pretrained(out / "final" / "hf")  # the complete hand-off (tests/unit/test_hf_handoff.py)
     assert hf_tokenizer("She opened the door.")["input_ids"] == [tok.start_id, *tok.encode("She opened the door.")]
     assert "Pre-trained by gpt1-pipeline for 8 steps" in (out / "final" / "hf" / "README.md").read_text()
     assert (out / "samples" / f"step-{8:08d}.txt").read_text().count("[") == 3
@@ -135,20 +72,6 @@ def test_cli_run_trains_logs_and_exports(reference, data):
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.json", "deepspeed_config.json", "loss_curve.png", "samples", "final"} <= artifacts
     assert run.data.tags["ref.final.uri"] == str((out / "final").resolve())
-
-
-def workers_of(out: Path) -> list[int]:
-    """The pre-training worker processes training into `out`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "gpt1.pretrain" in cmdline and str(out) in cmdline and "gpt1.cli" not in cmdline:
-                found.append(int(entry.name))
-    return found
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from fs_faults import read_only
-from test_shards import make_docs, write_corpus
+from corpora import make_docs, write_corpus
 
 from gpt1.data.train_tokenizer import bpe
 from gpt1.data.tokenize import BlockReader, load_manifest, shard_schema, tokenize_corpus, verify_shards

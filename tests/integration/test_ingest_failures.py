@@ -11,7 +11,7 @@ import time
 
 import pytest
 from fs_faults import file_size_limit, read_only
-from test_ingest import book, rows, write
+from corpora import book, rows, write
 
 from gpt1.cli import main as cli_main
 from gpt1.data.ingest import clean as C

@@ -20,6 +20,7 @@ from gpt1.config import load_config
 from gpt1.data.ingest import clean as C
 from gpt1.data.ingest import ingest as I
 from gpt1.data.ingest.corpus import iter_texts, split_files
+from corpora import book, rows, write
 from gpt1.config import IngestConfig
 from gpt1.io import InputError, OutputError, read_json
 from gpt1.pipeline.plan import Plan
@@ -35,27 +36,6 @@ CP1252_BOOKS = {"pg2641.txt", "pg64317.txt", "pg84.txt"}  # per ../shared/data/R
 PLAYS_IN_VERSE = {"tinyshakespeare.txt", "pg1513.txt"}  # their line breaks are the text
 SPEAKER_LINES = {"pg844.txt"}  # a play in prose whose speaker names have lines of their own
 BOILERPLATE = ("project gutenberg", "*** start", "*** end", "full license", "gutenberg-tm", "www.gutenberg.org")
-
-
-def rows(corpus, split=None):
-    """Every stored row of a corpus (both splits unless one is named)."""
-    out = []
-    for s in [split] if split else ["train", "val"]:
-        for path in split_files(corpus, s):
-            out += pq.read_table(path).to_pylist()
-    return out
-
-
-def write(folder, files: dict):
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, content in files.items():
-        data = content.encode() if isinstance(content, str) else content
-        (folder / name).write_bytes(data)
-    return folder
-
-
-def book(i: int) -> str:
-    return f"Book {i}.\n\nIt was a dark and stormy night, number {i}.\n"
 
 
 # -- the shared books, one pass ---------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Hardening (issue 15): no silent wrong result, no lost output, no traceback, under bad input, kills and
+"""Hardening: no silent wrong result, no lost output, no traceback, under bad input, kills and
 concurrent runs. Each test is one defect found by trying the CLI as a user would; the loader, shard and ingest
 cases live beside their code (test_task_loaders.py, test_shards*.py, test_ingest_failures.py).
 
-Pre-training cases share one tiny run (tests/test_pretrain_runs.py's data: real tokenizer and shards).
+Pre-training cases share one tiny run (tests/integration/test_pretrain_runs.py's data: real tokenizer and shards).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gpt1.config import ConfigError, load_config
 from gpt1.io import read_json, sha256_file, write_json
 from gpt1.runtime.processes import alive
 from gpt1.stages.outputs import DONE
-from tests.test_pretrain_runs import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
+from tiny_pretraining import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
 
 TIMEOUT = 900
 
@@ -71,7 +71,7 @@ def test_a_killed_launcher_takes_its_worker_with_it_and_no_second_run_trains_bes
 @pytest.mark.slow
 def test_a_planted_file_in_a_checkpoint_is_refused_not_executed(data, trained, tmp_path):  # noqa: F811
     """A planted pickle that runs code is refused by name (its bytes are not the ones the checkpoint recorded) and
-    runs nothing (tests/test_checkpoint_security.py plants more)."""
+    runs nothing (tests/integration/test_checkpoint_security.py plants more)."""
     run = tmp_path / "run"
     shutil.copytree(trained, run, ignore=shutil.ignore_patterns("final", DONE))
     (run / "checkpoints" / "step-00000004").rename(run / "checkpoints" / "step-00000004.gone")

@@ -98,7 +98,7 @@ def test_an_unwritable_place_fails_before_any_work(tmp_path, source):
 def test_a_second_writer_is_refused_or_waits_and_then_reuses(tmp_path, source):
     out = tmp_path / "out"
     code = (f"import sys; sys.path[:0] = {sys.path!r}\n"
-            "from pathlib import Path\nfrom gpt1.stages.base import Ref\nfrom tests.test_stages import Copy\n"
+            "from pathlib import Path\nfrom gpt1.stages.base import Ref\nfrom tests.unit.test_stages import Copy\n"
             f"Copy(Ref.to({str(source)!r}), seconds=4).run(Path({str(out)!r}), wait=False)\n")
     first = subprocess.Popen([sys.executable, "-c", code])
     try:
@@ -118,7 +118,7 @@ def test_a_killed_build_leaves_nothing_in_place_and_its_leftovers_are_removed(tm
     Copy(Ref.to(source)).run(out, wait=False)
     before = (out / "copy.txt").read_text()
     code = (f"import sys; sys.path[:0] = {sys.path!r}\n"
-            "from pathlib import Path\nfrom gpt1.stages.base import Ref\nfrom tests.test_stages import Copy\n"
+            "from pathlib import Path\nfrom gpt1.stages.base import Ref\nfrom tests.unit.test_stages import Copy\n"
             f"Copy(Ref.to({str(source)!r}), upper=True, seconds=60).run(Path({str(out)!r}), wait=False, force=True)\n")
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 60

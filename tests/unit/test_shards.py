@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +17,14 @@ from gpt1.data.train_tokenizer import bpe
 from gpt1.cli import main as cli
 from gpt1.data.ingest import corpus
 from conftest import SHARED_DATA
-from fs_faults import file_size_limit, read_only
+from corpora import (LINE_BREAKS, corpus_dir, docs, make_docs, shard_bytes, tokenizer,  # noqa: F401 (fixtures)
+                     tricky_text, write_corpus)
+from fs_faults import read_only
 
 from gpt1.data.tokenize import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
                                 prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
 from gpt1.data.tokenize import ENCODE_CHARS
-from gpt1.io import InputError, sha256_file, sha256_tree, write_json
+from gpt1.io import InputError, sha256_file, sha256_tree
 from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
 
 
@@ -42,31 +38,6 @@ def widened(tokenizer: GPT1Tokenizer, extra: int) -> GPT1Tokenizer:
     return GPT1Tokenizer(Tokenizer.from_str(json.dumps(spec)))
 
 
-def make_docs(n: int, seed: int, words: int = 120) -> list[str]:
-    rng = random.Random(seed)
-    lexicon = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 7))) for _ in range(300)]
-    return [" ".join(rng.choice(lexicon) for _ in range(rng.randint(1, words))) for _ in range(n)]
-
-
-# Characters and words around which cutting a document could change its tokens: line-break and space variants
-# (CRLF, NBSP, the separators ftfy removes, Unicode line separator), HTML markup and entities (ftfy stops
-# unescaping after a line with "<"), mojibake, contractions, abbreviations, units, dashes, a final sigma.
-TRICKY = ["<b>", "</b>", "&amp;", "&lt;", "&eacute;", "—", "Σ", "naïve", "don't", "mr.", "10km", "J.",
-          " ", "", " ", "â€™", "'em", "'", "...", "-", "--", "été", "	", ""]
-LINE_BREAKS = ["\n", "\n", "\n\n", "\n\n", "\r\n", "\r\n\r\n", "\n \n", "\n\n\n", " \n\t\n ", "\n\u3000\n"]
-
-
-def tricky_text(rng: random.Random, lines: int, words: int = 12) -> str:
-    """A document of `lines` lines of lexicon words mixed with TRICKY ones, joined by assorted line breaks."""
-    lexicon = ["".join(rng.choice("abcdefghij") for _ in range(rng.randint(1, 6))) for _ in range(200)]
-    out = []
-    for _ in range(lines):
-        line = [rng.choice(TRICKY) if rng.random() < 0.15 else rng.choice(lexicon)
-                for _ in range(rng.randint(0, words))]
-        out += [" ".join(line), rng.choice(LINE_BREAKS)]
-    return "".join(out)
-
-
 def golden_docs() -> dict[str, list[list[str]]]:
     """The corpus whose shard bytes are pinned in test_output_bytes_are_unchanged: short documents plus long
     tricky ones."""
@@ -74,19 +45,6 @@ def golden_docs() -> dict[str, list[list[str]]]:
     train.insert(5, tricky_text(random.Random(7), lines=600))
     train.insert(17, "\n\n" + tricky_text(random.Random(9), lines=200) + "\n\n")
     return {"train": [train[:20], train[20:]], "val": [make_docs(5, seed=4) + [tricky_text(random.Random(8), 80)]]}
-
-
-def write_corpus(root: Path, files: dict[str, list[list[str]]], row_group_size: int | None = None) -> Path:
-    """An ingested corpus in the corpus.py layout: files[split] = documents of each part file."""
-    for split, parts in files.items():
-        for i, docs in enumerate(parts):
-            table = pa.table({"id": [hashlib.sha256(d.encode()).hexdigest() for d in docs],
-                              "source": [f"test:{split}:{i}:{j}" for j in range(len(docs))], "text": docs},
-                             schema=corpus.SCHEMA)
-            (root / split).mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, root / split / f"part-{i:05d}.parquet", row_group_size=row_group_size)
-    write_json(root / corpus.STATS_FILE, {"documents": sum(len(d) for p in files.values() for d in p)})
-    return root
 
 
 def expected_stream(tokenizer, docs: list[str]) -> np.ndarray:
@@ -105,30 +63,6 @@ def read_split(out: Path, manifest: dict, split: str) -> np.ndarray:
               for s in manifest["splits"][split]["shards"]]
     flat = np.concatenate([b.flatten().to_numpy() for b in blocks]) if blocks else np.zeros(0, np.int64)
     return flat.reshape(-1, manifest["n_ctx"] + 1)
-
-
-def shard_bytes(out: Path) -> dict[str, bytes]:
-    """The tokenizer's output files (not the `.stage.json` / `.done` of a `gpt1 tokenize` stage run)."""
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name not in (".stage.json", ".done")}
-
-
-@pytest.fixture(scope="module")
-def docs() -> dict[str, list[list[str]]]:
-    # Two train parts (so partitions span files), an all-whitespace document (encodes to nothing).
-    train = make_docs(40, seed=1)
-    train[7] = "   "
-    return {"train": [train[:25], train[25:]], "val": [make_docs(6, seed=2)]}
-
-
-@pytest.fixture(scope="module")
-def tokenizer(docs) -> GPT1Tokenizer:
-    return bpe.train([d for p in docs["train"] for d in p], merges=150, show_progress=False)
-
-
-@pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory, docs) -> Path:
-    return write_corpus(tmp_path_factory.mktemp("corpus"), docs, row_group_size=7)
 
 
 # ------------------------------------------------------------------------------------------------- writing
@@ -203,16 +137,6 @@ def test_uint32_when_vocab_exceeds_65536(tmp_path, corpus_dir, docs, tokenizer):
     assert int(BlockReader(tmp_path, "train", shuffle=False)[0][0]) == big.boundary_id
 
 
-@pytest.mark.slow  # starts a pool of spawned processes
-def test_bytes_do_not_depend_on_workers_or_partitioning(tmp_path, corpus_dir, tokenizer):
-    a = tokenize_corpus(corpus_dir, tokenizer, tmp_path / "a", n_ctx=15, shard_rows=4, workers=1,
-                        show_progress=False)
-    b = tokenize_corpus(corpus_dir, tokenizer, tmp_path / "b", n_ctx=15, shard_rows=4, workers=2,
-                        show_progress=False, partition_bytes=300)
-    assert a == b
-    assert shard_bytes(tmp_path / "a") == shard_bytes(tmp_path / "b")
-
-
 def test_rerun_is_a_no_op_and_other_inputs_are_refused(tmp_path, corpus_dir, tokenizer):
     first = tokenize_corpus(corpus_dir, tokenizer, tmp_path, n_ctx=15, shard_rows=4, show_progress=False)
     stamps = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.arrow")}
@@ -276,41 +200,11 @@ def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, 
     assert "nowhere does not exist" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # kills a real `gpt1 tokenize` run; a few seconds of tokenization
-def test_resume_after_kill_finishes_only_missing_work(tmp_path, caplog):
-    docs = {"train": [make_docs(4, seed=10 + i, words=600) for i in range(16)], "val": [make_docs(4, seed=99)]}
-    root = write_corpus(tmp_path / "corpus", docs)
-    bpe.train(docs["train"][0], merges=300, show_progress=False).save(tmp_path / "tok")
-    killed, reference = tmp_path / "killed", tmp_path / "reference"
-    settings = {"n_ctx": 63, "shard_rows": 16, "show_progress": False}
-    command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
-               str(tmp_path / "tok"), "--out", str(killed), "--ctx", "63", "--shard-rows", "16", "--workers", "2",
-               "--no-progress"]
-    proc = subprocess.Popen(command, start_new_session=True)
-    first_shard = killed / "train" / "shard-00000.arrow"
-    deadline = time.monotonic() + 120
-    while not first_shard.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.002)
-    os.killpg(proc.pid, signal.SIGKILL)  # the run and its pool workers
-    proc.wait()
-    assert first_shard.exists(), "the run ended before writing a shard"
-    assert not (killed / "manifest.json").exists(), "the run finished before it could be killed"
-    survivors = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in killed.rglob("shard-*.arrow")}
-
-    with caplog.at_level("INFO", logger="gpt1.data.tokenize"):
-        resumed = tokenize_corpus(root, tmp_path / "tok", killed, workers=1, **settings)
-    assert "resuming" in caplog.text
-    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in survivors} == survivors  # not rewritten
-    assert resumed == tokenize_corpus(root, tmp_path / "tok", reference, **settings)
-    assert shard_bytes(killed) == shard_bytes(reference)
-    assert len(resumed["splits"]["train"]["shards"]) > len(survivors)
-
-
 # ---------------------------------------------------------------- long documents, unchanged bytes, bad settings
 
 # sha256_tree of the output for golden_docs() (n_ctx 31, shard_rows 8, partition_bytes 2000, the tokenizer trained
-# below), as written by gpt1/data/shards.py before it became a package (commit 6d5b36d), which encoded every
-# document whole. Tokenizer training and the Arrow/Parquet bytes are deterministic under the pinned versions.
+# below) when every document is encoded whole: splitting long documents must not change a byte. Tokenizer
+# training and the Arrow/Parquet bytes are deterministic under the pinned versions.
 GOLDEN_CORPUS_SHA256 = "8dc2182a41fc6cc9950f8aaea59468525142fcd85b043749fafadc21859fa945"
 GOLDEN_OUTPUT_SHA256 = "4cb08bdd041920456821b187d24637dd70f1964f7b73f0101de9662e99a6905f"
 
@@ -388,57 +282,6 @@ def test_documents_stay_whole_when_the_tokenizer_is_not_word_by_word(tokenizer):
     assert text in counting.seen
 
 
-def one_document_corpus(root: Path, chars: int) -> int:
-    """A corpus whose train split is one document of about `chars` characters in paragraphs; its length."""
-    rng = random.Random(0)
-    paragraphs, size = [], 0
-    while size < chars:
-        paragraph = tricky_text(rng, lines=8).replace("\n\n", "\n")
-        paragraphs.append(paragraph)
-        size += len(paragraph) + 2
-    document = "\n\n".join(paragraphs)
-    write_corpus(root, {"train": [[document]], "val": [make_docs(3, seed=1)]})
-    return len(document)
-
-
-def peak_rss_growth(tmp_path: Path, chars: int, encode_chars: int) -> tuple[int, float]:
-    """(characters, peak RSS growth in bytes) of a fresh process tokenizing a one-document corpus."""
-    corpus, out = tmp_path / f"corpus-{chars:.0f}", tmp_path / f"out-{chars:.0f}"
-    chars = one_document_corpus(corpus, chars)
-    if not (tmp_path / "tok").exists():
-        bpe.train(make_docs(50, seed=1), merges=100, show_progress=False).save(tmp_path / "tok")
-    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report this test's own size.
-    script = (
-        "import re, sys\n"
-        "from pathlib import Path\n"
-        "from gpt1.data.tokenize import tokenize_corpus\n"
-        "from gpt1 import tokenizer\n"
-        "peak = lambda: int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1))\n"
-        "tok = tokenizer.load(sys.argv[2])\n"
-        "tok.encode_batch(['warm up the thread pool'] * 64)\n"
-        "before = peak()\n"
-        "tokenize_corpus(sys.argv[1], tok, sys.argv[3], n_ctx=63, shard_rows=512, show_progress=False,\n"
-        "                encode_chars=int(sys.argv[4]))\n"
-        "print(before, peak())\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(corpus), str(tmp_path / "tok"), str(out),
-                           str(encode_chars)], capture_output=True, text=True,
-                          env={**os.environ, "RAYON_NUM_THREADS": "2"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    before, after = map(int, done.stdout.split())
-    return chars, (after - before) * 1024
-
-
-@pytest.mark.slow  # tokenizes a 1 MB and a 4 MB document in fresh processes
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the peak RSS from /proc")
-def test_one_huge_document_is_tokenized_in_bounded_memory(tmp_path):
-    # Encoded whole, HF tokenizers holds over 100 bytes per character (benchmarks/bench_tokenize_memory.py); in
-    # pieces of 64K characters that is a fixed few MB, and what grows with the document is its text.
-    (small, small_peak), (large, large_peak) = (peak_rss_growth(tmp_path, n, 1 << 16) for n in (1e6, 4e6))
-    per_char = (large_peak - small_peak) / (large - small)
-    assert per_char < 15, f"{per_char:.1f} bytes of peak RSS per character of the document"
-
-
 def test_zero_train_blocks_is_an_error_and_leaves_out_usable(tmp_path, tokenizer, capsys):
     root = write_corpus(tmp_path / "corpus", {"train": [["one two three", "four"]], "val": [["five six"]]})
     tokenizer.save(tmp_path / "tok")
@@ -462,29 +305,6 @@ def test_cli_refuses_counts_that_are_not_positive(tmp_path, corpus_dir, tokenize
                 "--out", str(tmp_path / "out"), option, value]) == 2
     assert f"argument {option}: " in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow  # two real `gpt1 tokenize` processes
-def test_a_failed_write_is_one_line_and_the_rerun_resumes(tmp_path):
-    docs = {"train": [make_docs(30, seed=20 + i, words=400) for i in range(4)], "val": [make_docs(4, seed=98)]}
-    root = write_corpus(tmp_path / "corpus", docs)
-    bpe.train(docs["train"][0], merges=200, show_progress=False).save(tmp_path / "tok")
-    command = [sys.executable, "-m", "gpt1.cli", "tokenize", "--corpus", str(root), "--tokenizer",
-               str(tmp_path / "tok"), "--out", str(tmp_path / "out"), "--ctx", "63", "--shard-rows", "16",
-               "--workers", "1", "--no-progress"]
-    # a shard is 2 KB: the first shards fit, a partition's token file (~20 KB) does not
-    failed = subprocess.run(command, capture_output=True, text=True, preexec_fn=file_size_limit(16_000))
-    assert failed.returncode == 2, failed.stderr
-    last = failed.stderr.strip().splitlines()[-1]
-    assert "Traceback" not in failed.stderr and last.startswith("gpt1 tokenize: error: ")
-    assert "writing failed" in last and "re-run the same command to resume" in last
-    assert not list((tmp_path / "out").rglob(".*.tmp-*"))  # no half-written file left
-    resumed = subprocess.run(command, capture_output=True, text=True)
-    assert resumed.returncode == 0, resumed.stderr
-    reference = tokenize_corpus(root, tmp_path / "tok", tmp_path / "ref", n_ctx=63, shard_rows=16,
-                                show_progress=False)
-    assert load_manifest(tmp_path / "out") == reference
-    assert shard_bytes(tmp_path / "out") == shard_bytes(tmp_path / "ref")
 
 
 def test_an_unwritable_output_folder_is_refused_before_any_work(tmp_path, corpus_dir, tokenizer, capsys):

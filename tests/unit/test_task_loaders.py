@@ -1,4 +1,4 @@
-"""Task loaders under bad or unusual input (issue 15): a stray quote in Story Cloze, a file of another task, RACE
+"""Task loaders under bad or unusual input: a stray quote in Story Cloze, a file of another task, RACE
 at the promised depth, a missing evaluation split, MultiNLI's and SciTail's own formats, MNLI with one half; and
 the complete GLUE files with their exact counts. Every case ends in the right examples or a clear InputError /
 FileNotFoundError naming the file; `test_every_file_given_to_every_other_task` counts the outcomes."""

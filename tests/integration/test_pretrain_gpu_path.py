@@ -19,7 +19,7 @@ from gpt1.pretrain.cadence import Cadence
 from gpt1.pretrain.distributed import deepspeed_config
 from gpt1.pretrain.feed import prefetched
 from gpt1.pretrain.outputs import MetricsLog, read_metrics
-from test_pretrain_runs import data, env, pretrain_args, run  # noqa: F401 (data: the run tests' shards)
+from tiny_pretraining import data, env, pretrain_args, run  # noqa: F401 (data: a fixture)
 
 
 def pretrain(*overrides: str):

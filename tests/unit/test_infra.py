@@ -1,4 +1,4 @@
-"""The Prefect deployments file (pipelines.yaml). The infra/ assets themselves: tests/test_infra_assets.py."""
+"""The Prefect deployments file (pipelines.yaml). The infra/ assets themselves: tests/unit/test_infra_assets.py."""
 
 from __future__ import annotations
 

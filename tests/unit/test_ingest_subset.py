@@ -10,7 +10,7 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_ingest import rows
+from corpora import rows
 
 from gpt1.cli import main as cli_main
 from gpt1.config import ConfigError, load_config
