@@ -9,7 +9,7 @@ classification heads, one candidate per example, LM loss + lambda, the same Adam
 background load on a shared machine hits both alike; each round is a fresh fine-tune of --steps updates for
 both (new optimizer, so short rounds include the optimizer-state allocation on both sides). Limit: the best square-matmul FLOP/s measured during the run
 (`gpt1.model.mfu.measure_matmul_flops`, before, between and after the rounds). Achieved FLOP/s count
-`gpt1.model.flops_per_token` (6N + attention, LM head included) for fine-tuning and the forward pass without the
+`gpt1.model.transformer.flops_per_token` (6N + attention, LM head included) for fine-tuning and the forward pass without the
 LM head (2N' + attention) for evaluation, at the measured length.
 
     python benchmarks/bench_finetune.py --shape smoke

@@ -11,7 +11,7 @@ precision).
 
 The limit: on a CPU, a large square matmul timed in the same run, per dtype (best of before and after the steps);
 on a GPU, the device's datasheet peak (`gpt1.model.mfu.GPU_PEAK_TFLOPS`), so the printed share is MFU as llm-foundry
-and PaLM define it. Achieved FLOP/s count `gpt1.model.flops_per_token` (6N + attention) at the measured sequence
+and PaLM define it. Achieved FLOP/s count `gpt1.model.transformer.flops_per_token` (6N + attention) at the measured sequence
 length. Besides wall-clock tokens/s it prints tokens per CPU-second of this process, which moves less with other
 load on a shared CPU.
 

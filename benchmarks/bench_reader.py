@@ -10,7 +10,7 @@ Consumers, in tokens/s (a block is n_ctx + 1 = 513 tokens):
                     CPU, fp32, with the shards' vocabulary
     GPT-1 model     the same for the paper's 117M model (n_ctx 512, batch 1)
     one A100        what one GPU (= one rank) at 40% MFU would consume (bf16 peak 312 TFLOP/s), from
-                    `gpt1.model.flops_per_token`: a stated figure, not measured here
+                    `gpt1.model.transformer.flops_per_token`: a stated figure, not measured here
 Each rank runs its own reader, so the per-rank reader rate is compared with one consumer; the reader only has to
 keep ahead of it, and the ratio says by how much.
 

@@ -3,7 +3,7 @@
     mfu = tokens_per_s * flops_per_token / (peak_flops_per_device * world_size)
 
 `tokens_per_s` counts every token of an optimizer update (global batch x context, so gradient accumulation and
-data parallelism are both in it) over the update's wall time; `flops_per_token` is `gpt1.model.flops_per_token`
+data parallelism are both in it) over the update's wall time; `flops_per_token` is `gpt1.model.transformer.flops_per_token`
 (6N + attention: forward and backward, activation recomputation not counted, as in the PaLM definition).
 
 Peaks: GPUs from the vendors' dense (no sparsity) datasheet numbers; for a CPU there is no honest datasheet number

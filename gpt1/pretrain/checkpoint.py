@@ -1,6 +1,6 @@
 """Resumable pre-training checkpoints, and the consolidated fp32 weights at the end.
 
-A checkpoint is everything a bit-exact resume needs. Layout under OUT/checkpoints/ (a volume every node sees):
+A checkpoint is everything an exact resume needs. Layout under OUT/checkpoints/ (a volume every node sees):
 
     step-00000100/                       one DeepSpeed checkpoint tag, written by every rank
       *model_states.pt, *optim_states.pt   DeepSpeed: module, optimizer (ZeRO partitions), LR scheduler
