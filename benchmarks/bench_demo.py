@@ -34,6 +34,9 @@ from results import REPO, record
 
 LIMITS = {"demo": 300, "flow": 200}  # the limits, seconds on 2 cores
 PHASE = re.compile(r"^demo \[(\d+) s\]: (.*)$")
+# scripts/demo.sh's phase lines, by how they start -> the name recorded (seconds since `make demo` began)
+PHASES = {"venv ready": "venv", "deployed": "deployed", "servers up": "servers_up",
+          "running gpt1/smoke": "flow_started", "smoke pipeline finished": "flow_ended", "done": "results_printed"}
 FLOW = re.compile(r"smoke pipeline finished in (\d+) s \(exit (\d+)\)")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -109,7 +112,7 @@ def main() -> int:
     for line in demo.stdout:
         print(line, end="", flush=True)
         if phase := PHASE.match(line.strip()):
-            phases[phase[2].split(" (")[0]] = int(phase[1])
+            phases.update({name: int(phase[1]) for start, name in PHASES.items() if phase[2].startswith(start)})
         if flow := FLOW.search(line):
             flow_seconds, exit_code = int(flow[1]), int(flow[2])
     demo.wait()
@@ -128,7 +131,7 @@ def main() -> int:
     result = {
         "seconds": round(seconds), "limit_s": LIMITS["demo"], "flow_s": flow_seconds, "flow_limit_s": LIMITS["flow"],
         "exit": demo.returncode if exit_code is None else exit_code,
-        "phases_s": {re.sub(r"\W+", "_", name)[:30].strip("_"): s for name, s in phases.items()},
+        "phases_s": phases,
         "cpu_s": {**cpu, "total": round(sum(v for v in cpu.values() if v), 1)},
         "load": {"before": load_before, "mean_during": round(sum(loads) / len(loads), 2) if loads else None},
         "pretrained_above_scratch_on_every_task": bool(found) and min(found.values()) > 0,

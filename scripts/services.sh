@@ -163,6 +163,8 @@ worker_down() {  # name: its flow runs first (their stage processes follow them)
 }
 
 services_down() {  # GPT1_KEEP_SERVERS=1: only the worker (servers shared with other scripts, e.g. in CI)
+  alive worker || alive mlflow-server || alive prefect-server \
+    || echo "nothing of $STATE is running (make demo starts its servers and worker)"
   worker_down worker
   [[ ${GPT1_KEEP_SERVERS:-} == 1 ]] && return 0
   stop_group mlflow-server TERM
