@@ -24,12 +24,14 @@ taken up by the next run: pre-training and shards resume, a fine-tune starts its
 
 Local compute: `orchestration.finetune_concurrency` slots, held by the steps of compute stages (the graph's
 `compute`: pre-training and fine-tunes) while they run on this worker. A step's task run is submitted only once it
-holds its slot, so its time in the Prefect UI is its work, not its wait. Fine-tunes run in that many reused worker
-processes (gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
+holds its slot, so its time in the Prefect UI is its work, not its wait. A compute step that waits only on running
+steps keeps a slot free for itself from later steps (pre-training, while its shards are written, from the
+from-scratch fine-tunes that were ready before it). Fine-tunes run in that many reused worker processes
+(gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
 Pre-training started while other compute steps can still run beside it (the from-scratch fine-tunes need only the
-tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child flow run of
-`orchestration.finetune_deployment` (its work pool's concurrency limit applies), a failed one retried as a new
-child flow run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
+tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child
+flow run of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), a failed one retried as
+a new child flow run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
 """
 
 from __future__ import annotations
@@ -251,10 +253,18 @@ def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
                 outcome[name] = f"not run: {failed[0]} failed"
                 return next_step()
             holds = _holds_slot(plan, plan.steps[name])
-            if holds and free[0] == 0:
+            if holds and free[0] <= reserved(name):
                 continue
             return name, holds
         return None
+
+    def reserved(name: str) -> int:
+        """Slots kept for compute steps before `name` in plan order that wait only on steps now running (pre-training
+        on its shards): the from-scratch fine-tunes, ready since the tokenizer, must not take them all."""
+        before = order[:order.index(name)]
+        return sum(1 for other in before if other not in outcome and other not in running
+                   and _holds_slot(plan, plan.steps[other])
+                   and all(outcome.get(need, "pending") is None or need in running for need in plan.needs[other]))
 
     while len(outcome) < len(order):
         with changed:
