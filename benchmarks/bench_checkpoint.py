@@ -5,7 +5,7 @@ training step on a short batch so the AdamW moments exist. Timed, best of --repe
 
     save          gpt1.pretrain.checkpoint.CheckpointManager.save: DeepSpeed files + RNG/meta JSON + COMPLETE marker
     load          CheckpointManager.load into the same engine (module, optimizer, scheduler, RNG)
-    consolidate   fp32 state dict of the checkpoint + GPT1.save_pretrained (what OUT/final gets)
+    consolidate   fp32 state dict gathered from the engine + GPT1.save_pretrained (what OUT/final gets)
     peer          torch.save({"model", "optimizer"}) of the same state: the floor for "pickle it all"
     limit         the same number of bytes written / read as one raw file (page cache included, as for the others)
 
@@ -81,7 +81,7 @@ def main() -> None:
     report["checkpoint_bytes"] = size
     report["load_s"] = best_of(args.repeats, lambda: manager.load(engine, checkpoint))
     report["consolidate_s"] = best_of(args.repeats, lambda: _as_model(
-        cfg, consolidated_state_dict(engine, checkpoint, args.zero_stage)).save_pretrained(root / "final"))
+        cfg, consolidated_state_dict(engine)).save_pretrained(root / "final"))
 
     peer = root / "peer.pt"
     state = {"model": engine.module.state_dict(), "optimizer": engine.optimizer.state_dict()}

@@ -4,7 +4,7 @@ A stage's command is its name in the stage graph (gpt1.stages.graph), run by its
 pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and `run_cli(args)` and is
 imported only when its command runs, so `gpt1 --help` stays fast and a broken optional dependency only affects its
 own command. `preflight` is the orchestrator's (flows/preflight.py: it checks Prefect deployments and pools too).
-Errors follow gpt1.errors: bad input is one line and exit 2.
+Errors follow gpt1.errors: bad input is one line and exit 2 (`gpt1 --debug COMMAND ...` adds its traceback).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from gpt1.errors import exit_code
+from gpt1.errors import DEBUG_ENV, OneLineParser, exit_code
 from gpt1.runtime.processes import exit_with_parent
 from gpt1.stages import graph
 
@@ -34,8 +34,9 @@ def commands() -> dict[str, tuple[str, str]]:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpt1", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="gpt1", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (also in workers)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if a in commands()), None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if "--debug" in argv[: argv.index(command) if command else len(argv)]:
+        os.environ[DEBUG_ENV] = "1"  # before parsing, so its errors too; the processes it starts inherit it
 
     def run() -> int:
         args = build_parser(command).parse_args(argv)
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("huggingface_hub").propagate = False  # it has a handler of its own: no line twice
         if not args.command:
             build_parser().print_help()
-            return 2
+            raise ValueError("no command given (the commands are listed above)")
         return importlib.import_module(commands()[args.command][0]).run_cli(args)
 
     return exit_code(run, prefix=f"gpt1 {command}" if command else "gpt1")

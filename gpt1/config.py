@@ -12,10 +12,10 @@ Unknown keys and bad values raise `ConfigError` naming the dotted path of the of
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpt1.stages import graph
 from gpt1.tasks.registry import TASKS  # the registry is the one list of tasks (gpt1.tasks never imports config)
@@ -32,6 +32,16 @@ class ConfigError(ValueError):
 class _Section(BaseModel):
     # inf and nan are refused everywhere: `pretrain.lr=inf` would otherwise train a model of NaNs to the end
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+def _adam_betas(betas: tuple[float, float]) -> tuple[float, float]:
+    """Adam's decay rates must be in [0, 1): torch checks them only when the optimizer is built, in a worker."""
+    if not all(0 <= beta < 1 for beta in betas):
+        raise ValueError("each beta must be >= 0 and < 1")
+    return betas
+
+
+AdamBetas = Annotated[tuple[float, float], AfterValidator(_adam_betas)]
 
 
 class ModelConfig(_Section):
@@ -52,8 +62,8 @@ class ModelConfig(_Section):
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
     compile: bool | Literal["auto"] = Field(
-        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA only "
-                            "(gpt1/model.py)")
+        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA, when "
+                            "a C compiler is there for Triton (gpt1/model/transformer.py)")
 
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelConfig":
@@ -121,20 +131,25 @@ class PretrainConfig(_Section):
     global_batch_size: int = Field(64, gt=0, description="sequences per optimizer update, all ranks")
     micro_batch_size: int | None = Field(None, gt=0, description="per rank per forward; default: global / world")
     weight_decay: float = Field(0.01, ge=0)
-    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_betas: AdamBetas = (0.9, 0.999)
     adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     zero_stage: int = Field(1, ge=0, le=3)
     offload_optimizer: bool = False
     seed: int = 0
-    log_every: int = Field(10, gt=0)
+    log_every: int = Field(10, gt=0, description="updates per logged window: the loop waits for the device at its end "
+                                                 "(and before evaluations, probes and checkpoints), not each update")
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
     probe_max_examples: int = Field(200, gt=0, description="examples per zero-shot probe task")
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
+    # GPU speed: minutes instead of updates (gpt1/pretrain/cadence.py), checked at the log_every boundaries
+    eval_every_minutes: float | None = Field(None, gt=0, description="evaluate every this many minutes instead")
+    probe_every_minutes: float | None = Field(None, gt=0, description="run the probes every this many minutes instead")
+    save_every_minutes: float | None = Field(None, gt=0, description="checkpoint every this many minutes instead")
 
 
 class FinetuneConfig(_Section):
@@ -152,10 +167,13 @@ class FinetuneConfig(_Section):
     batch_size: int = Field(32, gt=0)
     micro_batch_size: int | None = Field(
         None, gt=0, description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)")
+    forward_sequences: int = Field(
+        64, gt=0, description="most sequences per forward (an example is 1, a similarity pair 2, a K-way choice K); a "
+                              "batch with more is split and its gradients accumulated: bounds memory (RACE: 32 x 4)")
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
-    adam_betas: tuple[float, float] = (0.9, 0.999)  # the release's Adam settings, as pre-training's
+    adam_betas: AdamBetas = (0.9, 0.999)  # the release's Adam settings, as pre-training's
     adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0)
     clf_pdrop: float = Field(0.1, ge=0, lt=1)
@@ -166,13 +184,30 @@ class FinetuneConfig(_Section):
     max_eval_examples: int | None = Field(None, gt=0)
     eval_batch_size: int = Field(64, gt=0)
     max_bad_row_fraction: float = Field(0.01, ge=0, le=1, description="malformed rows tolerated per file")
-    precision: Literal["fp32", "bf16"] = "fp32"
+    allow_eval_on_train: bool = Field(
+        False, description="score a held-out split that is the training data (a single file as the data) instead "
+                           "of refusing; the score is labelled as on training rows")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU")
     seed: int = 0
+
+
+# MLflow tracking stores by URI scheme (a dialect may follow: postgresql+psycopg2://); a scheme MLflow does not
+# have would only fail inside the run, where its calls are spooled for a server that can never answer.
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "file")
 
 
 class TrackingConfig(_Section):
     experiment: str = "gpt1"
     tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else local sqlite")
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _known_scheme(cls, uri: str | None) -> str | None:
+        scheme = uri.split("://", 1)[0].split("+", 1)[0] if uri and "://" in uri else None
+        if scheme is not None and scheme not in TRACKING_SCHEMES:
+            raise ValueError(f"{uri}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})")
+        return uri
     upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
     register_models: bool = Field(True, description="register fine-tuned task models in the Model Registry")
 
@@ -279,12 +314,13 @@ def _overrides_to_dict(overrides: list[str] | dict | None) -> dict:
 
 
 def _format_errors(err: ValidationError, origin: str) -> str:
-    lines = []
+    """One line: `invalid config (origin): field: problem (got value); field: ...` (no pydantic URLs)."""
+    problems = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(root)"
-        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        lines.append(f"  {where}: {e['msg']}{got}")
-    return f"invalid config from {origin}:\n" + "\n".join(lines)
+        where = f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else ""
+        got = f" (got {e['input']!r:.60})" if "input" in e and not isinstance(e["input"], dict) else ""
+        problems.append(f"{where}{e['msg'].removeprefix('Value error, ')}{got}")
+    return f"invalid config ({origin}): " + "; ".join(problems)
 
 
 def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
@@ -301,7 +337,7 @@ def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
         try:
             data = yaml.safe_load(fh) or {}
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err})") from None
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     data.setdefault("preset", path.stem)

@@ -1,30 +1,50 @@
-"""Which failures are the user's (a one-line message, exit 2) and which are bugs (a traceback, exit 1).
+"""The one error path of every `gpt1` process: which failures are the user's (one line, exit 2) and which are bugs
+(a traceback, exit 1).
 
-`gpt1 <command>` and the fine-tune worker processes share this policy, so a job fails the same way in a worker
-as in a subprocess:
+`gpt1 <command>`, the pre-training workers and the fine-tune worker processes share this policy, so a job fails the
+same way in a worker as in a subprocess:
 
     code = exit_code(lambda: command(args), prefix="gpt1 finetune")
 
 User errors are bad input and a hostile environment: invalid config values, malformed or missing files (the
 message names the file, line and field), an output folder that must not be replaced or is busy, a folder that
-cannot be written, a full disk, a truncated weights file, data that is neither on disk nor reachable. Anything
-else is a bug in gpt1 and keeps its traceback.
+cannot be written, a full disk (naming the path being written), a truncated or altered weights file, data that is
+neither on disk nor reachable. Each prints `<prefix>: error: <message>` on one line; with `--debug` (or
+GPT1_DEBUG=1, which `gpt1 --debug` passes on to the processes it starts) its traceback comes first. Anything else
+is a bug in gpt1 and keeps its traceback.
 """
 
 from __future__ import annotations
 
+import argparse
 import errno
+import os
 import sys
 import traceback
 from typing import Callable
 
 USAGE = 2  # bad input: the message says what to fix
 BUG = 1  # anything else: the traceback is for us
+DEBUG_ENV = "GPT1_DEBUG"
+# A write that failed for lack of room: a full disk, a quota, a file-size limit.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class Diverged(ValueError):
     """Training produced a non-finite loss, gradient norm or weight, or a model non-finite outputs. A user error
     (the learning rate or the data is the usual cause): the message names the step and what was kept."""
+
+
+class ReportedFailure(Exception):
+    """A failure whose cause was already printed by the process that had it (a worker's error or traceback): one
+    line, exit 1, and no second traceback."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (`prog: error: message (see prog --help)`), not usage + error."""
+
+    def error(self, message: str):
+        self.exit(USAGE, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def _offline_errors() -> tuple[type[BaseException], ...]:
@@ -41,33 +61,49 @@ def _offline_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def os_error_message(err: OSError) -> str:
+    """An OSError as one line that names its path: a full disk, a folder that cannot be written, or the rest."""
+    where = f": {err.filename}" if err.filename else ""
+    if err.errno in NO_SPACE:
+        return f"no space left to write{where} ({err.strerror})"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write{where}: {err.strerror}"
+    if err.strerror:
+        return f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    return first_line(err)
+
+
 def user_message(err: BaseException) -> str | None:
     """The one-line message of a user error, or None when `err` is a bug."""
     if isinstance(err, _offline_errors()):
-        return f"{_first_line(err)} (no network: supply the data as a local folder, or pre-fill the hub cache)"
-    if isinstance(err, OSError) and not isinstance(err, (FileNotFoundError, NotADirectoryError)):
-        where = f": {err.filename}" if err.filename else ""
-        if err.errno == errno.ENOSPC:
-            return f"no space left on the device{where}"
-        if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return f"cannot write{where}: {err.strerror}"
-        return f"{err.strerror or _first_line(err)}{where}" if err.strerror else _first_line(err)
-    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError)):
-        return str(err)
+        return f"{first_line(err)} (no network: supply the data as a local folder, or pre-fill the hub cache)"
+    if isinstance(err, OSError):
+        return os_error_message(err) if err.errno is not None else one_line(err)
+    if isinstance(err, (ValueError, ReportedFailure)):
+        return one_line(err)
     safetensors = sys.modules.get("safetensors")
     if safetensors is not None and isinstance(err, getattr(safetensors, "SafetensorError", ())):
-        return f"unreadable weights file (truncated or not safetensors): {err}"
+        return f"unreadable weights file (truncated or not safetensors): {one_line(err)}"
     return None
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
 
 
+def one_line(err: BaseException) -> str:
+    """The whole message on one line (a multi-line message's lines joined)."""
+    return " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip()) or type(err).__name__
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
 def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
-    """Call `run`; a user error prints `<prefix>: error: <message>` and returns 2, a bug prints its traceback and
-    returns 1, Ctrl-C returns 130."""
+    """Call `run`; a user error prints `<prefix>: error: <message>` and returns 2 (after its traceback when
+    debugging), a bug prints its traceback and returns 1, Ctrl-C returns 130."""
     try:
         return int(run() or 0)
     except KeyboardInterrupt:
@@ -82,5 +118,7 @@ def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
         if message is None:
             traceback.print_exc()
             return BUG
+        if debugging():
+            traceback.print_exc()
         print(f"{prefix}: error: {message}", file=sys.stderr)
-        return USAGE
+        return BUG if isinstance(err, ReportedFailure) else USAGE

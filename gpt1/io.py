@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
+from gpt1.errors import NO_SPACE, first_line
+
 _CHUNK = 1 << 20
 
 
@@ -30,6 +32,9 @@ def atomic_path(final: str | os.PathLike) -> Iterator[Path]:
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         os.replace(tmp, final)
+    except OSError as err:
+        _name_the_output(err, final)
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -52,8 +57,17 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old)
         else:
             os.replace(tmp, final)
+    except OSError as err:
+        _name_the_output(err, final)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _name_the_output(err: OSError, final: Path) -> None:
+    """A write that failed for lack of room without naming its file (a write(), not an open()) names the output."""
+    if err.errno in NO_SPACE and not err.filename:
+        err.filename = str(final)
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -67,8 +81,27 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    """The parsed file; text that is not UTF-8 or not JSON raises InputError naming the file (and line)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as err:
+        raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno) from None
+    except UnicodeDecodeError as err:
+        raise InputError(f"not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r})",
+                         file=path) from None
+
+
+def parquet_file(path: str | os.PathLike):
+    """pyarrow's `ParquetFile` of `path`; bytes that are not Parquet (a cut or overwritten file) raise InputError
+    naming it (pyarrow's own message does not)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path)
+    except pa.ArrowException as err:
+        raise InputError(f"not a readable Parquet file ({err})", file=path) from None
 
 
 def sha256_file(path: str | os.PathLike) -> str:
@@ -118,6 +151,17 @@ class InputError(ValueError):
 class OutputError(ValueError):
     """An output cannot or must not be written (unwritable folder, disk full, busy, someone else's folder): names
     the path; what was there is untouched."""
+
+
+def write_error(path: str | os.PathLike, err: BaseException) -> OutputError:
+    """A failed write of `path` as an OutputError naming it. Writers that report a full disk in their own words
+    (torch's checkpoint writer, safetensors) are recognised by the device's free space."""
+    full = getattr(err, "errno", None) in NO_SPACE or "no space left" in str(err).lower()
+    existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+    if existing is not None and shutil.disk_usage(existing).free < _CHUNK:
+        full = True
+    cause = "no space left on the device" if full else first_line(err)
+    return OutputError(f"{path}: could not write it ({cause})")
 
 
 def check_writable(folder: str | os.PathLike) -> Path:

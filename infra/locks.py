@@ -35,7 +35,7 @@ CUDA_SECTION = "# --- added by torch's CUDA build (not in requirements/cpu.lock)
 GPU_HEADER = """\
 # GPU lock for the cluster image (infra/Dockerfile): the pins of requirements/cpu.lock, unchanged, and what the
 # CUDA build of the same torch adds to them. Written by `python infra/locks.py` (how: its docstring); do not edit
-# by hand, rerun it after changing cpu.lock (tests/test_infra_assets.py checks that the two agree).
+# by hand, rerun it after changing cpu.lock (tests/unit/test_infra_assets.py checks that the two agree).
 #
 # torch=={torch} resolves here to the CUDA {cuda} build: on Linux x86_64 the public index's torch {torch} wheel is
 # the build PyTorch also publishes as {torch}+cu{cuda_tag} on its CUDA index, https://download.pytorch.org/whl/cu{cuda_tag}.

@@ -33,14 +33,14 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
 from gpt1 import tasks
 from gpt1.data.train_tokenizer import bpe
 from gpt1.errors import Diverged
-from gpt1.io import InputError, atomic_dir, read_json, write_json, write_text
-from gpt1.model.transformer import GPT1, GPT1ForTask
+from gpt1.io import InputError, atomic_dir, positive_int, read_json, sha256_file, write_json, write_text
+from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights
+from gpt1.runtime.devices import torch_device
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
 
@@ -61,10 +61,10 @@ def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | 
     """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
     with atomic_dir(directory) as tmp:
         model.transformer.save_pretrained(tmp)
-        head = {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}
-        save_file(head, str(tmp / HEAD_NAME), metadata={"format": "pt"})
+        save_weights({k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}, tmp / HEAD_NAME)
         tokenizer.save(tmp)
-        write_json(tmp / TASK_FILE, info)
+        write_json(tmp / TASK_FILE, {**info, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME),
+                                     "head_sha256": sha256_file(tmp / HEAD_NAME)})
     return Path(directory)
 
 
@@ -89,7 +89,7 @@ def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "
         if key not in info:
             raise InputError("missing field", file=model_dir / TASK_FILE, field=key)
     model = GPT1ForTask(GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0))
-    head = load_file(str(model_dir / HEAD_NAME))
+    head = load_weights(model_dir / HEAD_NAME, record_key="head_sha256")
     try:
         model.clf.load_state_dict(head)
     except RuntimeError as err:
@@ -222,7 +222,7 @@ class TaskPredictor:
     """A fine-tuned model folder ready to score raw inputs: tokenizer + input transformation + model + head."""
 
     def __init__(self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64):
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch_device(device, "prediction")
         self.model, self.tokenizer, self.info = load_task_model(model_dir, self.device)
         self.spec = tasks.get(self.info["task"])
         self.batch_size = batch_size
@@ -302,7 +302,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="jsonl of raw inputs (e.g. {\"premise\", \"hypothesis\"}) or a task file/folder")
     parser.add_argument("--split", default="test", help="split to read when --input is a task folder")
     parser.add_argument("--out", type=Path, help="output jsonl (default: stdout)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
 
 

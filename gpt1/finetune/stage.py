@@ -133,11 +133,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-name", help="MLflow run name (default: finetune-<task>)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--allow-eval-on-train", action="store_true",
+                        help="score a split that is the training data (e.g. one file as --data), labelled as such")
     add_output_args(parser)
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
     overrides = list(args.overrides) + ([f"tracking.tracking_uri={args.tracking_uri}"] if args.tracking_uri else [])
+    overrides += ["finetune.allow_eval_on_train=true"] if args.allow_eval_on_train else []
     return Job(args.task, str(args.data), data_key(str(args.data)), Ref.to(args.checkpoint),
                Ref.to(args.tokenizer) if args.tokenizer else None, load_config(args.preset, overrides),
                run_name=args.run_name, parent_run_id=args.parent_run_id, track=not args.no_tracking,
@@ -148,6 +151,8 @@ def run_cli(args: argparse.Namespace) -> int:
     result = run_from_args(job_from_args(args), args)
     metrics = metrics_of(result.path)
     scores = ", ".join(f"{k} {v:.2f}" for k, v in metrics["metrics"].items())
-    print(f"{args.task} ({metrics['eval_split']}): {scores}; majority baseline {metrics['majority']['primary']:.2f}")
+    rows = metrics["evaluated_on"]
+    on = f"{rows['split']}, {rows['rows']} rows" + (", TRAINING ROWS" if metrics["eval_on_training_rows"] else "")
+    print(f"{args.task} ({on}): {scores}; majority baseline {metrics['majority']['primary']:.2f}")
     print(f"wrote {result.path}/{METRICS_FILE}, {PREDICTIONS_DIR}/, {MODEL_DIR}/")
     return 0

@@ -71,9 +71,12 @@ from gpt1.errors import Diverged
 from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
 from gpt1.model.losses import task_loss
 from gpt1.model.transformer import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
+from gpt1.finetune.rows import check_not_training_rows
 from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
                                    prediction_records, raw_inputs, save_task_model, to_tensors)
 from gpt1.progress import Every, duration
+from gpt1.runtime.cuda import use_tf32_matmuls
+from gpt1.runtime.devices import torch_device
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.finetune.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
@@ -102,6 +105,9 @@ class Split:
     report: dict  # LoadReport.to_dict(): sources, rows, malformed/excluded counts
     digest: str  # content hash of the files read (dataset lineage)
     all_labels: list  # labels of the whole split, also the examples a max_*_examples subset left out
+    contents: frozenset  # hashes of the whole split's examples without id and group (`tasks.content`)
+    training_rows: int = 0  # held-out examples that are also training examples (same inputs and label)
+    on_training_rows: bool = False  # scored although it is the training data (finetune.allow_eval_on_train)
 
     @property
     def labelled(self) -> bool:
@@ -114,6 +120,11 @@ class Split:
     @property
     def groups(self) -> list:
         return [ex.group for ex in self.examples]
+
+    def rows(self) -> dict:
+        """Which rows a score on this split is computed on: the split, how many, the files they came from."""
+        return {"split": self.name, "rows": len(self.examples), "files": self.report["sources"],
+                "training_rows": self.training_rows, "on_training_rows": self.on_training_rows}
 
 
 def held_out_splits(spec: TaskSpec) -> list[str]:
@@ -139,7 +150,7 @@ def load_split(spec: TaskSpec, path: str | os.PathLike, split: str, tokenizer, m
     files = [s for s in data.report.sources if Path(s).is_file()]
     digest = stable_hash([(Path(f).name, sha256_file(f)) for f in files] or data.report.sources, length=64)
     return Split(split, examples, spec.encode_all(examples, tokenizer, max_len), report, digest,
-                 [ex.label for ex in data])
+                 [ex.label for ex in data], frozenset(hash(tasks.content(ex)) for ex in data))
 
 
 def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: int, cfg: FinetuneConfig
@@ -160,6 +171,8 @@ def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: 
         raise InputError(f"{spec.name}: no labelled evaluation split found: "
                          + "; ".join(absent.get(name, f"{name}: unlabelled") for name in held_out_splits(spec)),
                          file=path)
+    for split in held_out.values():
+        check_not_training_rows(spec, split, train, path, cfg.allow_eval_on_train)
     return train, held_out
 
 
@@ -274,16 +287,31 @@ class CurveLogger:
             self.sums, self.count = {}, 0
 
 
+def examples_per_forward(spec: TaskSpec, cfg: FinetuneConfig) -> int:
+    """Examples per micro-batch: finetune.micro_batch_size (default the whole batch), fewer when their sequences
+    would exceed finetune.forward_sequences (a similarity pair is 2 sequences, a K-way choice K)."""
+    sequences = spec.n_choices if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
+    return max(1, min(cfg.micro_batch_size or cfg.batch_size, cfg.forward_sequences // sequences))
+
+
+def training_precision(cfg: FinetuneConfig, device: torch.device) -> str:
+    """finetune.precision as it runs on `device`: `auto` is bf16 autocast on CUDA (tensor cores; the fp32 matmuls
+    autocast leaves run as TF32 there), fp32 elsewhere (a CPU without bf16 units computes bf16 far slower)."""
+    if cfg.precision != "auto":
+        return cfg.precision
+    return "bf16" if device.type == "cuda" else "fp32"
+
+
 def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.Tensor, labels: torch.Tensor,
              cfg: FinetuneConfig, device: torch.device) -> tuple[dict[str, float], int]:
     """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
-    `cfg.micro_batch_size` when set. Both losses are means over examples, so weighting each micro-batch's loss by
-    its share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
+    `examples_per_forward`. Both losses are means over examples, so weighting each micro-batch's loss by its
+    share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
     real-token count."""
     use_lm = cfg.aux_lm_weight > 0
     losses: dict[str, float] = {}
     tokens = 0
-    for chunk in index.split(cfg.micro_batch_size or len(index)):
+    for chunk in index.split(examples_per_forward(spec, cfg)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
             out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
@@ -381,7 +409,7 @@ def write_predictions(spec: TaskSpec, held_out: dict[str, Split], evaluations: d
         path = write_text(out_dir / PREDICTIONS_DIR / f"{name}.jsonl",
                           "".join(json.dumps(line) + "\n" for line in lines))
         written[name] = [str(path.relative_to(out_dir))]
-        if name == "test":
+        if name == "test" and not split.on_training_rows:  # no leaderboard file of training rows
             files = tasks.write_submission(spec.name, split.examples, result.predictions, out_dir / SUBMISSION_DIR)
             written["submission"] = [str(Path(f).relative_to(out_dir)) for f in files]
     return written
@@ -410,6 +438,10 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
 def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
               tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
     reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
+    dev = torch_device(device, "fine-tuning")  # first: a GPU job without CUDA stops at once
+    cfg = cfg.model_copy(update={"precision": training_precision(cfg, dev)})  # what ran, in params and metrics
+    if dev.type == "cuda":
+        use_tf32_matmuls()
     check_inputs(checkpoint_dir, cfg)
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = bpe.load(tokenizer_path)
@@ -419,7 +451,6 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     headline = headline_split(spec, held_out)
 
     torch.manual_seed(cfg.seed)
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg).to(dev)
     if spec.regression:  # start at the mean score, so the first updates fit the spread rather than the offset
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))
@@ -431,10 +462,12 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         run.log_params({"task": spec.name, "data": str(data_path), "checkpoint": str(checkpoint_dir.resolve()),
                         "tokenizer_sha256": tokenizer.sha256, "ablation": ablation_name(cfg), "device": str(dev),
                         "n_parameters": model.transformer.num_parameters(), "train_examples": len(train_set.examples),
-                        "headline_split": headline,
+                        "headline_split": headline, "headline_rows": len(held_out[headline].examples),
                         **{f"finetune.{k}": v for k, v in cfg.model_dump(exclude={"tasks", "data"}).items()},
                         **{f"model.{k}": v for k, v in model_cfg.model_dump().items()}})
         log_task_data(run, spec, data_path, data_splits)
+        if held_out[headline].on_training_rows:
+            run.set_tags({"gpt1.eval_on_training_rows": "true"})
         if run.enabled and not cfg.from_scratch:
             weights = model_files(checkpoint_dir)[1]
             run.log_reference("checkpoint", weights, sha256_file(weights))
@@ -455,9 +488,11 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
             "ablation": ablation_name(cfg), "eval_split": headline,
             "eval_split_fallback": None if headline in spec.eval_splits else {"paper": spec.eval_splits[0],
                                                                               "used": headline},
-            "metrics": best.metrics, "majority": best.majority,
+            "metrics": best.metrics, "majority": best.majority, "evaluated_on": held_out[headline].rows(),
+            "eval_on_training_rows": held_out[headline].on_training_rows,
             "splits": {name: {"examples": len(held_out[name].examples), "metrics": e.metrics,
-                              "majority": e.majority, "loss": e.loss} for name, e in evaluations.items()},
+                              "majority": e.majority, "loss": e.loss, "evaluated_on": held_out[name].rows()}
+                       for name, e in evaluations.items()},
             "train": train_stats, "files": files, "model_dir": MODEL_DIR,
             "data": {"path": str(data_path), "splits": data_splits},
             "checkpoint": str(checkpoint_dir.resolve()), "tokenizer_sha256": tokenizer.sha256,
@@ -493,6 +528,7 @@ def final_metrics(result: dict) -> dict[str, float]:
     other scored splits, the throughput and the peak RSS."""
     name = result["task"]
     final = {f"task/{name}/{k}": v for k, v in result["metrics"].items()}
+    final[f"task/{name}/eval_rows"] = result["splits"][result["eval_split"]]["examples"]
     final.update({f"task/{name}/majority/{k}": v for k, v in result["majority"].items()})
     for split, entry in result["splits"].items():
         if split != result["eval_split"] and entry["metrics"]:

@@ -39,12 +39,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from gpt1.data.train_tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
 from gpt1.io import InputError, atomic_dir, read_json, write_text
-from gpt1.model.transformer import GPT1
+from gpt1.model.transformer import GPT1, save_weights
 from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ def save_hf_folder(model: GPT1, tokenizer: GPT1Tokenizer, directory: str | os.Pa
                                 bos_token_id=start, eos_token_id=start)
     state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items() if k != "lm_head.weight"}
     with atomic_dir(directory) as tmp:
-        save_file(state, str(tmp / HF_WEIGHTS), metadata={"format": "pt"})  # the tied head is implied, as HF saves it
+        save_weights(state, tmp / HF_WEIGHTS)  # the tied head is implied, as HF saves it
         write_text(tmp / HF_CONFIG, hf_config.to_json_string())
         GenerationConfig(bos_token_id=start, eos_token_id=start, pad_token_id=start).save_pretrained(tmp)
         bpe.save_transformers(tokenizer, tmp, model_max_length=model.config.n_ctx)

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from gpt1.io import positive_int
+
 
 @torch.no_grad()
 def generate(model, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 1.0,
@@ -74,7 +76,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="model folder (gpt1.safetensors + gpt1_config.json), e.g. pretrain OUT/final")
     parser.add_argument("--prompt", required=True, help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--top-k", type=int, default=None, help="sample among the k most likely tokens")
+    parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens")
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--tokenizer", help="folder or tokenizer.json (default: CHECKPOINT/tokenizer.json)")

@@ -19,7 +19,8 @@ Averaging (what one target token weighs):
 
 Numerics: log-sum-exp and the softmax are fp32 whatever the input dtype; the matmuls run in the autocast dtype
 when autocast is on (as the plain `F.linear` would), else in the inputs' dtype. The embedding gradient is
-accumulated in fp32 across chunks and returned in the weight's dtype.
+accumulated in fp32 across chunks (on CUDA straight out of the bf16 matmul, `add_product_fp32`) and returned in
+the weight's dtype.
 """
 
 from __future__ import annotations
@@ -69,6 +70,19 @@ def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool = Fal
     return F.cross_entropy(logits.float(), labels)
 
 
+def add_product_fp32(total: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """`total + a @ b` (just `a @ b` when total is None) as fp32, whatever the inputs' dtype. On CUDA cuBLAS writes
+    the fp32 product of bf16/fp16 inputs directly; elsewhere there is no such matmul, so the product is made in the
+    inputs' dtype and converted."""
+    if a.dtype == torch.float32:
+        return a @ b if total is None else total.addmm_(a, b)
+    if a.device.type == "cuda":
+        return torch.mm(a, b, out_dtype=torch.float32) if total is None else \
+            torch.addmm(total, a, b, out_dtype=torch.float32)
+    product = (a @ b).float()
+    return product if total is None else total.add_(product)
+
+
 class _LinearCrossEntropy(torch.autograd.Function):
     """sum_i w_i * (logsumexp(h_i W^T) - h_i . W[t_i]), chunked over rows i; gradients made in forward."""
 
@@ -103,12 +117,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 torch.mm(grad_logits, w, out=grad_hidden[rows]) if dtype == hidden.dtype else \
                     grad_hidden[rows].copy_(grad_logits @ w)
             if want_weight:
-                if grad_weight is None:
-                    grad_weight = (grad_logits.T @ h[rows]).float()
-                elif dtype == torch.float32:
-                    grad_weight.addmm_(grad_logits.T, h[rows])
-                else:  # CPU has no mixed-precision matmul into an fp32 accumulator
-                    grad_weight += (grad_logits.T @ h[rows]).float()
+                grad_weight = add_product_fp32(grad_weight, grad_logits.T, h[rows])
         ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype))
         return loss
 

@@ -25,8 +25,10 @@ Choices where the paper and spec are silent (recorded here once):
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -39,7 +41,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gpt1.config import ModelConfig
-from gpt1.io import InputError, atomic_path, read_json, write_json
+from gpt1.io import InputError, atomic_path, read_json, sha256_file, write_error, write_json
 from gpt1.model.losses import Average, lm_loss
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
@@ -48,11 +50,21 @@ from gpt1.model.losses import Average, lm_loss
 WEIGHTS_NAME = "gpt1.safetensors"
 CONFIG_NAME = "gpt1_config.json"
 _EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
+# Files beside a weights file that record its sha256: pre-training's final/training.json, a fine-tuned model's
+# task.json (gpt1.finetune.predict). A weights file whose bytes changed since is refused where it is read.
+WEIGHTS_RECORDS = ("training.json", "task.json")
 
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
 _LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing", "compile"}
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
+
+log = logging.getLogger(__name__)
+
+
+def c_compiler() -> str | None:
+    """The C compiler Triton would use: $CC, else gcc, else clang (None: none found)."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
 class GPT1Output(NamedTuple):
@@ -192,10 +204,16 @@ class GPT1(nn.Module):
         return F.linear(hidden, self.tokens_embed.weight)
 
     def compile_for(self, device_type: str) -> bool:
-        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled.
+        """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled. `auto`
+        compiles on CUDA when a C compiler is there for Triton.
 
         Regional compilation: every transformer block is compiled in place, and the blocks share one compiled
         graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
+        if self.config.compile == "auto" and device_type == "cuda" and c_compiler() is None:
+            # Triton builds the launcher of its GPU kernels with a C compiler at the first compiled step
+            log.warning("model.compile=auto: no C compiler ($CC, gcc or clang) for Triton, so the model is not "
+                        "compiled (install one, or set model.compile=false to silence this)")
+            return False
         if not (self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")):
             return False
         if not self.compiled:
@@ -223,9 +241,7 @@ class GPT1(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        with atomic_path(directory / WEIGHTS_NAME) as tmp:
-            save_file(state, str(tmp), metadata={"format": "pt"})
+        save_weights({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, directory / WEIGHTS_NAME)
         write_json(directory / CONFIG_NAME, self.config.model_dump())  # written last: marks a complete folder
         return directory
 
@@ -305,22 +321,52 @@ def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
     bad = sorted(set(overrides) - _LOAD_OVERRIDABLE)
     if bad:
         raise ValueError(f"cannot override {bad} when loading; allowed: {sorted(_LOAD_OVERRIDABLE)}")
+    saved = read_json(path)
+    if not isinstance(saved, dict):
+        raise InputError(f"expected a JSON object of model settings, got {type(saved).__name__}", file=path)
     try:
-        return ModelConfig.model_validate({**read_json(path), **overrides})
+        return ModelConfig.model_validate({**saved, **overrides})
     except ValidationError as err:
         first = err.errors()[0]
         raise InputError(first["msg"], file=path, field=".".join(map(str, first["loc"]))) from None
-    except ValueError as err:  # invalid JSON
-        raise InputError(f"not valid JSON: {err}", file=path) from None
 
 
-def load_weights(path: Path) -> dict[str, torch.Tensor]:
+def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
+    """`state` as a safetensors file, written atomically; a failed write names the file (safetensors' error does
+    not)."""
+    with atomic_path(path) as tmp:
+        try:
+            save_file(state, str(tmp), metadata={"format": "pt"})
+        except SafetensorError as err:
+            raise write_error(path, err) from None
+
+
+def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors, refused (naming the file) when unreadable, when its bytes are not those a
+    record beside it holds under `record_key` (`verify_recorded_sha256`), or when a tensor holds NaN or inf."""
     if not path.exists():
         raise FileNotFoundError(f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)")
+    verify_recorded_sha256(path, record_key)
     try:
-        return load_file(str(path))
+        state = load_file(str(path))
     except SafetensorError as err:
         raise InputError(f"not a readable safetensors file: {err}", file=path) from None
+    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise InputError(f"corrupt weights: {len(bad)} tensor(s) hold NaN or inf ({', '.join(bad[:3])})", file=path)
+    return state
+
+
+def verify_recorded_sha256(path: Path, key: str = "weights_sha256") -> None:
+    """Refuse `path` when a record beside it (WEIGHTS_RECORDS) holds its sha256 under `key` and the bytes differ."""
+    for name in WEIGHTS_RECORDS:
+        record = path.parent / name
+        expected = read_json(record).get(key) if record.is_file() else None
+        if isinstance(expected, str):
+            actual = sha256_file(path)
+            if actual != expected:
+                raise InputError(f"changed since it was written: sha256 {actual[:16]}, {name} records "
+                                 f"{expected[:16]}", file=path)
 
 
 def flops_per_token(cfg: ModelConfig) -> float:

@@ -46,10 +46,7 @@ CALL_FIELDS = {
 
 def read_spool(path: Path) -> dict:
     """A spool file, checked field by field (errors name the file and the call)."""
-    try:
-        spool = read_json(path)
-    except ValueError as err:
-        raise InputError(f"not a JSON spool file ({err})", file=path) from None
+    spool = read_json(path)
     if not isinstance(spool, dict) or any(field not in spool for field in RUN_FIELDS):
         raise InputError(f"not a gpt1 MLflow spool file (expected the fields {', '.join(RUN_FIELDS)})", file=path)
     for i, call in enumerate(spool["calls"]):
@@ -169,4 +166,8 @@ def run_cli(args: argparse.Namespace) -> int:
         else:
             failed.append(left)
             print(f"{path.name}: not all of {count} call(s) delivered; what is left is in {left.name}")
-    return 1 if failed else 0
+    if failed:
+        raise ValueError(f"{len(failed)} of {len(files)} spool file(s) not delivered to "
+                         f"{args.tracking_uri or 'their tracking servers'}; what is left is in "
+                         f"{', '.join(str(p) for p in failed)}: run this again when the server answers")
+    return 0

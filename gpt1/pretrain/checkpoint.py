@@ -11,17 +11,26 @@ A checkpoint is everything a bit-exact resume needs. Layout under OUT/checkpoint
 Only directories with COMPLETE are resumed (`latest_complete`); one killed while being written is ignored and
 later removed. The newest `keep_last` complete checkpoints are kept.
 
+A shared checkpoint volume is writable by others, so nothing in it is trusted beyond what the run recorded:
+- meta.json lists every file the run wrote into the tag (names from DeepSpeed's own naming, gathered from every
+  rank), with its size and sha256. A resume refuses a tag holding any other file, missing one, or one whose bytes
+  changed, naming it, before DeepSpeed opens anything. The tag folder is emptied before a save writes it, so a
+  file planted under a predictable name never becomes part of the record.
+- DeepSpeed's files are unpickled with `torch.load(weights_only=True)` and an explicit allow-list of the three
+  DeepSpeed types its ZeRO optimizer state holds (`WeightsOnlyLoads`): even a file whose record was rewritten
+  cannot run code, it is refused with its name. Our extras are JSON (RNG states as lists/base64), never pickles.
+- The final weights are gathered from the engine in memory (`consolidated_state_dict`): no checkpoint file is
+  read at the end of a run.
+
 Choices where the spec is silent:
-- Our extras are JSON (RNG states as lists/base64), never pickles: reading them cannot execute code. DeepSpeed's
-  own files (module, optimizer and scheduler state) are read through DeepSpeed with `torch.load(weights_only=True)`
-  and an explicit allow-list of the three DeepSpeed types its ZeRO optimizer state holds (`WeightsOnlyLoads`):
-  a file planted on a shared checkpoint volume cannot run code on resume, it is refused with its name.
 - The data-reader state is global (epoch, position in the world-size-independent sample order; see
   gpt1.data.tokenize), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
   RNG streams and ZeRO partitions are per rank.
-- Consolidation: ZeRO 1-3 checkpoints go through DeepSpeed's `get_fp32_state_dict_from_zero_checkpoint` (the
-  fp32 master partitions of every rank); stage 0 (fp32 only, see gpt1.pretrain.distributed) holds the full fp32 module on
-  every rank, so its state dict is the answer.
+- Consolidation: at ZeRO stages 1-3 each parameter's fp32 master copy is assembled from the ranks' partitions
+  (DeepSpeed's `safe_get_full_fp32_param`, a collective); stage 0 (fp32 only, see gpt1.pretrain.distributed) holds the
+  full fp32 module on every rank.
+- Verifying a resume hashes every file once: rank r hashes every world_size-th file, and the ranks agree on the
+  outcome, so all of them stop with the same message.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpt1.io import InputError, read_json, write_json, write_text
+from gpt1.io import InputError, OutputError, read_json, sha256_file, write_error, write_json, write_text
 
 log = logging.getLogger(__name__)
 
@@ -115,40 +124,58 @@ class CheckpointManager:
         return sorted(p for p in self.root.iterdir() if p.is_dir() and _TAG.match(p.name))
 
     def save(self, engine, step: int, meta: dict) -> Path:
-        """Write checkpoint `step` (every rank), commit it with COMPLETE (rank 0), then prune old ones."""
+        """Write checkpoint `step` (every rank), record its files and commit it with COMPLETE (rank 0), then prune
+        old ones."""
         import deepspeed.comm as dist
 
         tag = tag_for(step)
         path = self.root / tag
-        if self.rank == 0 and path.exists():  # leftovers of a run killed while writing this very step
-            (path / COMPLETE).unlink(missing_ok=True)
+        if self.rank == 0 and path.exists():  # a killed run's half-written tag, or files planted under its name
+            shutil.rmtree(path)
         dist.barrier()
-        engine.save_checkpoint(str(self.root), tag=tag, save_latest=False)
-        write_json(path / rank_file(self.rank), {"rank": self.rank, "rng": rng_state()})
-        dist.barrier()  # every rank's files are in place before the commit marker
+        try:
+            engine.save_checkpoint(str(self.root), tag=tag, save_latest=False)
+            write_json(path / rank_file(self.rank), {"rank": self.rank, "rng": rng_state()})
+        except (OSError, RuntimeError) as err:  # torch.save reports a failed write as a RuntimeError
+            raise write_error(path, err) from err
+        written = [None] * self.world_size
+        dist.all_gather_object(written, _files_written(engine, self.root, tag, self.rank))
         if self.rank == 0:
-            write_json(path / META, {**meta, "step": step, "world_size": self.world_size})
+            files = _record_files(path, sorted(set().union(*written)))
+            write_json(path / META, {**meta, "step": step, "world_size": self.world_size, "files": files})
             write_text(path / COMPLETE, f"{step}\n")
             self.prune()
         dist.barrier()
         return path
 
     def load(self, engine, path: Path) -> dict:
-        """Restore engine (module, optimizer, scheduler) and this rank's RNG; returns meta.json."""
-        if not (path / COMPLETE).exists():
-            raise ValueError(f"{path} is not a complete checkpoint (no {COMPLETE} marker)")
-        meta = read_json(path / META)
+        """Check the tag holds exactly the files its meta.json records, unchanged; then restore the engine (module,
+        optimizer, scheduler) and this rank's RNG. Returns meta.json."""
+        meta = read_meta(path)
         if meta["world_size"] != self.world_size:
-            raise ValueError(f"{path} was written by {meta['world_size']} processes; resume with the same number "
-                             f"(this job has {self.world_size})")
+            raise InputError(f"written by {meta['world_size']} processes; resume with the same number (this job "
+                             f"has {self.world_size})", file=path / META, field="world_size")
+        self._verify_files(path, meta["files"])
         if not isinstance(engine.checkpoint_engine, WeightsOnlyLoads):
             engine.checkpoint_engine = WeightsOnlyLoads(engine.checkpoint_engine)
         loaded, _ = engine.load_checkpoint(str(path.parent), tag=path.name, load_optimizer_states=True,
                                            load_lr_scheduler_states=True)
         if loaded is None:
-            raise ValueError(f"DeepSpeed could not load the checkpoint in {path}")
+            raise InputError("DeepSpeed found no model states to load", file=path)
         set_rng_state(read_json(path / rank_file(self.rank))["rng"])
         return meta
+
+    def _verify_files(self, path: Path, recorded: dict) -> None:
+        """Every rank: the same refusal when the tag's files are not exactly the recorded ones (module
+        docstring)."""
+        import deepspeed.comm as dist
+
+        problem = files_problem(path, recorded, share=(self.rank, self.world_size))
+        problems = [None] * self.world_size
+        dist.all_gather_object(problems, problem)
+        first = next((p for p in problems if p), None)
+        if first:
+            raise refusal(path, first)
 
     def prune(self) -> None:
         """Remove incomplete checkpoints and all but the newest `keep_last` complete ones."""
@@ -158,6 +185,71 @@ class CheckpointManager:
         for path in stale:
             shutil.rmtree(path, ignore_errors=True)
             log.info("removed checkpoint %s", path.name)
+
+
+_META_FIELDS = {"step": int, "world_size": int, "tokens_seen": int, "reader": dict, "files": dict}
+
+
+def read_meta(path: Path) -> dict:
+    """A complete checkpoint's meta.json, with every field a resume relies on checked (errors name the field)."""
+    if not (path / COMPLETE).exists():
+        raise InputError(f"not a complete checkpoint (no {COMPLETE} marker)", file=path)
+    meta = read_json(path / META)
+    if not isinstance(meta, dict):
+        raise InputError(f"expected a JSON object, got {type(meta).__name__}", file=path / META)
+    for name, kind in _META_FIELDS.items():
+        if not isinstance(meta.get(name), kind) or isinstance(meta.get(name), bool):
+            what = "missing" if name not in meta else f"not a {kind.__name__} ({meta[name]!r:.40})"
+            hint = " (written before gpt1 recorded a checkpoint's files: it cannot be verified)" \
+                if name == "files" else ""
+            raise InputError(f"{what}{hint}", file=path / META, field=name)
+    return meta
+
+
+def files_problem(path: Path, recorded: dict, share: tuple[int, int] = (0, 1)) -> str | None:
+    """What is wrong with the files of tag `path` against `recorded` ({name: {bytes, sha256}}), or None. Names and
+    sizes are checked in full; sha256 only for every `share[1]`-th file from `share[0]` (the rest are other
+    ranks' share)."""
+    present = {p.name for p in path.iterdir() if p.name not in (META, COMPLETE)}
+    if present - set(recorded):
+        return f"files not written by this run: {', '.join(sorted(present - set(recorded)))}"
+    if set(recorded) - present:
+        return f"recorded files missing: {', '.join(sorted(set(recorded) - present))}"
+    for index, (name, record) in enumerate(sorted(recorded.items())):
+        file = path / name
+        if not isinstance(record, dict) or not {"bytes", "sha256"} <= set(record):
+            return f"{META}: the record of {name} has no bytes/sha256"
+        if file.stat().st_size != record["bytes"]:
+            return f"{name} changed since it was written ({file.stat().st_size} bytes, recorded {record['bytes']})"
+        if index % share[1] == share[0] and (digest := sha256_file(file)) != record["sha256"]:
+            return f"{name} changed since it was written (sha256 {digest[:12]}, recorded {record['sha256'][:12]})"
+    return None
+
+
+def refusal(path: Path, problem: str) -> InputError:
+    """The error of a resume from a tag whose files are not the recorded ones (`files_problem`)."""
+    return InputError(f"{problem}; refused to resume from it (a checkpoint holds only the files the run recorded "
+                      "in meta.json)", file=path)
+
+
+def _files_written(engine, root: Path, tag: str, rank: int) -> list[str]:
+    """The names this rank wrote into the tag: its RNG file and, by DeepSpeed's own naming, the module and ZeRO
+    files DeepSpeed's save wrote on this rank."""
+    names = [rank_file(rank)]
+    if engine.save_non_zero_checkpoint:
+        names.append(Path(engine._get_ckpt_name(str(root), tag)).name)
+    if engine.save_zero_checkpoint:
+        names.append(Path(engine._get_zero_ckpt_name(str(root), tag)).name)
+    return names
+
+
+def _record_files(path: Path, expected: list[str]) -> dict:
+    """{name: {bytes, sha256}} of the tag's files, which must be exactly `expected` (what the ranks wrote)."""
+    present = sorted(p.name for p in path.iterdir())
+    if present != expected:
+        raise OutputError(f"{path}: holds {present} but this run wrote {expected}: another process writes into "
+                          "the checkpoint folder; not committing it")
+    return {name: {"bytes": (path / name).stat().st_size, "sha256": sha256_file(path / name)} for name in present}
 
 
 class WeightsOnlyLoads:
@@ -185,10 +277,15 @@ class WeightsOnlyLoads:
                              "was it written by gpt1 pretrain?", file=path) from None
 
 
-def consolidated_state_dict(engine, checkpoint: Path, zero_stage: int) -> dict[str, torch.Tensor]:
-    """Full fp32 weights (CPU) of the model in `checkpoint` (a complete tag directory). Call on one rank."""
-    if zero_stage == 0:
-        return {k: v.detach().float().cpu().clone() for k, v in engine.module.state_dict().items()}
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+def consolidated_state_dict(engine) -> dict[str, torch.Tensor]:
+    """Full fp32 weights (CPU) of the engine's model, gathered in memory: from the ZeRO optimizer's fp32 master
+    partitions at stages 1-3, from the module itself at stage 0. Collective: every rank calls it. Reads no file."""
+    from deepspeed.utils import safe_get_full_fp32_param
 
-    return get_fp32_state_dict_from_zero_checkpoint(str(checkpoint.parent), tag=checkpoint.name)
+    module = engine.module
+    parameters = dict(module.named_parameters())
+    state = {}
+    for name, value in module.state_dict().items():  # the same names in the same order on every rank
+        full = safe_get_full_fp32_param(parameters[name]) if name in parameters else None
+        state[name] = (value if full is None else full).detach().float().cpu().clone()
+    return state

@@ -24,9 +24,14 @@ Choices where the spec is silent:
   `init_world` marks that op unavailable before it starts the group, as DeepSpeed itself does on a platform
   that cannot build it; gradients go through torch.distributed (gloo) as before.
 - bf16/fp16 need ZeRO stage >= 1: at stage 0 DeepSpeed keeps the fp32 master weights inside its mixed-precision
-  optimizer wrappers, out of reach of the fp32 consolidation at the end (`zero_to_fp32` reads stages 1-3). On one
-  device stage 1 costs nothing extra.
+  optimizer wrappers, out of reach of the fp32 consolidation at the end (it gathers ZeRO's fp32 partitions at
+  stages 1-3). On one device stage 1 costs nothing extra.
 - fp16 is GPU-only (the CPU accelerator has no fp16 kernels worth training with).
+- Gradients are reduced across ranks in fp32 (`communication_data_type`): DeepSpeed's default is the training
+  dtype, and a sum over many ranks in bf16 keeps 8 bits of mantissa. With ZeRO 2-3 micro-batch gradients are also
+  accumulated in fp32 (`data_types.grad_accum_dtype`); at ZeRO-1 DeepSpeed would answer that setting with its
+  separate BF16 optimizer, whose checkpoints its own `zero_to_fp32` cannot consolidate, so ZeRO-1 accumulates a
+  rank's micro-batches in bf16 (none at the paper's 8 x 8 layout on one node; `zero_stage=2` where it matters).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpt1.config import PretrainConfig
+from gpt1.runtime.cuda import require_cuda, training_device
 from gpt1.runtime.processes import free_port, threads_per_process
 
 LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -87,21 +93,23 @@ def world_from_env() -> World:
 
 
 def device_type() -> str:
-    """'cuda' when DeepSpeed will pick a GPU, else 'cpu' (decided without importing deepspeed: it is slow)."""
-    import torch
-
+    """'cuda' when DeepSpeed will pick a GPU, else 'cpu' (decided without importing deepspeed: it is slow). With
+    GPT1_REQUIRE_CUDA set, anything but 'cuda' raises CudaUnavailable (gpt1.runtime.cuda)."""
     wanted = os.environ.get("DS_ACCELERATOR")
-    return "cuda" if wanted in (None, "cuda") and torch.cuda.is_available() else "cpu"
+    if wanted not in (None, "cuda"):
+        require_cuda("pre-training", f"DS_ACCELERATOR={wanted} asks DeepSpeed for another accelerator")
+        return "cpu"
+    return training_device("pre-training")
 
 
 def init_world() -> World:
     """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device."""
+    backend = "nccl" if device_type() == "cuda" else "gloo"  # first: a GPU job without CUDA stops here, at once
     prepare_env()
     import deepspeed
     import torch
 
     world = world_from_env()
-    backend = "nccl" if device_type() == "cuda" else "gloo"
     if backend == "gloo":
         skip_shm_comm_op()
     deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
@@ -171,7 +179,10 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
         "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
         "steps_per_print": _NEVER_PRINT,
         "wall_clock_breakdown": False,
+        "communication_data_type": "fp32",  # gradients summed across ranks in fp32 (module docstring)
     }
+    if precision != "fp32" and stage >= 2:
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     return config
 
 

@@ -18,9 +18,8 @@ import os
 from pathlib import Path
 
 from gpt1.data.train_tokenizer import bpe
-from gpt1.pretrain.checkpoint import COMPLETE, META, CheckpointManager
+from gpt1.pretrain.checkpoint import CheckpointManager, files_problem, read_meta, refusal
 from gpt1.config import PipelineConfig, PretrainConfig
-from gpt1.io import read_json
 
 log = logging.getLogger("gpt1.pretrain")  # these checks speak in the pre-training log
 
@@ -82,9 +81,11 @@ def resume_point(out: Path, resume: str | None, model_cfg: dict) -> Path | None:
     if path is None:
         log.info("--resume auto: no complete checkpoint in %s, starting from scratch", out / CHECKPOINTS)
         return None
-    if not (path / COMPLETE).exists():
-        raise ValueError(f"--resume {resume}: {path} is not a complete checkpoint (no {COMPLETE} marker)")
-    saved = read_json(path / META).get("model")
+    meta = read_meta(path)
+    problem = files_problem(path, meta["files"])  # also checked by the workers: here it fails before any starts
+    if problem:
+        raise refusal(path, problem)
+    saved = meta.get("model")
     if saved is not None and saved != model_cfg:
         changed = sorted(k for k in model_cfg if saved.get(k) != model_cfg[k])
         raise ValueError(f"cannot resume {path}: model config changed since it was written ({changed})")

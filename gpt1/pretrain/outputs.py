@@ -70,6 +70,23 @@ def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experimen
     return run.run_id
 
 
+class MetricsLog:
+    """OUT/metrics.jsonl, held open for appending by rank 0: lines reach the file at `flush` (every logging window
+    and checkpoint), not through an open and a close per update."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open for the whole run, closed by close()
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 def read_metrics(path: Path) -> dict[int, dict]:
     """metrics.jsonl -> {step: merged record}; a resumed run's later lines win (same values when exact)."""
     by_step: dict[int, dict] = {}

@@ -25,6 +25,7 @@ from typing import Callable, ClassVar
 
 import yaml
 
+from gpt1 import errors
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
@@ -68,6 +69,7 @@ class Job(StageJob):
     # -- before any compute ------------------------------------------------------------------------------------
     def check(self, out: Path) -> tuple[PipelineConfig, str | None]:
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
+        device = device_type()  # first: a GPU job without CUDA stops in seconds, before the shards are hashed
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
@@ -75,7 +77,7 @@ class Job(StageJob):
         log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
                  checked["checked_bytes"] / 1e6, checked["seconds"])
         cfg = resolve_config(self.cfg, manifest)
-        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device_type())  # batch layout, precision
+        deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device)  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
         if train_blocks < cfg.pretrain.global_batch_size:
             raise ValueError(f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "
@@ -87,11 +89,13 @@ class Job(StageJob):
 
     def prepare(self, out: Path) -> list[str]:
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""
-        cfg, task_data = self.check(out)
+        cfg, _ = self.check(out)
         write_json(out / "config.json", cfg.model_dump(mode="json"))
         args = ["--config", str(out / "config.json"), "--shards", str(self.shards.path), "--out", str(out)]
+        # Only a given task folder is passed on: the worker resolves finetune.data (a hub source, not a folder)
+        # from the config itself, exactly as check() did.
         for flag, value in (("--resume", self.resume), ("--tokenizer", self.tokenizer),
-                            ("--task-data", task_data), ("--parent-run-id", self.parent_run_id)):
+                            ("--task-data", self.task_data), ("--parent-run-id", self.parent_run_id)):
             if value is not None:
                 args += [flag, str(value)]
         return args
@@ -118,9 +122,10 @@ class Job(StageJob):
         if code != 0 and worker_errors:
             raise ValueError(worker_errors[0])
         if code != 0:
-            what = f"killed by signal {-code}" if code < 0 else f"exited with {code}"
-            raise RuntimeError(f"pre-training workers {what} (outputs so far in {out}; re-run with --resume auto "
-                               "to continue from the last complete checkpoint)")
+            what = f"killed by signal {-code}" if code < 0 else f"exited with {code} (its traceback is above)"
+            failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
+            raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
+                          "continue from the last complete checkpoint")
         return {"final": str(out / FINAL)}
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:

@@ -9,13 +9,15 @@ A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over p
 AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
 DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.pretrain.distributed). Every `eval_every`
 updates it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
-(gpt1.pretrain.probes), every `save_every` a resumable checkpoint (gpt1.pretrain.checkpoint); at the end the consolidated fp32
-weights go to OUT/final/ (GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
+(gpt1.pretrain.probes), every `save_every` a resumable checkpoint (gpt1.pretrain.checkpoint), or each every so many minutes
+instead (`*_every_minutes`, gpt1.pretrain.cadence); at the end the consolidated fp32 weights go to OUT/final/
+(GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
 
 Outputs:
     OUT/config.json              resolved config (written by `gpt1 pretrain`; read by every worker)
     OUT/deepspeed_config.json    the generated DeepSpeed config for this world size
-    OUT/metrics.jsonl            one JSON line per update and per evaluation (rank 0; resumed runs append)
+    OUT/metrics.jsonl            one JSON line per update, per logging window (throughput) and per evaluation
+                                 (rank 0; resumed runs append)
     OUT/samples/step-N.txt       text samples at each evaluation
     OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
     OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
@@ -30,17 +32,24 @@ Choices where the spec is silent:
 - Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`
   updates, metrics.jsonl every update. Validation uses the first eval_batches x global-batch blocks of the val
   split in stored order, the same blocks at every evaluation and for every world size.
+- The loop waits for the device once per logging window (`log_every` updates, or sooner when an action is due):
+  losses and gradient norms stay on the device until then, and the next batch is read and copied while the
+  current update runs (gpt1.pretrain.feed). Throughput is measured per window, so it is real GPU time.
+- Validation is shared by all ranks; text samples and probes run on rank 0 alone (every rank under ZeRO-3,
+  whose forward pass gathers parameters collectively).
+- The versions the numbers depend on (torch, CUDA, cuDNN, driver, NCCL, DeepSpeed, GPU) are `env.*` params.
 - Dropout RNG is seeded per rank (seed + rank); model init uses `seed` on every rank. Evaluation, probes and
-  samples never draw from the training RNG, so a resumed run is bit-identical to an uninterrupted one.
+  samples never draw from the training RNG, so on a CPU a resumed run is bit-identical to an uninterrupted one
+  (on CUDA the restored state is exact and later updates agree within a tolerance: docs/gpu.md).
 - A worker started by a launcher stops when that launcher dies (gpt1.runtime.processes.exit_with_parent).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,8 +62,10 @@ from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
 from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, load_tokenizer, resolve_config, resume_point, task_data_source,
                                   total_steps)
-from gpt1.pretrain.outputs import log_pretrained_model, plot_loss_curve, stage_key
+from gpt1.pretrain.cadence import Cadence
+from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, stage_key
 from gpt1.progress import duration
+from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
 log = logging.getLogger("gpt1.pretrain")
@@ -65,6 +76,31 @@ WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which th
 
 
 # --------------------------------------------------------------------------------------------- a worker
+
+
+class Window:
+    """One logging window: its updates still on the device (`pending`: loss tensors, gradient norms, learning
+    rates), those already read back (as floats), and the training time they took (other work excluded)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.pending: list[tuple[torch.Tensor, object, float]] = []
+        self.losses: list[float] = []
+        self.norms: list[float | None] = []
+        self.lrs: list[float] = []
+        self.started = time.perf_counter()
+
+    def add(self, loss: torch.Tensor, grad_norm, lr: float) -> None:
+        self.pending.append((loss, grad_norm, lr))
+
+    def exclude(self, seconds: float) -> None:
+        """Leave out time spent on other work (evaluation, probes, a checkpoint)."""
+        self.started += seconds
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
 
 
 class Pretraining:
@@ -111,17 +147,24 @@ class Pretraining:
         self.device = self.engine.device
         # Stage 0 fp32 is DeepSpeed's plain path, which clips without keeping the norm: measure it ourselves.
         self.norm_from_grads = p.zero_stage == 0
+        # Text samples and probes read the whole model. Under ZeRO-3 its parameters are gathered collectively, so
+        # every rank takes part; below that rank 0 runs them alone while the others wait at the next update.
+        self.runs_diagnostics = world.is_main or p.zero_stage == 3
+        self.cadence = {"eval": Cadence(p.eval_every, p.eval_every_minutes),
+                        "probe": Cadence(p.probe_every, p.probe_every_minutes),
+                        "save": Cadence(p.save_every, p.save_every_minutes)}
+        self.window = Window()
 
         self.checkpoints = CheckpointManager(self.out / CHECKPOINTS, rank=world.rank, world_size=world.size,
                                              keep_last=p.keep_last)
         self.tokenizer = load_tokenizer(args.tokenizer, self.manifest)
         self.probe_data = {}
-        if self.tokenizer is not None:
+        if self.tokenizer is not None and self.runs_diagnostics:
             from gpt1.pretrain.probes import load_probe_data
 
             self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
                                               cfg.finetune.task_data)
-        else:
+        elif self.tokenizer is None:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
         self.step, self.tokens_seen, self.run_id = 0, 0, None
@@ -131,13 +174,15 @@ class Pretraining:
             self.train_data.load_state_dict(meta["reader"])
             self.step, self.tokens_seen, self.run_id = meta["step"], meta["tokens_seen"], meta.get("run_id")
             log.info("resumed from %s (update %d of %d)", resume_from, self.step, self.total)
+        self.reader_state = self.train_data.state_dict()  # after the last update trained (checkpoints save it)
 
         self.peak_flops, self.peak_source = None, ""
-        self.run = None
+        self.run = self.metrics = self.bar = None
         if world.is_main:
             from gpt1.model.mfu import device_peak_flops
 
             self.peak_flops, self.peak_source = device_peak_flops(self.device_kind, p.precision)
+            self.metrics = MetricsLog(self.out / "metrics.jsonl")
             self._start_tracking(resumed=resume_from is not None)
 
     # -- tracking --------------------------------------------------------------------------------------
@@ -152,10 +197,13 @@ class Pretraining:
         self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
                              parent_run_id=self.args.parent_run_id, run_id=self.run_id, tags=tags)
         monitor_system(self.run)
+        environment = {f"env.{name}": value for name, value in versions().items()}
+        log.info("environment: %s", ", ".join(f"{k.removeprefix('env.')} {v}" for k, v in environment.items()))
         if resumed and self.run_id is not None:
-            self.run.set_tags({"resumed_at_step": self.step})
-            return  # params are already on the run (MLflow refuses to change a logged param)
-        self.run.log_params({**flatten(self.cfg.model_dump(mode="json")),
+            # params are already on the run (MLflow refuses to change a logged param); this start's are tags
+            self.run.set_tags({"resumed_at_step": self.step, **environment})
+            return
+        self.run.log_params({**flatten(self.cfg.model_dump(mode="json")), **environment,
                              **flatten(self.ds_config, "deepspeed."),
                              "world_size": self.world.size, "total_steps": self.total,
                              "flops_per_token": self.flops_per_token, "peak_flops_per_device": self.peak_flops,
@@ -170,89 +218,136 @@ class Pretraining:
         return self.run.run_id if self.run is not None else self.run_id
 
     def _record(self, record: dict) -> None:
-        """Append one line to OUT/metrics.jsonl (rank 0)."""
-        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+        """One line of OUT/metrics.jsonl, on disk at once (rank 0)."""
+        self.metrics.write(record)
+        self.metrics.flush()
 
     # -- training ------------------------------------------------------------------------------------------
-    def train_step(self, micro_batches: torch.Tensor) -> tuple[float, float | None]:
-        """One optimizer update over this rank's (accum, micro, n_ctx+1) blocks; returns (loss, grad norm)."""
+    def train_step(self, micro_batches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float | None]:
+        """One optimizer update over this rank's (accum, micro, n_ctx+1) blocks: this rank's mean loss and the
+        gradient norm, left on the device (nothing here waits for it; the logging window does, once)."""
         engine = self.engine
         total_loss = torch.zeros((), device=self.device)
         grad_norm = None
         for i, blocks in enumerate(micro_batches):
-            blocks = blocks.to(self.device)
+            blocks = blocks.to(self.device)  # already there when prefetched to a GPU
             loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
             engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
             if i == len(micro_batches) - 1 and self.norm_from_grads:
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-                grad_norm = float(torch.nn.utils.get_total_norm(grads))
+                grad_norm = torch.nn.utils.get_total_norm(grads)
             engine.step()  # an optimizer update only at the accumulation boundary
             total_loss += loss.detach()
-        mean_loss = total_loss / len(micro_batches)
-        torch.distributed.all_reduce(mean_loss)
         if grad_norm is None:
             grad_norm = engine.get_global_grad_norm()
-        return float(mean_loss) / self.world.size, None if grad_norm is None else float(grad_norm)
+        return total_loss / len(micro_batches), grad_norm
 
     def batches(self):
-        """This rank's share of each global batch, epoch after epoch."""
-        while True:
-            yield from self.train_data.global_batches(self.layout.global_batch, self.layout.micro_batch)
+        """This rank's share of each global batch, epoch after epoch, on the device one update ahead."""
+        from gpt1.pretrain.feed import prefetched
+
+        def epochs():
+            while True:
+                yield from self.train_data.global_batches(self.layout.global_batch, self.layout.micro_batch)
+
+        return prefetched(epochs(), self.train_data, self.device)
 
     def run_loop(self) -> None:
         from tqdm import tqdm
 
-        p = self.cfg.pretrain
         # disable=None: drawn on a terminal only (piped into Prefect logs, each redraw would be a record)
-        bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
-                   disable=None if self.world.is_main else True)
-        window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
+        self.bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
+                        disable=None if self.world.is_main else True)
+        log_every = self.cfg.pretrain.log_every
+        actions = {"eval": self.evaluate, "probe": self.probe, "save": self.save}
         batches = self.batches()
+        self.window.reset()
         while self.step < self.total:
             lr = self.scheduler.get_last_lr()[0]  # the rate this update uses
-            started = time.perf_counter()
-            loss, grad_norm = self.train_step(next(batches))
-            seconds = time.perf_counter() - started
-            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
-                raise Diverged(f"pre-training diverged at update {self.step + 1}: loss {loss}, gradient norm "
-                               f"{grad_norm} (lr {lr:.3g}); {self.kept()}")
+            blocks, self.reader_state = next(batches)
+            loss, grad_norm = self.train_step(blocks)
             self.step += 1
             self.tokens_seen += self.tokens_per_step
-            window["loss"] += loss
-            window["steps"] += 1
-            window["seconds"] += seconds
-            if self.world.is_main:
-                self._record({"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm,
-                              "seconds": seconds})
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{self.tokens_per_step / seconds:,.0f}")
-            if self.step % p.log_every == 0 or self.step == self.total:
-                self._log_window(window, lr, grad_norm)
-                window = {"loss": 0.0, "steps": 0, "seconds": 0.0}
-            if self.step % p.eval_every == 0 or self.step == self.total:
-                self.evaluate()
-            if self.step % p.probe_every == 0 or self.step == self.total:
-                self.probe()
-            if self.step % p.save_every == 0 or self.step == self.total:
-                self.save()
-        bar.close()
+            self.window.add(loss, grad_norm, lr)
+            boundary = self.step % log_every == 0 or self.step == self.total
+            due = self.due(boundary)
+            if boundary or due:
+                self.drain()  # before a checkpoint too: the lines of the updates it holds are on disk first
+            if boundary:
+                self.log_window()
+            if due:
+                started = time.perf_counter()
+                for name in ("eval", "probe", "save"):
+                    if name in due:
+                        actions[name]()
+                        self.cadence[name].ran()
+                self.window.exclude(time.perf_counter() - started)
+        self.bar.close()
 
-    def _log_window(self, window: dict, lr: float, grad_norm: float | None) -> None:
+    def due(self, boundary: bool) -> set[str]:
+        """What runs after this update: every action at the end; an action counted in updates when its count is
+        reached; one timed in minutes when rank 0's clock says so at a logging boundary (shared with every rank:
+        the actions are collective)."""
+        if self.step == self.total:
+            return set(self.cadence)
+        due = {name for name, cadence in self.cadence.items() if cadence.due_by_updates(self.step)}
+        timed = [name for name, cadence in self.cadence.items() if cadence.timed]
+        if boundary and timed:
+            flags = torch.tensor([self.cadence[name].due_by_time() for name in timed], dtype=torch.int32,
+                                 device=self.device)
+            torch.distributed.broadcast(flags, src=0)
+            due.update(name for name, flag in zip(timed, flags.tolist()) if flag)
+        return due
+
+    def drain(self) -> None:
+        """Wait for the device: the pending updates' losses (averaged over ranks) and gradient norms are read back,
+        checked for divergence and recorded in metrics.jsonl, one line per update."""
+        window = self.window
+        if not window.pending:
+            return
+        losses = torch.stack([loss for loss, _, _ in window.pending])
+        torch.distributed.all_reduce(losses)
+        losses = (losses / self.world.size).tolist()
+        norms = [None if norm is None else float(norm) for _, norm, _ in window.pending]
+        lrs = [lr for _, _, lr in window.pending]
+        window.pending = []
+        first = self.step - len(losses) + 1
+        for step, loss, grad_norm, lr in zip(range(first, self.step + 1), losses, norms, lrs):
+            if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
+                raise Diverged(f"pre-training diverged at update {step}: loss {loss}, gradient norm {grad_norm} "
+                               f"(lr {lr:.3g}); {self.kept()}")
+            if self.metrics is not None:
+                self.metrics.write({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm})
+        if self.metrics is not None:
+            self.metrics.flush()
+        window.losses += losses
+        window.norms += norms
+        window.lrs += lrs
+
+    def log_window(self) -> None:
+        """Rank 0: the window's mean loss, last learning rate and gradient norm, and throughput, to MLflow and the
+        log (call after `drain`); every rank then starts the next window."""
         from gpt1.model.mfu import mfu
 
-        if not self.world.is_main or not window["steps"]:
-            return
-        tokens_per_s = window["steps"] * self.tokens_per_step / window["seconds"]
-        metrics = {"loss": window["loss"] / window["steps"], "lr": lr, "grad_norm": grad_norm,
-                   "tokens_per_s": tokens_per_s, "tokens_seen": self.tokens_seen,
-                   "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
-        self.run.log_metrics(metrics, step=self.step)
-        mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
-        eta = (self.total - self.step) * window["seconds"] / window["steps"]
-        log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
-                 metrics["loss"], lr, "n/a" if grad_norm is None else f"{grad_norm:.3f}", tokens_per_s, mfu_text,
-                 duration(eta))
+        window, seconds = self.window, self.window.seconds()
+        updates = len(window.losses)
+        if self.world.is_main and updates:
+            tokens_per_s = updates * self.tokens_per_step / seconds
+            grad_norm = window.norms[-1]
+            metrics = {"loss": sum(window.losses) / updates, "lr": window.lrs[-1], "grad_norm": grad_norm,
+                       "tokens_per_s": tokens_per_s, "tokens_seen": self.tokens_seen,
+                       "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
+            self._record({"step": self.step, "tokens_per_s": tokens_per_s, "mfu": metrics["mfu"],
+                          "seconds_per_update": seconds / updates})
+            self.run.log_metrics(metrics, step=self.step)
+            self.bar.update(updates)
+            self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
+            eta = (self.total - self.step) * seconds / updates
+            log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
+                     metrics["loss"], metrics["lr"], "n/a" if grad_norm is None else f"{grad_norm:.3f}",
+                     tokens_per_s, mfu_text, duration(eta))
+        window.reset()
 
     # -- evaluation ------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -278,7 +373,7 @@ class Pretraining:
 
     def evaluate(self) -> None:
         val_loss = self.validation_loss()
-        samples = self.samples()
+        samples = self.samples() if self.runs_diagnostics else None
         if not self.world.is_main:
             return
         if val_loss is None:
@@ -308,7 +403,7 @@ class Pretraining:
         return f"step {self.step}\n" + "\n".join(lines) + "\n"
 
     def probe(self) -> None:
-        if self.tokenizer is None:
+        if self.tokenizer is None or not self.runs_diagnostics:
             return
         from gpt1.pretrain.probes import run_probes
 
@@ -343,7 +438,7 @@ class Pretraining:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
             # reach MLflow now, not seconds later (a kill in between would lose it for good).
             self.run.flush()
-        meta = {"reader": self.train_data.state_dict(), "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
+        meta = {"reader": self.reader_state, "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
                 "total_steps": self.total, "model": self.cfg.model.model_dump()}
         path = self.checkpoints.save(self.engine, self.step, meta)
         if self.world.is_main:
@@ -351,16 +446,18 @@ class Pretraining:
         return path
 
     def finish(self) -> None:
-        """Rank 0: consolidated fp32 weights + tokenizer + transformers export in OUT/final, artifacts, run end."""
+        """Consolidated fp32 weights (gathered by every rank, from memory); then rank 0: weights + tokenizer +
+        transformers export in OUT/final, artifacts, run end."""
+        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
+
+        state = consolidated_state_dict(self.engine)
         if not self.world.is_main:
             return
-        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
         from gpt1.model.convert import pretrained_by, save_hf_folder
         from gpt1.model.transformer import WEIGHTS_NAME, GPT1
 
         final = self.out / FINAL
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
-        state = consolidated_state_dict(self.engine, checkpoint, self.cfg.pretrain.zero_stage)
         with torch.device("meta"):
             model = GPT1(self.cfg.model)
         model.load_checked_state_dict(state, source=checkpoint)
@@ -382,6 +479,7 @@ class Pretraining:
         write_json(final / "training.json", summary)
         log.info("final weights: %s", final)
 
+        self.metrics.flush()
         curve = plot_loss_curve(self.out / "metrics.jsonl", self.out / "loss_curve.png")
         if curve is not None:
             self.run.log_artifact(curve)
@@ -414,13 +512,17 @@ def worker_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     exit_with_parent()  # the launcher (gpt1 pretrain, a pipeline) died: stop training, release the output
     args = worker_parser().parse_args(argv)
+    rank = os.environ.get("RANK", "0")  # as the launcher set it; joining the world may itself fail (no CUDA)
+    return exit_code(lambda: start(args), prefix=f"{WORKER} (rank {rank})")
+
+
+def start(args: argparse.Namespace) -> int:
     from gpt1.pretrain.distributed import init_world
 
     world = init_world()
     logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
                         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
-    cfg = config_from_dict(read_json(args.config))
-    return exit_code(lambda: train(cfg, args, world), prefix=f"{WORKER} (rank {world.rank})")
+    return train(config_from_dict(read_json(args.config)), args, world)
 
 
 def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
@@ -432,6 +534,9 @@ def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
         if training.run is not None:
             training.run.end("FAILED")
         raise
+    finally:
+        if training.metrics is not None:
+            training.metrics.close()
     return 0
 
 

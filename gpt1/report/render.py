@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpt1.io import read_json, write_json, write_text
+from gpt1.io import atomic_path, read_json, write_json, write_text
 from gpt1.stages.outputs import read_marker
 from gpt1.tasks import REGISTRY, metrics
 
@@ -92,7 +92,8 @@ class Run:
         return self.results.get(task, {}).get("majority", {}).get(key)
 
     def glue_score(self) -> float | None:
-        return _glue({t: r.get("metrics", {}) for t, r in self.results.items()})
+        """The GLUE average; none when a GLUE task is missing or was scored on its training rows."""
+        return _glue({t: r.get("metrics", {}) for t, r in self.results.items() if not r.get("eval_on_training_rows")})
 
     def cell(self, task: str, key: str) -> str:
         if task in self.errors:
@@ -214,9 +215,29 @@ def notes(runs: list[Run]) -> list[str]:
     for run in runs:
         for task, result in sorted(run.results.items()):
             split, paper_split = result.get("eval_split"), REGISTRY[task].eval_splits[0]
+            if result.get("eval_on_training_rows"):
+                out.append(f"{run.label}/{task}: SCORED ON TRAINING ROWS (--allow-eval-on-train): not a result")
             if split and split != paper_split:
                 out.append(f"{run.label}/{task}: scored on {split} (the paper: {paper_split})")
     return out
+
+
+def scored_rows_table(runs: list[Run]) -> str:
+    """Which rows each score was computed on: split and number of examples (metrics.json `evaluated_on`)."""
+    tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
+
+    def cell(result: dict | None) -> str:
+        rows = (result or {}).get("evaluated_on")
+        if not rows:
+            return MISSING
+        if result.get("eval_on_training_rows"):
+            return f"{rows['split']}: {rows['rows']} (training rows)"
+        overlap = f" ({rows['training_rows']} also in train)" if rows.get("training_rows") else ""
+        return f"{rows['split']}: {rows['rows']}{overlap}"
+
+    table = [[f"ours: {r.label}", *(cell(r.results.get(t)) for t in tasks_run)] for r in runs]
+    return "### Rows scored (split: examples)\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)],
+                                                                     table)
 
 
 def per_task_table(runs: list[Run], field: str, title: str) -> str:
@@ -238,7 +259,7 @@ def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> s
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
     if any(r.results for r in runs):
-        text += ["", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
+        text += ["", scored_rows_table(runs), "", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
                  "", per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)")]
     if not_run:
         text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
@@ -256,10 +277,11 @@ def plot(runs: list[Run], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig = results_figure(runs)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -316,7 +338,9 @@ def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
     return {
         "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
                            "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
-                                         "eval_split": res.get("eval_split"), "wall_seconds": res.get("wall_seconds"),
+                                         "eval_split": res.get("eval_split"), "evaluated_on": res.get("evaluated_on"),
+                                         "eval_on_training_rows": res.get("eval_on_training_rows", False),
+                                         "wall_seconds": res.get("wall_seconds"),
                                          "peak_rss_mb": res.get("peak_rss_mb")}
                                      for t, res in sorted(r.results.items())},
                            "errors": r.errors} for r in runs},

@@ -69,6 +69,11 @@ class ChoiceExample:
 Example = TextExample | PairExample | ChoiceExample
 
 
+def content(example: Example) -> tuple:
+    """An example without its id and group: two rows with equal content are the same example."""
+    return tuple(getattr(example, name) for name in example.__slots__ if name not in ("id", "group"))
+
+
 class RowError(Exception):
     """A malformed row: `reason` is the category it is counted under, `detail` the offending value."""
 

@@ -266,7 +266,7 @@ def read_race(spec: TaskSpec, files: list[Path]) -> Rows:
     for path in files:
         file = str(path)
         try:
-            article = json.loads(path.read_bytes().decode("utf-8"))
+            article = json.loads(path.read_bytes().decode("utf-8-sig"))
         except UnicodeDecodeError as err:
             yield file, 1, RowError("not UTF-8", detail=f"byte {err.start}")
             continue

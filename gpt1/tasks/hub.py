@@ -27,7 +27,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpt1.io import InputError
+from gpt1.io import InputError, parquet_file
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
 from gpt1.tasks.formats import Rows, ambiguous, files_near, not_this_task, text_or_pair
 from gpt1.tasks.registry import REGISTRY
@@ -114,13 +114,18 @@ def read_records(spec: TaskSpec, path: Path, group: str | None) -> Rows:
     """A Parquet file, a JSON-lines file or a JSON array of records in the hub schema."""
     check_export_name(spec, path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows: Iterable[dict] = pq.read_table(path).to_pylist()
+        rows: Iterable = parquet_file(path).read().to_pylist()
     else:
-        text = path.read_text(encoding="utf-8-sig")
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise InputError(f"not UTF-8 text (byte {err.start})", file=path) from None
         if text.lstrip().startswith("["):
-            rows = json.loads(text)
+            try:
+                rows = json.loads(text)
+            except json.JSONDecodeError as err:
+                raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno) \
+                    from None
         else:
             rows = (_json_line(line) for line in text.split("\n") if line.strip())
     yield from read_rows(spec, rows, str(path), group)
@@ -142,10 +147,15 @@ def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) ->
             continue
         if number == 1:
             _check_columns(spec, row, source)
+        if not isinstance(row, dict):
+            yield source, number, RowError("not a record (JSON object)", detail=repr(row)[:50])
+            continue
         try:
             yield source, number, _example(spec, row, number - 1, group, questions_seen)
         except (RowError, Excluded) as item:
             yield source, number, item
+        except KeyError as err:
+            yield source, number, RowError("missing column", field=str(err.args[0]))
 
 
 def _label_kind(spec: TaskSpec) -> str:

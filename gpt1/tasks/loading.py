@@ -14,12 +14,13 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
 from tqdm import tqdm
 
-from gpt1.io import write_text
+from gpt1.io import InputError, write_text
 from gpt1.tasks import formats, hub, metrics
 from gpt1.tasks.examples import Example, Excluded, LoadReport, RowError, TaskData
 from gpt1.tasks.formats import Rows
@@ -33,18 +34,23 @@ DEFAULT_MAX_BAD_FRACTION = 0.01
 
 def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION) -> TaskData:
     """Read one split into examples; malformed rows are counted in `.report` and over `max_bad_fraction` of the
-    rows they raise InputError at the first one (file, line, field)."""
+    rows they raise InputError at the first one (file, line, field). A file of the split without a single row (e.g.
+    a header-only MNLI dev_matched.tsv beside a full dev_mismatched.tsv) raises InputError naming it: a split is
+    read whole or not at all."""
     spec = get(task)
     if split not in spec.splits:
         hint = f" ({spec.splits_note})" if spec.splits_note else ""
         raise ValueError(f"{task}: unknown split {split!r}; use one of {', '.join(spec.splits)}{hint}")
     report = LoadReport(task, split, path=str(path))
     examples: list[Example] = []
+    rows_per_file: Counter = Counter()
     started = time.perf_counter()
-    rows = tqdm(_rows(spec, path, split), desc=f"load {task}/{split}", unit="row", disable=None, leave=False)
+    rows = tqdm(_rows(spec, path, split, report.sources), desc=f"load {task}/{split}", unit="row", disable=None,
+                leave=False)
     for file, line, item in rows:
         if file not in report.sources:
             report.sources.append(file)
+        rows_per_file[file] += 1
         if isinstance(item, RowError):
             report.add_bad(file, line, item)
         elif isinstance(item, Excluded):
@@ -54,6 +60,10 @@ def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFA
     report.examples, report.seconds = len(examples), time.perf_counter() - started
     (log.warning if report.bad else log.info)(report.summary())
     report.check(max_bad_fraction)
+    empty = [file for file in report.sources if not rows_per_file[file]]
+    if empty:
+        raise InputError(f"{task}/{split}: no rows in this file (one of {len(report.sources)} the split is read "
+                         "from): a split is scored on all its files or not at all", file=empty[0])
     return TaskData(task, split, examples, report)
 
 
@@ -64,10 +74,11 @@ def peek(task: str, path: str | Path, split: str, rows: int = 20) -> int:
     spec = get(task)
     if split not in spec.splits:
         raise ValueError(f"{task}: unknown split {split!r}; use one of {', '.join(spec.splits)}")
-    return sum(1 for _ in itertools.islice(_rows(spec, path, split), rows))
+    return sum(1 for _ in itertools.islice(_rows(spec, path, split, []), rows))
 
 
-def _rows(spec: TaskSpec, path: str | Path, split: str) -> Rows:
+def _rows(spec: TaskSpec, path: str | Path, split: str, read_files: list[str]) -> Rows:
+    """The split's rows; the local files it reads are appended to `read_files` before any row is read."""
     if isinstance(path, str) and path.startswith("hf:"):
         return hub.read_hub(spec, path, split)
     path = Path(path)
@@ -76,8 +87,9 @@ def _rows(spec: TaskSpec, path: str | Path, split: str) -> Rows:
     if hub.is_saved_dataset(path):
         return hub.read_saved(spec, path, split)
     if path.is_file():
+        read_files.append(str(path))
         return _read_file(spec, path, split, spec.group_of_split(split) or spec.group_of_file(path.name))
-    return _read_folder(spec, path, split)
+    return _read_folder(spec, path, split, read_files)
 
 
 def _read_file(spec: TaskSpec, path: Path, split: str, group: str | None) -> Rows:
@@ -97,7 +109,7 @@ def _read_file(spec: TaskSpec, path: Path, split: str, group: str | None) -> Row
     return formats.read_tsv(spec, path, split, group)
 
 
-def _read_folder(spec: TaskSpec, root: Path, split: str) -> Rows:
+def _read_folder(spec: TaskSpec, root: Path, split: str, read_files: list[str]) -> Rows:
     """Resolve every file first (so a missing or ambiguous file fails before anything is read), then read."""
     found: dict[str, list[Path]] = {}
     missing: dict[str, str] = {}
@@ -110,6 +122,7 @@ def _read_folder(spec: TaskSpec, root: Path, split: str) -> Rows:
     if missing and not found:
         records = hub.record_files(root, spec, split)
         if records:
+            read_files.extend(str(f) for f, _ in records)
             return itertools.chain.from_iterable(hub.read_records(spec, f, group) for f, group in records)
         raise FileNotFoundError(f"{spec.name}/{split}: no {'; no '.join(missing.values())} in {root} (the "
                                 f"{spec.folder}/ folder may be up to {formats.SEARCH_DEPTH} folders below it)")
@@ -119,6 +132,7 @@ def _read_folder(spec: TaskSpec, root: Path, split: str) -> Rows:
             f"{spec.name}/{split} is {' + '.join(s for s, _ in spec.file_splits(split))}: found {have} but no "
             f"{'; no '.join(f'{s} ({described})' for s, described in missing.items())} in {root}; add the missing "
             f"file, or load {' or '.join(found)} alone")
+    read_files.extend(str(path) for file_split, _ in spec.file_splits(split) for path in found[file_split])
     return itertools.chain.from_iterable([_read_file(spec, path, file_split, group)  # checked before any is read
                                           for file_split, group in spec.file_splits(split)
                                           for path in found[file_split]])

@@ -149,7 +149,7 @@ def strip_gutenberg(text: str) -> tuple[str, Boilerplate]:
 
 # ftfy's mojibake detector only fires on sequences with a non-ASCII character other than these common ones
 # (quotes, dashes, ellipsis, NBSP...): lines without such a character cannot need repair (checked exhaustively in
-# tests/test_ingest.py), and most lines of English books have none.
+# tests/unit/test_ingest.py), and most lines of English books have none.
 _COMMON = r"\u00a0\u00ad\u00b4\u00b7\u2013-\u2015\u2018\u2019\u201c\u201d\u2026"
 _MOJIBAKE_CLUE = re.compile(rf"[^\x00-\x7f{_COMMON}]")
 _LINE_FIX_CLUE = re.compile(rf"[^\x00-\x25\x27-\x7f{_COMMON}]")  # the same or "&" (0x26), in one character class

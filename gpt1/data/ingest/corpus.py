@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from gpt1.io import parquet_file
 
 SPLITS = ("train", "val")
 SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("text", pa.large_string())])
@@ -34,7 +35,7 @@ def split_files(corpus_dir: str | Path, split: str) -> list[Path]:
 def iter_batches(corpus_dir: str | Path, split: str = "train", batch_size: int = 256) -> Iterator[list[str]]:
     """Stream document texts in stored order, `batch_size` at a time (memory does not grow with the corpus)."""
     for path in split_files(corpus_dir, split):
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size, columns=["text"]):
+        for batch in parquet_file(path).iter_batches(batch_size=batch_size, columns=["text"]):
             yield batch.column(0).to_pylist()
 
 

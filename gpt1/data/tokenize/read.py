@@ -22,7 +22,6 @@ hash of (seed, epoch, block index): stable across numpy/torch versions, unlike t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -41,10 +40,9 @@ def load_manifest(shards_dir: str | Path) -> dict:
     path = Path(shards_dir) / MANIFEST
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: {shards_dir} is not a finished `gpt1 tokenize` output")
-    try:
-        manifest = read_json(path)
-    except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON ({err})", file=path, line=err.lineno) from None
+    manifest = read_json(path)
+    if not isinstance(manifest, dict):
+        raise InputError(f"expected a JSON object, got {type(manifest).__name__}", file=path)
     for field in ("format", "n_ctx", "dtype", "vocab_size", "splits"):
         if field not in manifest:
             raise InputError("missing field", file=path, field=field)

@@ -337,10 +337,7 @@ def load(path: str | Path, exact: bool = False) -> GPT1Tokenizer:
 
 def from_openai(encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = False) -> GPT1Tokenizer:
     """The released GPT-1 vocabulary (encoder_bpe_40000.json + vocab_40000.bpe) with the 3 specials appended."""
-    try:
-        encoder = read_json(encoder_json)
-    except ValueError as err:
-        raise InputError(f"not JSON ({err})", file=encoder_json) from err
+    encoder = read_json(encoder_json)
     if not isinstance(encoder, dict) or sorted(encoder.values()) != list(range(len(encoder))):
         raise InputError("expected a JSON object mapping each symbol to a distinct id 0..n-1", file=encoder_json)
     merges = []

@@ -1,0 +1,77 @@
+"""`gpt1 preflight`: every problem a run would hit, reported at once before any GPU is held."""
+
+from __future__ import annotations
+
+
+import pytest
+
+from gpt1.cli import main as cli
+from gpt1.config import load_config
+from flows.preflight import run_checks
+from tests.conftest import shared_path
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect-home"))  # no profile with an API URL
+
+
+def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offline, tmp_path, capsys):
+    missing = tmp_path / "some" / "missing" / "dir"
+    code = cli(["preflight", "--preset", "paper", "--set", f"finetune.data={missing}", "--work", str(tmp_path / "w")])
+    out = capsys.readouterr().out
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert code == 2 and "nothing was started" in out
+    assert sum(str(missing) in p for p in problems) == 12  # every task, one line each
+    assert any("hf:bookcorpus/bookcorpus" in p and "unreachable" in p for p in problems)  # and the corpus too
+    assert "note: ingest.source: hf:bookcorpus/bookcorpus has no pinned @revision" in out
+
+
+def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path, capsys):
+    assert cli(["preflight", "--preset", "smoke", "--work", str(tmp_path / "w")]) == 0
+    out = capsys.readouterr().out
+    assert "preflight: ok" in out and "12 task(s) x 2 variant(s)" in out
+    stages = [line.split()[:3] for line in out.splitlines() if line.startswith("  ")][:7]
+    assert stages == [[name, "to", "run"] if name != "finetune" else [name, "24", "jobs,"]
+                      for name in ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain", "finetune",
+                                   "report")]
+    assert "disk: the run writes about" in out
+    assert not (tmp_path / "mlflow.db").exists()  # checked, not created
+
+
+def test_the_mini_preset_runs_the_tasks_it_finds_and_notes_the_others(offline, tmp_path, capsys):
+    """finetune.missing_data=skip (the mini preset): a task folder that is not there is a note, not a problem."""
+    books, rte = shared_path("books"), shared_path("glue-full", "RTE")
+    glue = tmp_path / "glue"
+    glue.mkdir()
+    (glue / "RTE").symlink_to(rte)
+    argv = ["preflight", "--preset", "mini", "--set", f"ingest.source={books}", "--set", f"finetune.data={glue}",
+            "--work", str(tmp_path / "w")]
+    assert cli(argv) == 0
+    out = capsys.readouterr().out
+    assert "preflight: ok" in out and "1 task(s) x 2 variant(s) (full, no_pretrain)" in out
+    for task, folder in (("cola", "CoLA"), ("sst2", "SST-2"), ("mrpc", "MRPC"), ("stsb", "STS-B")):
+        assert f"note: finetune {task}: not run (no files at {glue / folder}" in out
+    assert cli([*argv, "--set", "finetune.missing_data=error"]) == 2
+    assert str(glue / "CoLA") in capsys.readouterr().out
+
+
+def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
+    found = run_checks(load_config("smoke", ["orchestration.pretrain_nproc=3", "finetune.transfer_layers=9",
+                                             "finetune.task_data.storycloze=hf:story_cloze"]),
+                       tmp_path / "w", services=False)
+    text = "\n".join(found.problems)
+    assert "not divisible by the world size 3" in text
+    assert "finetune.transfer_layers=9 but the model has model.n_layer=3" in text
+    assert "storycloze has no downloadable hub copy" in text and "finetune.task_data.storycloze" in text
+
+
+def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path):
+    found = run_checks(load_config("cluster", ["ingest.source=sample", "finetune.data=sample"]), "runs")
+    text = "\n".join(found.problems)
+    assert "no Prefect API configured" in text and "gpt1-finetune/gpu" in text
+    assert "absolute path on the shared volume" in text
