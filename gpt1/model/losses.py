@@ -17,6 +17,11 @@ Averaging (what one target token weighs):
   auxiliary loss (a sequence with no counted target contributes 0 and still counts in the outer mean).
 - "sum": the plain sum (validation totals).
 
+Speed: the vocabulary dimension of the matmuls is padded with zero rows to a multiple of 64 (their logits are -inf,
+so they carry no probability and get no gradient). GPT-1's 40,481 entries leave every row of the logits and of the
+weight misaligned for cuBLAS's fast GPU kernels, which then fall back to much slower generic ones; on a GPU the
+chunks are also larger and a multiple of 64 rows.
+
 Numerics: log-sum-exp and the softmax are fp32 whatever the input dtype; the matmuls run in the autocast dtype
 when autocast is on (as the plain `F.linear` would), else in the inputs' dtype. The embedding gradient is
 accumulated in fp32 across chunks (on CUDA straight out of the bf16 matmul, `add_product_fp32`) and returned in
@@ -32,8 +37,9 @@ import torch.nn.functional as F
 
 Average = Literal["tokens", "sequences", "sum"]
 
-# Logits per chunk (2^25 = 128 MB in fp32): few chunks for a CPU micro-batch, GPU-sized matmuls for a GPU one.
-CHUNK_LOGITS = 2**25
+# Logits per chunk, in fp32: 128 MB on a CPU (a few chunks per micro-batch), 1 GB on a GPU (large matmuls).
+CHUNK_LOGITS = {"cpu": 2**25, "cuda": 2**28}
+ALIGN = 64  # rows of the weight (columns of the logits) and GPU chunk rows: a multiple of this
 
 
 def lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
@@ -58,9 +64,17 @@ def lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, m
         token_weights = counted
     else:
         raise ValueError(f"average must be 'tokens', 'sequences' or 'sum', got {average!r}")
-    rows = chunk_rows or max(1, CHUNK_LOGITS // weight.size(0))
+    rows = chunk_rows or default_chunk_rows(weight)
     return _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, targets.reshape(-1),
                                      token_weights.reshape(-1), rows)
+
+
+def default_chunk_rows(weight: torch.Tensor) -> int:
+    vocab = weight.size(0) + (-weight.size(0)) % ALIGN
+    rows = CHUNK_LOGITS.get(weight.device.type, CHUNK_LOGITS["cpu"]) // vocab
+    if weight.device.type == "cuda":
+        return max(ALIGN, rows // ALIGN * ALIGN)
+    return max(1, rows)
 
 
 def task_loss(logits: torch.Tensor, labels: torch.Tensor, regression: bool = False) -> torch.Tensor:
@@ -96,13 +110,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def _chunks(ctx, hidden, weight, targets, token_weights, chunk_rows, dtype):
         h, w = hidden.to(dtype), weight.to(dtype)
+        vocab = w.size(0)
+        w = F.pad(w, (0, 0, 0, (-vocab) % ALIGN))  # zero rows up to an aligned size (module docstring)
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         grad_weight = None  # fp32 sum over chunks
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, h.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
-            logits = (h[rows] @ w.T).float()  # (n, V): the only large tensor, one chunk at a time
+            logits = (h[rows] @ w.T).float()  # (n, V + pad): the only large tensor, one chunk at a time
+            logits[:, vocab:] = float("-inf")  # the padding: no probability, so no gradient
             scale, target = token_weights[rows], targets[rows]
             log_z = torch.logsumexp(logits, dim=-1)
             loss += (scale * (log_z - logits.gather(1, target[:, None]).squeeze(1))).sum()
@@ -118,7 +135,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_hidden[rows].copy_(grad_logits @ w)
             if want_weight:
                 grad_weight = add_product_fp32(grad_weight, grad_logits.T, h[rows])
-        ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype))
+        ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight[:vocab].to(weight.dtype))
         return loss
 
     @staticmethod

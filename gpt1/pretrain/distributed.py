@@ -32,6 +32,10 @@ Choices where the spec is silent:
   accumulated in fp32 (`data_types.grad_accum_dtype`); at ZeRO-1 DeepSpeed would answer that setting with its
   separate BF16 optimizer, whose checkpoints its own `zero_to_fp32` cannot consolidate, so ZeRO-1 accumulates a
   rank's micro-batches in bf16 (none at the paper's 8 x 8 layout on one node; `zero_stage=2` where it matters).
+- DeepSpeed's bf16 overflow check is off (`bf16.check_grad_overflow`): it reduces every gradient tensor and waits
+  for the device before each update, a fixed cost per update that dominates small per-rank batches on a GPU
+  (benchmarks/bench_pretrain_gpu.py measures it). bf16 has fp32's range and no loss scale to adjust; a non-finite
+  loss or gradient norm still stops the run, named by its update, at the next logging window (worker.py).
 """
 
 from __future__ import annotations
@@ -175,7 +179,7 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
         "gradient_clipping": pretrain.grad_clip,
         "optimizer": {"type": "AdamW", "params": adamw},
         "zero_optimization": zero,
-        "bf16": {"enabled": precision == "bf16"},
+        "bf16": {"enabled": precision == "bf16", "check_grad_overflow": False},  # module docstring
         "fp16": {"enabled": precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
         "steps_per_print": _NEVER_PRINT,
         "wall_clock_breakdown": False,
