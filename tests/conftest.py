@@ -79,3 +79,39 @@ def services(tmp_path_factory):
         subprocess.run(["bash", "-c", f"source {services_sh} && stop_group mlflow-server TERM && "
                                       "stop_group prefect-server TERM"], cwd=REPO, env=env, capture_output=True,
                        timeout=120)
+
+
+def fresh_shell_env() -> dict[str, str]:
+    """The environment of a new login shell on this machine: this process's, less what the project, its venv or
+    a test set (GPT1_*, PREFECT_*, MLFLOW_*, DS_ACCELERATOR, VIRTUAL_ENV, PYTHONPATH, a venv's bin on PATH). What
+    the machine itself sets (proxies, CA certificates, pip's configuration) stays."""
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPT1_", "PREFECT_", "MLFLOW_", "PYTEST_"))
+           and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH")}
+    venv_bin = str(Path(sys.prefix) / "bin")
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != venv_bin)
+    return env
+
+
+@pytest.fixture(scope="session")
+def fresh_demo(tmp_path_factory):
+    """`make demo` as a newcomer runs it: in a fresh clone of this repository's committed HEAD (its own .venv and
+    .demo/), from a fresh shell (`fresh_shell_env`; free ports, so a demo already running on this machine is left
+    alone). Yields (the finished `make demo`, the clone, its environment); `make down` at the end."""
+    import socket
+    import subprocess
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    clone = tmp_path_factory.mktemp("fresh") / "gpt1-pipeline"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
+    env = {**fresh_shell_env(), "GPT1_PREFECT_PORT": str(free_port()), "GPT1_MLFLOW_PORT": str(free_port())}
+    try:
+        yield subprocess.run(["make", "demo"], cwd=clone, env=env, capture_output=True, text=True,
+                             timeout=3600), clone, env
+    finally:
+        subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True, timeout=300)

@@ -14,8 +14,10 @@ MLflow pyfunc model of gpt1.finetune.serving):
 
 Raw inputs are the task's fields under their Hugging Face column names (`input_columns`): `sentence`;
 `premise, hypothesis`; `sentence1, sentence2`; `question1, question2`; `question, sentence`; and
-`context, question, options` for multiple choice. Fine-tuning evaluates with the same `predict_logits` and
-`decode`, so a prediction here is what the evaluation scored.
+`context, question, options` for multiple choice. A prediction is said in words (`readable_prediction`): the
+label's name (`positive`, `entailment`, `not_duplicate`), the chosen option of a multiple-choice question, the
+STS-B score. Fine-tuning evaluates with the same `predict_logits` and `decode`, so a prediction here is what the
+evaluation scored; its own prediction files keep the labels as the task's files write them (`prediction_records`).
 """
 
 from __future__ import annotations
@@ -139,6 +141,21 @@ def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]
     return probabilities.argmax(axis=1).tolist(), probabilities
 
 
+# Tasks whose files write their classes as digits: the names Hugging Face's GLUE datasets give them, in class order.
+LABEL_NAMES = {"cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
+               "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate")}
+
+
+def readable_prediction(spec: TaskSpec, example, value) -> str | float:
+    """A class index, candidate index or score as a user reads it: the label's name, the chosen option's text
+    (multiple choice), or the score (STS-B)."""
+    if spec.regression:
+        return float(value)
+    if spec.kind == "multiple_choice":
+        return example.options[int(value)]
+    return LABEL_NAMES.get(spec.name, spec.labels)[int(value)]
+
+
 def label_name(spec: TaskSpec, value) -> str | float:
     """How a label or prediction is written out: the task's label string, or the score."""
     return float(value) if spec.regression else spec.labels[int(value)]
@@ -166,16 +183,24 @@ def input_columns(spec: TaskSpec) -> tuple[str, ...]:
     return ("context", "question", "options") if spec.kind == "multiple_choice" else spec.hf_text
 
 
+def missing_field(spec: TaskSpec, record: dict, name: str, source: str, line: int) -> InputError:
+    return InputError(f"no field {name!r}: {spec.name} takes the fields {', '.join(input_columns(spec))} (this "
+                      f"row has {', '.join(map(str, record)) or 'none'})", file=source, line=line, field=name)
+
+
 def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = "input"):
     """A raw input record -> the task's example type; `id` (or `idx`) is kept when present, else the row index."""
+    fields = ", ".join(input_columns(spec))
     if not isinstance(record, dict):
-        raise InputError(f"expected an object with {list(input_columns(spec))}", file=source, line=index + 1)
+        raise InputError(f"expected an object with the fields {fields}", file=source, line=index + 1)
     example_id = str(record.get("id", record.get("idx", index)))
 
     def text(name: str, optional: bool = False) -> str:
         value = record.get(name)
         if value is None and optional:
             return ""
+        if value is None:
+            raise missing_field(spec, record, name, source, index + 1)
         if not isinstance(value, str):
             raise InputError(f"expected a string, got {type(value).__name__}", file=source, line=index + 1,
                              field=name)
@@ -207,14 +232,25 @@ class TaskPredictor:
     def columns(self) -> tuple[str, ...]:
         return input_columns(self.spec)
 
-    def predict(self, examples: Sequence) -> list[dict]:
-        """One record per example: id, prediction (label string or score), probabilities (per label/candidate)."""
+    def decide(self, examples: Sequence) -> tuple[list, np.ndarray | None]:
+        """(class or candidate index, or score, per example; probabilities per label/candidate, or None)."""
         if not examples:
-            return []
+            return [], None
         encoded = [self.spec.encode(ex, self.tokenizer, self.max_len) for ex in examples]
-        logits = predict_logits(self.model, encoded, self.batch_size, self.device)
-        predictions, probabilities = decode(self.spec, logits)
-        return prediction_records(self.spec, examples, predictions, probabilities)
+        return decode(self.spec, predict_logits(self.model, encoded, self.batch_size, self.device))
+
+    def records(self, examples: Sequence, predictions: list, probabilities: np.ndarray | None) -> list[dict]:
+        """One record per example: id, prediction and (when the example has one) label in words
+        (`readable_prediction`), probabilities (per label/candidate, in task.json's order)."""
+        records = prediction_records(self.spec, examples, predictions, probabilities)
+        for record, example, prediction in zip(records, examples, predictions):
+            record["prediction"] = readable_prediction(self.spec, example, prediction)
+            if example.label is not None:
+                record["label"] = readable_prediction(self.spec, example, example.label)
+        return records
+
+    def predict(self, examples: Sequence) -> list[dict]:
+        return self.records(examples, *self.decide(examples))
 
     def predict_records(self, records: Iterable[dict], source: str = "input") -> list[dict]:
         return self.predict([example_from_record(self.spec, r, i, source) for i, r in enumerate(records)])
@@ -234,13 +270,19 @@ def read_jsonl(path: Path) -> list:
 
 def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") -> list:
     """Examples from a jsonl of raw inputs (the task's `input_columns`) or from any task file/folder
-    `gpt1.tasks.load` reads (official layout, hub export)."""
+    `gpt1.tasks.load` reads (official layout, hub export). A jsonl that is neither is refused by naming the fields
+    the task takes."""
     path = Path(path)
-    if path.suffix in (".jsonl", ".json") and path.is_file():
-        records = read_jsonl(path) if path.suffix == ".jsonl" else None
-        if records and isinstance(records[0], dict) and set(input_columns(spec)) - {"question"} <= records[0].keys():
-            return [example_from_record(spec, r, i, str(path)) for i, r in enumerate(records)]
-    return list(tasks.load(spec.name, path, split))
+    records = read_jsonl(path) if path.suffix == ".jsonl" and path.is_file() else None
+    if records and isinstance(records[0], dict) and set(input_columns(spec)) - {"question"} <= records[0].keys():
+        return [example_from_record(spec, r, i, str(path)) for i, r in enumerate(records)]
+    try:
+        return list(tasks.load(spec.name, path, split))
+    except InputError:
+        if not (records and isinstance(records[0], dict)):
+            raise
+        absent = next(c for c in input_columns(spec) if c != "question" and c not in records[0])
+        raise missing_field(spec, records[0], absent, str(path), 1) from None
 
 
 def raw_inputs(spec: TaskSpec, example) -> dict:
@@ -270,8 +312,9 @@ def run_cli(args: argparse.Namespace) -> int:
         raise ValueError(f"--task {args.task}: the model in {args.model} was fine-tuned for {predictor.spec.name}")
     examples = read_inputs(predictor.spec, args.input, args.split)
     started = time.perf_counter()
-    records = predictor.predict(examples)
+    predictions, probabilities = predictor.decide(examples)
     seconds = time.perf_counter() - started
+    records = predictor.records(examples, predictions, probabilities)
     text = "".join(json.dumps(r) + "\n" for r in records)
     if args.out:
         write_text(args.out, text)
@@ -280,10 +323,6 @@ def run_cli(args: argparse.Namespace) -> int:
     log.info("predicted %d examples in %.1fs (%.1f examples/s)", len(records), seconds,
              len(records) / max(seconds, 1e-9))
     if examples and all(ex.label is not None for ex in examples):
-        scores = tasks.evaluate(predictor.spec.name, examples, [_label_index(predictor.spec, r) for r in records])
+        scores = tasks.evaluate(predictor.spec.name, examples, predictions)
         print(", ".join(f"{k} {v:.2f}" for k, v in scores.items()), file=sys.stderr)
     return 0
-
-
-def _label_index(spec: TaskSpec, record: dict):
-    return record["prediction"] if spec.regression else spec.labels.index(record["prediction"])

@@ -9,8 +9,9 @@ first job (spawn, not fork: the caller has threads), imports `preload` once, set
 of the cores (`threads`, else the user's OMP_NUM_THREADS, else `threads_per_process(workers)`), and exits when
 the process that started it dies. `run` waits for an idle worker, streams the job's output lines (logging and
 prints) to its `log_line` while it runs, and raises `JobFailed` when the job returns a non-zero code or
-`WorkerDied` when its process ends abruptly; that worker alone is then replaced. Thread-safe; `shutdown()` ends
-the workers, terminating any still running a job (a flow run that is failing).
+`WorkerDied` when its process ends abruptly; that worker alone is then replaced. `start()` starts every worker
+now, in the background, so their imports overlap the caller's own work. Thread-safe; `shutdown()` ends all workers
+at once, terminating any still running a job (a flow run that is failing or cancelled).
 
 Choices where the spec is silent:
 - One single-process `ProcessPoolExecutor` per worker, not one executor with N processes: a process dying
@@ -23,10 +24,14 @@ Choices where the spec is silent:
 - Workers poll their parent pid (1 s) and exit when it changes, like `gpt1.runtime.processes.exit_with_parent`,
   but exit the worker only: pool workers share the caller's process group. Not PR_SET_PDEATHSIG: it fires when
   the *thread* that spawned the worker exits, and fan-out threads come and go.
+- A worker leaves without the interpreter's teardown (its last exit handler calls `os._exit`): its jobs have sent
+  their output and drained their MLflow calls by then, and unloading torch, MLflow and scikit-learn takes
+  seconds, which the end of every flow run would wait for.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import io
 import itertools
@@ -43,12 +48,12 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Iterable
 
-from gpt1.runtime.processes import threads_per_process
-from gpt1.runtime.processes import PARENT_PID_ENV
+from gpt1.runtime.processes import PARENT_PID_ENV, alive, threads_per_process
 
 log = logging.getLogger(__name__)
 
 Job = Callable[[], int]
+STOP_SECONDS = 30.0  # how long `shutdown` waits for a worker to exit before killing it
 
 
 class WorkerDied(RuntimeError):
@@ -94,15 +99,24 @@ class WorkerPool:
         if code != 0:
             raise JobFailed(code, pid, job)
 
+    def start(self) -> None:
+        """Start every worker process now, each from a thread of its own; `run` waits for a start in progress. A
+        start that fails here is tried again (and its error raised) by the first job of that worker."""
+        for worker in self._workers:
+            threading.Thread(target=worker.start_quietly, name=f"worker-{worker.index}-start", daemon=True).start()
+
     @property
     def pids(self) -> list[int]:
         """Process ids of the workers started so far and still in use."""
         return [w.pid for w in self._workers if w.pid is not None]
 
     def shutdown(self) -> None:
+        """End every worker: all are told to stop first, then waited for together (not one after the other)."""
         self._closed = True
         for worker in self._workers:
             worker.stop()
+        for worker in self._workers:
+            worker.wait_stopped()
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -120,10 +134,23 @@ class _Worker:
         self.index, self.threads, self.preload = index, threads, preload
         self.pid: int | None = None
         self._executor: ProcessPoolExecutor | None = None
+        self._starting = threading.Lock()  # one start at a time: `start_quietly` in the background, or `run`
         self._lock = threading.Lock()  # guards the current job's routing (the reader thread reads it)
         self._job: int | None = None
         self._sink: Callable[[str], None] | None = None
         self._job_output_done = threading.Event()
+
+    def _ensure_started(self) -> None:
+        with self._starting:
+            if self._executor is None:
+                self._start()
+
+    def start_quietly(self) -> None:
+        """Start the process if it is not running; a failure is left for the first job to meet and report."""
+        try:
+            self._ensure_started()
+        except WorkerDied as err:
+            log.debug("worker %d: %s", self.index, err)
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -163,8 +190,7 @@ class _Worker:
 
     def run(self, job: Job, log_line: Callable[[str], None]) -> tuple[int, int | None]:
         """(exit code, worker pid) of one job; raises WorkerDied if the process ends abruptly meanwhile."""
-        if self._executor is None:
-            self._start()
+        self._ensure_started()
         job_id = next(self._job_ids)
         with self._lock:
             self._job, self._sink = job_id, log_line
@@ -189,19 +215,33 @@ class _Worker:
             executor.shutdown(wait=False, cancel_futures=True)
 
     def stop(self) -> None:
-        """End the worker process; one still running a job (a flow that is failing) is terminated, not waited for."""
-        with self._lock:
-            busy = self._job is not None
-        pid, executor = self.pid, self._executor
+        """Tell the worker process to end; one still running a job (a flow that is failing or cancelled) is
+        terminated. `wait_stopped` waits for it."""
+        with self._starting:  # a start in progress finishes first, so its process is stopped too
+            executor = self._executor
         if executor is None:
             return
-        if busy and pid is not None:
+        with self._lock:
+            busy = self._job is not None
+        if busy and self.pid is not None:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(self.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        executor.shutdown(wait=True, cancel_futures=True)
-        self._executor, self.pid = None, None
+        executor.shutdown(wait=False, cancel_futures=True)
+
+    def wait_stopped(self, timeout: float = STOP_SECONDS) -> None:
+        """Wait until the process `stop` ended has gone (killed when it takes longer than `timeout`)."""
+        pid, self._executor, self.pid = self.pid, None, None
+        if pid is None:
+            return
+        deadline = time.monotonic() + timeout
+        while alive(pid):
+            if time.monotonic() > deadline:
+                log.warning("worker %s did not stop within %.0f s: killing it", pid, timeout)
+                os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.05)
 
 
 # -- inside a worker process ----------------------------------------------------------------------------------
@@ -262,6 +302,7 @@ def _worker_main(writer, parent_pid: int, threads: str, preload: tuple[str, ...]
     threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
     for module in preload:
         importlib.import_module(module)
+    atexit.register(os._exit, 0)  # registered after the imports, so it runs before their exit handlers
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         torch.set_num_threads(int(threads))

@@ -16,7 +16,7 @@ from pathlib import Path
 from gpt1.io import write_text
 from gpt1.sample_data import lexicon as lex
 from gpt1.sample_data.layouts import annotators, binary_parse, flat_parse, no_consensus, tsv, uuid
-from gpt1.sample_data.text import KINDS, POLARITIES, a, balanced, other, person, ptb, say, shuffled, words
+from gpt1.sample_data.text import KINDS, POLARITIES, a, balanced, other, person, ptb, say, shuffled
 from gpt1.tasks import get
 
 SPLIT_HALF = {"train": "train", "dev": "eval", "test": "eval"}
@@ -24,15 +24,15 @@ SIZES = {  # examples per split (RACE: articles per level; 3 questions per middl
     "cola": {"train": 500, "dev": 200, "test": 50},
     "sst2": {"train": 500, "dev": 200, "test": 50},
     "mrpc": {"train": 500, "dev": 200, "test": 50},
-    "stsb": {"train": 500, "dev": 200, "test": 50},
+    "stsb": {"train": 300, "dev": 200, "test": 50},
     "qqp": {"train": 500, "dev": 200, "test": 50},
     "mnli": {"train": 600, "dev": 200, "test": 50},
-    "qnli": {"train": 500, "dev": 200, "test": 50},
+    "qnli": {"train": 300, "dev": 200, "test": 50},
     "rte": {"train": 500, "dev": 200, "test": 50},
     "snli": {"train": 600, "dev": 200, "test": 200},
-    "scitail": {"train": 500, "dev": 200, "test": 200},
+    "scitail": {"train": 300, "dev": 200, "test": 200},
     "race": {"train": 30, "dev": 12, "test": 12},
-    "storycloze": {"train": 400, "test": 200},
+    "storycloze": {"train": 300, "test": 200},
 }
 
 # NLI (MNLI, SNLI): the hypothesis is the premise's frame with its noun replaced by "an animal". In an "exist"
@@ -109,9 +109,6 @@ COLA_GOOD_BAD = {  # family -> (acceptable templates, unacceptable templates); e
     "gs04": (("The {obj} was {adj}.",), ("The {obj} was {intrans}.", "The {obj} was {x}.")),
     "gs05": (("{n} {intrans} and then {intrans2}.",), ("{n} {intrans} and then {x}.",)),
 }
-RACE_WALKS = ("{time}, {he} went for a long walk.", "{time}, {he} walked out of {village}.")
-RACE_FILLERS = ("{He} walked slowly and looked at everything.", "The weather was mild.",
-                "{He} wrote about the day in {his} diary.", "{His} family listened to every word.")
 
 
 class TaskWriter:
@@ -428,28 +425,26 @@ def cloze_story(rng: random.Random, vocab: lex.Vocabulary, kind: str) -> tuple[l
 
 
 def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
-    """A short article (about 40-60 words) and 3-4 four-option questions: which thing seen at a place was an animal
+    """A short article (about 30-40 words) and 3-4 four-option questions: which thing seen at a place was an animal
     (one question per place), and which experience was enjoyed. The article never says which is which: only the
-    words' meaning does."""
+    words' meaning does. Every option is scored with the whole article, so each word of it costs four times over
+    in fine-tuning: the article holds only what the questions ask about."""
     p = person(rng)
     n_places = 3 if level == "high" else 2
     places = rng.sample(lex.PLACES, n_places)
     animals = [rng.choice(vocab.nouns("animal")) for _ in places]
     plants = rng.sample(vocab.nouns("plant"), 4)
-    (good, did_good), (bad, did_bad), *extra = rng.sample(lex.EXPERIENCES, 4)
+    (good, _), (bad, _), *extra = rng.sample(lex.EXPERIENCES, 4)
     adjs = {"positive": rng.choice(vocab.sentiment["positive"]), "negative": rng.choice(vocab.sentiment["negative"])}
-    kw = dict(village=rng.choice(lex.VILLAGES), time=rng.choice(lex.TIMES))
-    paragraphs = [[say("{n} lives in {village} with {his} family.", p, **kw), say(rng.choice(RACE_WALKS), p, **kw)]]
-    for animal, plant, place in zip(animals, plants, places):
+    paragraphs = []
+    for i, (animal, plant, place) in enumerate(zip(animals, plants, places)):
         seen = (animal, plant) if rng.random() < 0.5 else (plant, animal)
-        paragraphs.append([say("{place}, {he} saw {ax} and {ay}.", p, place=place, ax=a(seen[0]), ay=a(seen[1]))])
-    evening = [say("In the evening {he} {did}. The {thing} was {adj}.", p, did=did, thing=thing, adj=adjs[pol])
-               for did, thing, pol in ((did_good, good, "positive"), (did_bad, bad, "negative"))]
-    paragraphs.append(shuffled(rng, evening))
-    fillers = list(RACE_FILLERS)
-    while len(words(" ".join(" ".join(s) for s in paragraphs))) < rng.randint(34, 42) and fillers:
-        paragraphs[-1].append(say(fillers.pop(rng.randrange(len(fillers))), p))
-    text = "\n".join(" ".join(s) for s in paragraphs)
+        who = "{n}" if i == 0 else "{he}"  # the name once, as the questions use it
+        paragraphs.append(say(f"{{place}}, {who} saw {{ax}} and {{ay}}.", p, place=place, ax=a(seen[0]),
+                              ay=a(seen[1])))
+    first, second = shuffled(rng, [(good, adjs["positive"]), (bad, adjs["negative"])])
+    paragraphs.append(f"That evening the {first[0]} was {first[1]} and the {second[0]} was {second[1]}.")
+    text = "\n".join(paragraphs)
 
     questions = []
     for animal, place in zip(animals, places):

@@ -12,7 +12,9 @@ Choices where the spec is silent:
   one) and sends them through the run, so an outage queues them like any metric (MLflow's own monitor loop stops
   for good on its first failed request).
 - The runs table of MLflow 3 opens with no metric columns; the pipeline's parent run saves a view that shows the
-  headline metrics (`runs_view`) and links it from the run and the experiment's description.
+  headline metrics of every variant side by side (`runs_view`, `headline_columns`) and links it from the run and
+  the experiment's description. Once the report is written, the parent's description (the overview page's
+  markdown) is the results table with the registered task models (`describe_pipeline_run`).
 """
 
 from __future__ import annotations
@@ -145,12 +147,32 @@ def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
     {name, createdAt, updatedAt, state} (state: the view as JSON, which the UI also reads uncompressed); they are
     listed under "Views" on the runs page, and `#/experiments/<id>/runs?viewStateShareKey=<key>` opens one. The
     key hashes the view, so saving the same view again replaces it rather than adding another."""
-    state = {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
-    key = stable_hash(state)
+    state = _view_state(columns)
     now = int(time.time() * 1000)
-    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + key, json.dumps(
+    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + stable_hash(state), json.dumps(
         {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={key}"
+    return runs_view_link(experiment_id, columns)
+
+
+def runs_view_link(experiment_id: str, columns: list[str]) -> str:
+    """The link of the view `runs_view` saves for `columns`."""
+    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={stable_hash(_view_state(columns))}"
+
+
+def _view_state(columns: list[str]) -> dict:
+    return {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
+
+
+def headline_columns(cfg: PipelineConfig) -> list[str]:
+    """The saved view's columns: the preset, then the GLUE score and each task's primary metric, every variant
+    side by side (the report logs an ablation's as `<variant>/glue_score`, `<variant>/task/<task>/primary`)."""
+    prefixes = ["", *(f"{variant}/" for variant in cfg.orchestration.ablations)]
+    names = ["glue_score", *(f"task/{task}/primary" for task in cfg.finetune.tasks)]
+    return ["tags.`gpt1.preset`", *(f"metrics.`{prefix}{name}`" for name in names for prefix in prefixes)]
+
+
+def runs_view_name(cfg: PipelineConfig) -> str:
+    return f"headline metrics: {' vs '.join(['full', *cfg.orchestration.ablations])}"[:100]
 
 
 def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None = None,
@@ -170,11 +192,36 @@ def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None
         tags["prefect.flow_run_id"] = flow_run_id
     run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags)
     run.log_params(flatten(cfg.model_dump(mode="json")))
-    tasks = cfg.finetune.tasks
-    publish_runs_view(run, f"headline metrics: {', '.join(tasks)}"[:100],
-                      ["attributes.`Models`", "tags.`gpt1.preset`", "metrics.`glue_score`",
-                       *(f"metrics.`task/{task}/primary`" for task in tasks)])
+    publish_runs_view(run, runs_view_name(cfg), headline_columns(cfg))
     return run
+
+
+def describe_pipeline_run(run: RunLogger, cfg: PipelineConfig, results_markdown: str, models: list[str]) -> None:
+    """The parent run's description, which its overview page shows as markdown: the results table, the registered
+    task models (linked to the Model Registry) and the experiment's runs view (`start_pipeline_run`)."""
+    if not run.enabled:
+        return
+    lines = [results_markdown.rstrip(), ""]
+    if models:
+        lines += ["Registered task models (alias `champion`: the best version): "
+                  + ", ".join(f"[{name}](#/models/{name})" for name in models), ""]
+    link = runs_view_link(run.experiment_id, headline_columns(cfg))
+    lines.append(f"[Every run of this experiment with its headline metrics]({link})")
+    run.set_tags({"mlflow.note.content": "\n".join(lines) + "\n"})
+
+
+def end_running_children(run: RunLogger, status: str) -> None:
+    """End the child runs of `run` still RUNNING with `status` (KILLED: stages stopped mid-way, whose processes
+    could not end their own runs). Best effort: with the server out of reach they stay RUNNING, with a warning."""
+    if not run.enabled:
+        return
+    try:
+        running = run.client.search_runs([run.experiment_id], filter_string=(
+            f"tags.mlflow.parentRunId = '{run.run_id}' and attributes.status = 'RUNNING'"))
+        for child in running:
+            run.client.set_terminated(child.info.run_id, status=status)
+    except Exception as err:  # noqa: BLE001 - the parent still ends; these runs stay RUNNING
+        log.warning("MLflow: could not end the child runs of %s as %s: %s", run.name, status, err)
 
 
 def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:

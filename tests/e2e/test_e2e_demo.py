@@ -1,11 +1,9 @@
-"""`make demo` for real: local Prefect server + process worker + MLflow server, the gpt1/smoke deployment.
-
-Runs scripts/demo.sh (the same script `make demo` runs, the full `smoke` preset, no overrides) against the
-session's shared servers (tests/conftest.py `services`), then checks the paper's claim on its report (every task
-above the majority class after pre-training, the no-pre-training ablation below the full run), what MLflow
-recorded, the next steps it prints as a new shell would run them, and screenshots the MLflow runs page with
-headless Chromium (saved under build-artifacts/ as the CI artifact).
-About 7 minutes on 2 cores (README, Benchmarks); the flow's wall time is written to build-artifacts/demo.json.
+"""`make demo` for real, as a newcomer runs it: a fresh clone, a fresh shell (tests/conftest.py `fresh_demo`), the
+venv, a local Prefect server + process worker + MLflow server, the gpt1/smoke deployment (the full `smoke`
+preset, no overrides). Then checks the paper's claim on its report (every task above the majority class after
+pre-training, the no-pre-training ablation below the full run), what MLflow recorded, the next steps it prints as
+a new shell would run them, and screenshots the MLflow runs page with headless Chromium (saved under
+build-artifacts/ as the CI artifact). The flow's wall time is written to build-artifacts/demo.json.
 """
 
 from __future__ import annotations
@@ -28,15 +26,9 @@ ARTIFACTS = REPO / "build-artifacts"
 
 
 @pytest.fixture(scope="module")
-def demo(services):
-    env = dict(services)
-    state = Path(env["GPT1_STATE"])
-    try:
-        proc = subprocess.run(["bash", str(REPO / "scripts/demo.sh")], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=1800)
-        yield proc, env, state
-    finally:  # its worker (GPT1_KEEP_SERVERS: the shared servers stay up)
-        subprocess.run(["bash", str(REPO / "scripts/down.sh")], cwd=REPO, env=env, capture_output=True, timeout=120)
+def demo(fresh_demo):
+    proc, clone, env = fresh_demo
+    return proc, env, clone / ".demo"
 
 
 def test_demo_runs_the_smoke_deployment(demo):
@@ -80,11 +72,12 @@ def test_mlflow_has_parent_stage_and_task_runs(demo):
     names = {r.info.run_name for r in children}
     assert {"sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain"} <= names
     for variant in ("full", "no_pretrain"):
-        names = {r.info.run_name.split("/", 1)[1] for r in children if r.info.run_name.startswith(f"{variant}/")}
+        names = {r.info.run_name.removeprefix(f"finetune-{variant}-") for r in children
+                 if r.info.run_name.startswith(f"finetune-{variant}-")}
         assert names == set(TASKS), variant
     task_runs = [r for r in children if r.info.run_name.startswith("finetune-full-")]
     for r in task_runs:
-        task = r.info.run_name.split("/", 1)[1]
+        task = r.info.run_name.removeprefix("finetune-full-")
         assert any(k.startswith(f"task/{task}/") for k in r.data.metrics), f"{task} logged no metrics"
     assert "glue_score" in parent.data.metrics
 
@@ -93,7 +86,8 @@ def test_the_next_steps_it_prints_work_in_a_new_shell(demo):
     """What the demo tells a user to do next, run as they would: a fresh shell with nothing but `source env`."""
     proc, env, state = demo
     steps = proc.stdout.split("Next, in any shell", 1)[1].splitlines()[1:]
-    commands = [line.split("#")[0].strip() for line in steps if line.strip() and "deployment run" not in line]
+    commands = [line.split("#")[0].strip() for line in steps  # the re-run: tests/e2e/test_readme_commands.py
+                if line.strip() and "watch_run.py" not in line and not line.startswith("demo [")]
     assert commands[0].startswith("source ") and len(commands) >= 4, steps
     script = " && ".join(["set -e", *commands])
     clean = {"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # a new login

@@ -424,6 +424,17 @@ def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
 
 
 @pytest.mark.slow
+def test_pretraining_gets_a_slot_as_soon_as_its_shards_are_written(base):
+    """The from-scratch fine-tunes are ready (tokenizer) before pre-training (shards): they take one slot, not both."""
+    spans = task_run_spans(base.state.state_details.flow_run_id)
+    [pretrain] = [span for name, span in spans.items() if name.startswith("pretrain")]
+    scratch = [span for name, span in spans.items() if name.startswith("finetune-no_pretrain-")]
+    events = sorted([(s, 1) for s, _ in scratch if s < pretrain[0]] + [(e, -1) for s, e in scratch if s < pretrain[0]
+                                                                      and e <= pretrain[0]])
+    running = [sum(step for _, step in events[:i + 1]) for i in range(len(events))]
+    assert max(running, default=0) <= 1, (pretrain, scratch)
+
+
 def test_a_fine_tunes_task_run_is_running_only_while_it_holds_a_slot(base):
     """Fine-tunes are submitted as they get one of the 2 slots (pre-training holds one while it runs): no more
     task runs are Running at once than there are slots, so a fine-tune's time in the Prefect UI is its work,

@@ -22,7 +22,7 @@ from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune.train import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor
-from gpt1.finetune.predict import TaskPredictor, read_inputs
+from gpt1.finetune.predict import LABEL_NAMES, TaskPredictor, read_inputs
 from gpt1.sample_data import write_sample_data
 
 torch.set_num_threads(1)
@@ -161,7 +161,7 @@ def test_reloaded_model_reproduces_the_saved_predictions(runs, sample_tasks):
     dev = tasks.load("mrpc", sample_tasks / "MRPC", "dev")
     picked = [dev[i] for i in evenly_spaced(len(dev), QUICK.max_eval_examples)]
     again = TaskPredictor(out / "model").predict(picked)
-    assert [r["prediction"] for r in again] == [r["prediction"] for r in rows]
+    assert [r["prediction"] for r in again] == [LABEL_NAMES["mrpc"][int(r["prediction"])] for r in rows]
     assert np.allclose([r["probabilities"] for r in again], [r["probabilities"] for r in rows], atol=1e-5)
 
 
@@ -342,7 +342,8 @@ def test_pyfunc_multiple_choice_takes_options_lists(runs, tracking_uri, sample_t
     test = {ex.id: ex for ex in tasks.load("storycloze", sample_tasks / "StoryCloze", "test")}
     frame = pd.DataFrame([{"context": test[r["id"]].context, "question": "", "options": list(test[r["id"]].options)}
                           for r in rows])
-    assert list(model.predict(frame)["prediction"]) == [r["prediction"] for r in rows]
+    assert list(model.predict(frame)["prediction"]) == [  # the chosen ending, as words
+        test[r["id"]].options[tasks.get("storycloze").labels.index(r["prediction"])] for r in rows]
 
 
 def test_predict_cli_on_raw_jsonl_and_task_file(runs, work, sample_tasks, capsys):
@@ -357,7 +358,7 @@ def test_predict_cli_on_raw_jsonl_and_task_file(runs, work, sample_tasks, capsys
                      "--out", str(target)]) == 0
     predicted = read_jsonl(target)
     assert [p["id"] for p in predicted] == [r["id"] for r in rows]
-    assert [p["prediction"] for p in predicted] == [r["prediction"] for r in rows]
+    assert [p["prediction"] for p in predicted] == [LABEL_NAMES["mrpc"][int(r["prediction"])] for r in rows]
 
     # an official task file (labelled): predictions on stdout, its metrics on stderr
     assert cli.main(["predict", "--model", str(out), "--input", str(sample_tasks / "MRPC" / "dev.tsv")]) == 0

@@ -493,9 +493,10 @@ def test_pipeline_run_is_named_after_deployment_and_flow_run_and_opens_a_runs_vi
     key = link.split("viewStateShareKey=")[1]
     assert link.startswith(f"#/experiments/{experiment.experiment_id}/runs?")
     saved = json.loads(experiment.tags[runs.RUNS_VIEW_TAG + key])  # what the UI lists under "Views"
-    assert saved["name"] == "headline metrics: sst2, stsb" and isinstance(saved["createdAt"], int)
-    assert json.loads(saved["state"])["selectedColumns"][-3:] == [
-        "metrics.`glue_score`", "metrics.`task/sst2/primary`", "metrics.`task/stsb/primary`"]
+    assert saved["name"] == "headline metrics: full vs no_pretrain" and isinstance(saved["createdAt"], int)
+    assert json.loads(saved["state"])["selectedColumns"][-4:] == [  # each variant's value side by side
+        "metrics.`task/sst2/primary`", "metrics.`no_pretrain/task/sst2/primary`",
+        "metrics.`task/stsb/primary`", "metrics.`no_pretrain/task/stsb/primary`"]
     assert sum(k.startswith(runs.RUNS_VIEW_TAG) for k in experiment.tags) == 1  # run 2: the same view
     assert experiment.tags["mlflow.note.content"].startswith(f"[Runs table with the headline metrics]({link})")
 
