@@ -148,7 +148,10 @@ def main() -> int:
         "min_margin": round(min(found.values()), 1) if found else None,
     }
     print(json.dumps(result, indent=1))
-    record(result, command="python benchmarks/bench_demo.py" + (" --default-ports" if args.default_ports else ""))
+    cloned = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True,
+                            text=True).stdout.strip()
+    record(result, command="python benchmarks/bench_demo.py" + (" --default-ports" if args.default_ports else ""),
+           measured_commit=cloned)
     if args.keep:
         print(f"the clone is kept: {clone}")
     else:

@@ -38,14 +38,16 @@ HEADER = ("# Benchmark results\n\n"
           f"| {' | '.join(COLUMNS)} |\n|{'---|' * len(COLUMNS)}\n")
 
 
-def record(results: dict[str, Any], *, benchmark: str | None = None, command: str | None = None) -> Path | None:
+def record(results: dict[str, Any], *, benchmark: str | None = None, command: str | None = None,
+           measured_commit: str | None = None) -> Path | None:
     """Append one row for this run; returns the file written, or None when recording is off.
-    `benchmark` defaults to the script's name, `command` to the command line that started it."""
+    `benchmark` defaults to the script's name, `command` to the command line that started it, `measured_commit`
+    to this checkout's commit (a benchmark that measures a clone of another commit names that one)."""
     path = destination()
     if path is None:
         return None
     script = Path(sys.argv[0])
-    row = (datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), machine(), commit(),
+    row = (datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"), machine(), measured_commit or commit(),
            benchmark or script.stem, command or command_line(), format_results(results))
     line = "| " + " | ".join(cell(value) for value in row) + " |\n"
     path.parent.mkdir(parents=True, exist_ok=True)
