@@ -48,12 +48,15 @@ def fake_venv(tmp_path):
 
 
 def make_venv(root, index: str) -> tuple[str, str]:
-    """`make venv` with the fake venv; (stdout, the command line that installs the lock)."""
+    """`make venv` with the fake venv; (stdout, the command line that installs the whole lock, after the step that
+    installs the servers' packages)."""
     done = subprocess.run(["make", "-s", "-C", str(REPO), "venv", f"VENV={root / 'venv'}", f"TORCH_CPU_INDEX={index}",
                            "COMPOSE="], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "install -q --disable-pip-version-check uv==" in (root / "pip-calls.txt").read_text()
-    return done.stdout, (root / "uv-calls.txt").read_text().splitlines()[0]
+    calls = (root / "uv-calls.txt").read_text().splitlines()
+    assert any(("prefect==" in call and "-r " not in call) for call in calls[:1]), calls  # the servers' step first
+    return done.stdout, next(call for call in calls if "-r requirements/cpu.lock" in call)
 
 
 def test_make_venv_names_the_cpu_index_by_default():
