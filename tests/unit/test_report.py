@@ -275,3 +275,25 @@ def test_a_from_scratch_run_is_compared_only_with_its_twin_and_a_headline_task_n
     [compared] = json.loads(files["json"].read_text())["comparisons"]
     assert compared["tasks"]["sst2"] == {"reason": "not run in full"} and compared["headline"]["missing"] == ["sst2"]
     assert "headline mean without SST-2" in files["markdown"].read_text()
+
+
+def test_the_reports_key_follows_its_inputs_and_its_headline(tmp_path, capsys):
+    """A fine-tune redone (another train file or cap gives it another key) or another headline redoes the report."""
+    from gpt1.report.stage import Job
+    from gpt1.stages.outputs import mark_done
+
+    run = write_run(tmp_path / "full", "full", 0.8, tasks=["rte", "sst2"])
+    mark_done(run / "rte", "finetune", "rte-key-1")
+    first = Job((run,), ("full",)).key()
+    assert Job((run,), ("full",), headline=(("rte", "primary"),)).key() != first
+    mark_done(run / "rte", "finetune", "rte-key-2")  # e.g. finetune.max_train_examples changed
+    assert Job((run,), ("full",)).key() != first
+
+    write_run(tmp_path / "scratch", "no_pretrain", 0.5, tasks=["rte", "sst2"], seed=1)
+    assert cli.main(["report", "--results", str(run), str(tmp_path / "scratch"), "--headline", "rte", "sst2:accuracy",
+                     "--out", str(tmp_path / "out")]) == 0
+    [compared] = json.loads((tmp_path / "out" / "results.json").read_text())["comparisons"]
+    assert compared["headline"]["tasks"] == {"rte": "accuracy", "sst2": "accuracy"}
+    capsys.readouterr()
+    assert cli.main(["report", "--results", str(run), "--headline", "rte:f1", "--out", str(tmp_path / "o2")]) == 2
+    assert "rte has no metric 'f1'" in capsys.readouterr().err
