@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from gpt1 import tasks
+from gpt1.config import FinetuneConfig
 from gpt1.finetune.rows import evenly_spaced, sources_digest
 from gpt1.io import InputError
 from gpt1.tasks import ChoiceExample, PairExample, TaskSpec
@@ -67,17 +68,16 @@ class Rows:
     eval_split: str
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
-    max_bad_fraction: float = 0.01
+    max_bad_fraction: float = FinetuneConfig().max_bad_row_fraction
     digests: tuple[tuple[str, str], ...] = field(default=())  # (split, sha256 of its files) as the fine-tune read them
 
     @classmethod
     def of(cls, result: dict) -> "Rows":
-        settings = result.get("finetune_config") or {}
-        splits = (result.get("data") or {}).get("splits") or {}
+        """The rows of a metrics.json; KeyError when it does not record them."""
+        settings, splits = result["finetune_config"], result["data"]["splits"]
         wanted = ("train", result["eval_split"])
-        return cls(result["task"], result["data"]["path"], result["eval_split"],
-                   settings.get("max_train_examples"), settings.get("max_eval_examples"),
-                   settings.get("max_bad_row_fraction", 0.01),
+        return cls(result["task"], result["data"]["path"], result["eval_split"], settings["max_train_examples"],
+                   settings["max_eval_examples"], settings["max_bad_row_fraction"],
                    tuple((name, splits[name]["sha256"]) for name in wanted if "sha256" in splits.get(name, {})))
 
     def load(self, split: str, limit: int | None) -> list:
@@ -178,8 +178,8 @@ def _row_cosines(a, b) -> np.ndarray:
 def nearest_answer(train: list[ChoiceExample], evaluation: list[ChoiceExample]) -> list[int]:
     """Per question, the index of the answer nearest (tf-idf cosine) to its context and question; ties go to the
     first answer."""
-    vectorizer = _tfidf(stop_words="english")
-    vectorizer.fit([text for ex in train for text in (ex.context, ex.question, *ex.options)])
+    vectorizer = _tfidf(stop_words="english")  # a RACE article is the context of several questions: counted once
+    vectorizer.fit(dict.fromkeys(text for ex in train for text in (ex.context, ex.question, *ex.options)))
     contexts = vectorizer.transform([f"{ex.context} {ex.question}" for ex in evaluation])
     answers = vectorizer.transform([option for ex in evaluation for option in ex.options])
     picks, start = [], 0

@@ -219,10 +219,14 @@ def score_baselines(runs: list[Run]) -> None:
 
 def _baseline(rows: baselines.Rows) -> dict:
     try:
-        return baselines.score(rows)
+        outcome = baselines.score(rows)
     except Exception as err:  # noqa: BLE001 - a baseline that cannot be made is a note, never a missing report
         log.warning("%s: no non-neural baseline: %s: %s", rows.task, type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}
+    log.info("%s: non-neural baseline %.2f (%s; %d train rows, %s: %d rows, %.1fs)", rows.task,
+             outcome["metrics"]["primary"], outcome["method"], outcome["train_rows"], outcome["eval_split"],
+             outcome["eval_rows"], outcome["seconds"])
+    return outcome
 
 
 def paper_tables(runs: list[Run]) -> str:
