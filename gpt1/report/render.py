@@ -301,7 +301,7 @@ def baselines_table(runs: list[Run]) -> str:
     from and the rows it was scored on (the first run's that has the task)."""
     rows = []
     for task in sorted({t for r in runs for t in r.results}, key=list(REGISTRY).index):
-        outcome = next(r.baselines[task] for r in runs if task in r.baselines)
+        outcome = next((r.baselines[task] for r in runs if task in r.baselines), {})
         rows.append([REGISTRY[task].title, fmt(first_majority(runs, task, "primary")),
                      fmt(outcome.get("metrics", {}).get("primary")), outcome.get("method", MISSING),
                      str(outcome.get("train_rows", MISSING)),
