@@ -180,7 +180,8 @@ def main() -> int:
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--source", help="corpus source (default: the preset's ingest.source)")
-    parser.add_argument("--data", type=Path, help="folder of GLUE task folders (default: the preset's finetune.data)")
+    parser.add_argument("--data", type=Path, help="folder of GLUE task folders (default: the preset's finetune.data "
+                                                  "when it is a folder; the mini preset reads the hub, so give one)")
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASK_FOLDERS), help="default: the preset's five")
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0],
                         help="fractions of pretrain.max_steps to fine-tune from (1 = the final weights)")
@@ -196,6 +197,9 @@ def main() -> int:
         parser.error("the preset must set pretrain.max_steps (budgets are fractions of it)")
     if any(not 0 < b <= 1 for b in args.budgets):
         parser.error("--budgets: fractions in (0, 1]")
+    if args.data is None and cfg.finetune.data in ("hf", "sample"):
+        parser.error(f"--data: the preset's finetune.data is {cfg.finetune.data!r}; give a folder of GLUE task folders "
+                     "(this benchmark links their train.tsv and dev.tsv)")
     tasks = args.tasks or [t for t in cfg.finetune.tasks if t in TASK_FOLDERS]
     work = args.work.resolve()
     logs = work / "logs"
@@ -259,8 +263,10 @@ def main() -> int:
         print(f"FAILED: {failure}", file=sys.stderr)
 
     full = f"budget_{max(args.budgets):g}"
+    headline = ["--headline", *cfg.report.headline_tasks] if cfg.report.headline_tasks else []
     stage("report", ["report", "--results", str(work / "finetune" / full), str(work / "finetune" / SCRATCH),
-                     "--labels", "full", SCRATCH, "--out", str(work / "report")], work / "report" / "results.md", 1)
+                     "--labels", "full", SCRATCH, *headline, "--out", str(work / "report")],
+          work / "report" / "results.md", 1)
     tokens_per_step = cfg.pretrain.global_batch_size * cfg.model.n_ctx
     summary = summarise(work, args.budgets, steps, tokens_per_step, tasks, timings)
     from results import record  # not at the top: tests load this file without benchmarks/ on sys.path

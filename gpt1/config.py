@@ -18,7 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpt1.stages import graph
-from gpt1.tasks.registry import TASKS  # the registry is the one list of tasks (gpt1.tasks never imports config)
+from gpt1.tasks.registry import REGISTRY, TASKS  # the one list of tasks (gpt1.tasks never imports config)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -192,6 +192,38 @@ class FinetuneConfig(_Section):
     seed: int = 0
 
 
+def headline_metric(item: str) -> tuple[str, str]:
+    """A `report.headline_tasks` entry, `task` or `task:metric`, as (task, metric); `primary` when no metric is
+    named. Raises ValueError naming the known tasks or the task's metrics."""
+    task, _, metric = item.partition(":")
+    if task not in REGISTRY:
+        raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")
+    spec = REGISTRY[task]
+    known = ["primary", *spec.metrics, *(f"accuracy_{group}" for group in spec.groups)]
+    if metric and metric not in known:
+        raise ValueError(f"{task} has no metric {metric!r}; its metrics: {known}")
+    return task, metric or "primary"
+
+
+class ReportConfig(_Section):
+    """The `report` stage: which tasks make the run's verdict on pre-training."""
+
+    headline_tasks: list[str] | None = Field(
+        None, description="the tasks whose mean pre-trained minus from-scratch difference is the headline, each "
+                          "`task` (its primary metric) or `task:metric` (e.g. mrpc:accuracy); None: every task run")
+
+    @field_validator("headline_tasks")
+    @classmethod
+    def _known_tasks_and_metrics(cls, items: list[str] | None) -> list[str] | None:
+        for item in items or []:
+            headline_metric(item)
+        return items
+
+    def headline(self) -> tuple[tuple[str, str], ...] | None:
+        """The headline tasks as (task, metric) pairs; None: every task the run fine-tunes, on its primary metric."""
+        return None if self.headline_tasks is None else tuple(headline_metric(item) for item in self.headline_tasks)
+
+
 # MLflow tracking stores by URI scheme (a dialect may follow: postgresql+psycopg2://); a scheme MLflow does not
 # have would only fail inside the run, where its calls are spooled for a server that can never answer.
 TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "file")
@@ -250,6 +282,7 @@ class PipelineConfig(_Section):
     tokenize: TokenizeConfig = Field(default_factory=TokenizeConfig)
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 

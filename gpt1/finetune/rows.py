@@ -1,4 +1,6 @@
-"""Which rows a fine-tune's scores are computed on, and the refusal to score training rows as held-out ones.
+"""Which rows a fine-tune trains and is scored on: the evenly spaced subset a cap keeps, the digest of the files
+they were read from, and the refusal to score training rows as held-out ones. The report's baselines read the
+same rows through the same two functions.
 
 A held-out split whose files are the training files (a single file given as the data: every split is read from
 it), or whose examples (all of them, or all of one group, e.g. MNLI matched) are training examples, would give a
@@ -11,12 +13,27 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 from gpt1 import tasks
-from gpt1.io import InputError
+from gpt1.io import InputError, sha256_file, stable_hash
 from gpt1.tasks import TaskSpec
 
 log = logging.getLogger("gpt1.finetune.train")
+
+
+def evenly_spaced(n: int, k: int | None) -> list[int]:
+    """k indices spread over range(n) (all of them when k is None or >= n)."""
+    if k is None or k >= n:
+        return list(range(n))
+    return sorted({(i * n) // k for i in range(k)})
+
+
+def sources_digest(sources: list[str]) -> str:
+    """The content hash of the files a split was read from (its dataset lineage): each file's name and bytes; a
+    source that is no file (a hub split) by its name."""
+    files = [s for s in sources if Path(s).is_file()]
+    return stable_hash([(Path(f).name, sha256_file(f)) for f in files] or sources, length=64)
 
 
 def check_not_training_rows(spec: TaskSpec, split, train, path: str | os.PathLike, allowed: bool) -> None:

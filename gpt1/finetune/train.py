@@ -68,10 +68,10 @@ from gpt1 import tasks
 from gpt1.data.train_tokenizer import bpe
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.errors import Diverged
-from gpt1.io import InputError, read_json, sha256_file, stable_hash, write_json, write_text
+from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
 from gpt1.model.losses import task_loss
 from gpt1.model.transformer import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
-from gpt1.finetune.rows import check_not_training_rows
+from gpt1.finetune.rows import check_not_training_rows, evenly_spaced, sources_digest
 from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
                                    prediction_records, raw_inputs, save_task_model, to_tensors)
 from gpt1.progress import Every, duration
@@ -133,24 +133,15 @@ def held_out_splits(spec: TaskSpec) -> list[str]:
     return [s for i, s in enumerate(wanted) if s in spec.splits and s not in wanted[:i]]
 
 
-def evenly_spaced(n: int, k: int | None) -> list[int]:
-    """k indices spread over range(n) (all of them when k is None or >= n)."""
-    if k is None or k >= n:
-        return list(range(n))
-    return sorted({(i * n) // k for i in range(k)})
-
-
 def load_split(spec: TaskSpec, path: str | os.PathLike, split: str, tokenizer, max_len: int,
                limit: int | None, max_bad_fraction: float) -> Split:
     data = tasks.load(spec.name, path, split, max_bad_fraction)
     examples = [data[i] for i in evenly_spaced(len(data), limit)]
     if len(examples) < len(data):
         log.info("%s/%s: using %d of %d examples (evenly spaced)", spec.name, split, len(examples), len(data))
-    report = data.report.to_dict()
-    files = [s for s in data.report.sources if Path(s).is_file()]
-    digest = stable_hash([(Path(f).name, sha256_file(f)) for f in files] or data.report.sources, length=64)
-    return Split(split, examples, spec.encode_all(examples, tokenizer, max_len), report, digest,
-                 [ex.label for ex in data], frozenset(hash(tasks.content(ex)) for ex in data))
+    return Split(split, examples, spec.encode_all(examples, tokenizer, max_len), data.report.to_dict(),
+                 sources_digest(data.report.sources), [ex.label for ex in data],
+                 frozenset(hash(tasks.content(ex)) for ex in data))
 
 
 def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: int, cfg: FinetuneConfig

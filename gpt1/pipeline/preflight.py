@@ -114,7 +114,10 @@ def _in_hub_cache(repo: str) -> bool:
         "HF_DATASETS_CACHE", "")} if root)
 
 
-def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None) -> None:
+def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None, override: str,
+                      layout: str = "") -> None:
+    """A hub dataset the run reads: its revision found on the hub, or, offline, in the local cache; else a problem
+    naming the override that gives a local copy instead (e.g. `ingest.source=DIR`) and the copy's `layout`."""
     if revision is None:
         ctx.note(f"{what}: hf:{repo} has no pinned @revision: a re-run cannot tell if the hub copy changed")
     if _hub_reachable(ctx):
@@ -126,8 +129,9 @@ def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None) 
         except HfHubHTTPError as err:
             ctx.problem(f"{what}: hf:{repo}{'@' + revision if revision else ''} not found on the hub ({err})")
     elif not _in_hub_cache(repo):
-        ctx.problem(f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; supply "
-                    "the data as a local folder or pre-fill the cache")
+        ctx.problem(f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; give a "
+                    f"local copy with the override `{override}`{layout} (`--set`, or the flow's overrides) or pre-fill "
+                    "the cache")
 
 
 def check_corpus(ctx: Context) -> None:
@@ -144,7 +148,7 @@ def check_corpus(ctx: Context) -> None:
         if ident.startswith((".", "/", "~")):
             ctx.problem(f"ingest.source: {source}: no such folder {ident}")
             return
-        check_hub_dataset(ctx, "ingest.source", ident, revision)
+        check_hub_dataset(ctx, "ingest.source", ident, revision, "ingest.source=DIR")
     # local files were read when the plan was made (their content is the ingest key)
 
 
@@ -167,7 +171,11 @@ def check_task_data(ctx: Context) -> None:
                 ctx.problem(f"finetune.data=hf: {task} has no downloadable hub copy: {spec.hf_manual}")
                 continue
             repo, _config, revision = task_hub.parse_ref(where)
-            check_hub_dataset(ctx, f"finetune {task}", repo, revision)
+            if task in ctx.cfg.finetune.task_data:
+                check_hub_dataset(ctx, f"finetune {task}", repo, revision, f"finetune.task_data.{task}=DIR")
+            else:
+                check_hub_dataset(ctx, f"finetune {task}", repo, revision, "finetune.data=DIR",
+                                  f" (DIR/{spec.folder}/ holding its files)")
             continue
         for split in needed_splits(spec):
             try:

@@ -6,10 +6,15 @@
 Each results DIR is one run (a configuration or ablation): a task output folder of `gpt1 finetune` (metrics.json,
 or error.json when it failed) or a folder holding such task folders (up to two levels down). Runs are labelled by
 `--labels` in order, else by folder name. Writes DIR/results.md (Tables 2, 3 and 4 of the paper: one row for the
-paper, one per run, one for the majority-class baseline; Table 5 with the ablations side by side when there are
-several runs or any ablation), DIR/results.png (primary metric per task, grouped bars) and DIR/results.json
-(everything the tables show). With --run-id the three files are also logged as artifacts of that MLflow run (the
-pipeline's parent run) together with each run's GLUE average as `report/<label>/glue_score`.
+paper, one per run, one for the majority class and one for the non-neural baseline, a run's score below that
+baseline marked †; Table 5 with the ablations side by side when there are several runs or any ablation; the
+pre-trained minus from-scratch differences with their intervals; the baselines' methods and rows),
+DIR/results.png (primary metric per task, grouped bars) and DIR/results.json (everything results.md shows, in
+the shape docs/tracking.md gives). With --run-id the three files are also logged as artifacts of that MLflow run
+(the pipeline's parent run) together with the numbers of `headline_metrics`.
+
+The baselines (gpt1.report.baselines) are fitted here, on the rows each fine-tune's metrics.json records; the
+comparisons (gpt1.report.comparison) are computed from the fine-tunes' predictions.
 
 Choices where the spec is silent:
 - The paper's numbers are test-set results (GLUE: the test server); ours are on the split each task's metrics.json
@@ -18,7 +23,8 @@ Choices where the spec is silent:
   tasks; the paper's own 74.7); the paper row of Table 4 shows its GLUE server score 72.8, which counts WNLI and
   cannot be recomputed. A run missing any of the 8 tasks has no GLUE average ("—").
 - A missing task is "—"; a failed one (its error.json newer than any metrics.json) is "failed" and its error is
-  listed. The majority baseline row is taken from the first run that has the task.
+  listed. The baseline rows are taken from the first run that has the task; each run's mark † compares it with
+  the baseline on its own rows (runs of one report normally read the same ones).
 - The tables' columns, the paper's numbers and the Table 5 ablation values come from the task specs
   (`TaskSpec.table`, `table_columns`, `paper`, `ablation_column`, `paper_ablations`); the per-task ablation
   values' means reproduce `metrics.PAPER_AVERAGES` (checked in the tests).
@@ -27,19 +33,21 @@ Choices where the spec is silent:
 from __future__ import annotations
 
 import logging
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpt1.io import atomic_path, read_json, write_json, write_text
+from gpt1.report import baselines, comparison
+from gpt1.report.markdown import MISSING, fmt, markdown_table
 from gpt1.stages.outputs import read_marker
 from gpt1.tasks import REGISTRY, metrics
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
-MISSING, FAILED = "—", "failed"
+FAILED = "failed"
+BELOW = " †"  # the mark of a score below its non-neural baseline
 REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
 
 GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
@@ -80,6 +88,8 @@ class Run:
     path: Path
     results: dict[str, dict] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    dirs: dict[str, Path] = field(default_factory=dict)  # task -> the folder its result was read from
+    baselines: dict[str, dict] = field(default_factory=dict)  # task -> the non-neural baseline on its rows
 
     def value(self, task: str, key: str) -> float | None:
         if task == GLUE:
@@ -91,6 +101,16 @@ class Run:
             return _glue({t: r.get("majority", {}) for t, r in self.results.items()})
         return self.results.get(task, {}).get("majority", {}).get(key)
 
+    def baseline(self, task: str, key: str) -> float | None:
+        """The non-neural baseline on this run's rows of the task (its GLUE average for GLUE)."""
+        if task == GLUE:
+            return _glue({t: b.get("metrics", {}) for t, b in self.baselines.items()})
+        return self.baselines.get(task, {}).get("metrics", {}).get(key)
+
+    def below_baseline(self, task: str, key: str) -> bool | None:
+        value, bar = self.value(task, key), self.baseline(task, key)
+        return None if value is None or bar is None else value < bar
+
     def glue_score(self) -> float | None:
         """The GLUE average; none when a GLUE task is missing or was scored on its training rows."""
         return _glue({t: r.get("metrics", {}) for t, r in self.results.items() if not r.get("eval_on_training_rows")})
@@ -98,7 +118,7 @@ class Run:
     def cell(self, task: str, key: str) -> str:
         if task in self.errors:
             return FAILED
-        return fmt(self.value(task, key))
+        return fmt(self.value(task, key)) + (BELOW if self.below_baseline(task, key) else "")
 
     @property
     def ablation(self) -> str:
@@ -110,10 +130,6 @@ def _glue(per_task: dict[str, dict]) -> float | None:
     if not all("primary" in per_task.get(t, {}) for t in metrics.GLUE_TASKS):
         return None
     return metrics.glue_score(per_task)
-
-
-def fmt(value: float | None) -> str:
-    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
 
 
 # -- reading --------------------------------------------------------------------------------------------------
@@ -154,6 +170,7 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
         result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
         result["peak_rss_mb"] = (result.get("train") or {}).get("peak_rss_mb")
         run.results[task] = result
+        run.dirs[task] = path
     return run
 
 
@@ -172,18 +189,44 @@ def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -
 
 
 # -- rendering ------------------------------------------------------------------------------------------------
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def paper_value(task: str, key: str) -> float | None:
     return metrics.PAPER_RESULTS.get(task, {}).get(key)
 
 
 def first_majority(runs: list[Run], task: str, key: str) -> float | None:
     return next((v for v in (r.majority(task, key) for r in runs) if v is not None), None)
+
+
+def first_baseline(runs: list[Run], task: str, key: str) -> float | None:
+    return next((v for v in (r.baseline(task, key) for r in runs) if v is not None), None)
+
+
+def score_baselines(runs: list[Run]) -> None:
+    """Each run's non-neural baseline per task, on the rows its fine-tune read; runs that read the same rows share
+    one fit."""
+    scored: dict[baselines.Rows, dict] = {}
+    for run in runs:
+        for task, result in run.results.items():
+            try:
+                rows = baselines.Rows.of(result)
+            except KeyError as err:
+                run.baselines[task] = {"error": f"its metrics.json does not say which rows it read (no {err})"}
+                continue
+            if rows not in scored:
+                scored[rows] = _baseline(rows)
+            run.baselines[task] = scored[rows]
+
+
+def _baseline(rows: baselines.Rows) -> dict:
+    try:
+        outcome = baselines.score(rows)
+    except Exception as err:  # noqa: BLE001 - a baseline that cannot be made is a note, never a missing report
+        log.warning("%s: no non-neural baseline: %s: %s", rows.task, type(err).__name__, err)
+        return {"error": f"{type(err).__name__}: {err}"}
+    log.info("%s: non-neural baseline %.2f (%s; %d train rows, %s: %d rows, %.1fs)", rows.task,
+             outcome["metrics"]["primary"], outcome["method"], outcome["train_rows"], outcome["eval_split"],
+             outcome["eval_rows"], outcome["seconds"])
+    return outcome
 
 
 def paper_tables(runs: list[Run]) -> str:
@@ -193,7 +236,11 @@ def paper_tables(runs: list[Run]) -> str:
         rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
         rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
         rows.append(["majority class"] + [fmt(first_majority(runs, t, k)) for _, t, k in columns])
+        rows.append(["non-neural baseline"] + [fmt(first_baseline(runs, t, k)) for _, t, k in columns])
         parts.append(f"### {title}\n\n{markdown_table(header, rows)}")
+    if any(r.below_baseline(t, k) for r in runs for _, columns in tables() for _, t, k in columns):
+        parts.append(f"{BELOW.strip()} below the non-neural baseline of its task (the row \"non-neural baseline\": "
+                     "trained on the fine-tune's own train rows and scored on its rows; see Baselines).")
     return "\n\n".join(parts)
 
 
@@ -207,11 +254,20 @@ def ablation_table(runs: list[Run]) -> str:
     for run in runs:
         rows.append([f"ours: {run.label} ({run.ablation})", fmt(run.glue_score())]
                     + [run.cell(t, "primary") for _, t in ABLATION_COLUMNS])
+    for name, first in (("majority class", first_majority), ("non-neural baseline", first_baseline)):
+        rows.append([name, fmt(first(runs, GLUE, "primary"))] + [fmt(first(runs, t, "primary"))
+                                                                 for _, t in ABLATION_COLUMNS])
     return f"### Table 5: ablations (GLUE tasks, primary metric)\n\n{markdown_table(header, rows)}"
 
 
 def notes(runs: list[Run]) -> list[str]:
     out = []
+    missing: dict[str, str] = {}
+    for run in runs:
+        for task, outcome in run.baselines.items():
+            if "error" in outcome:
+                missing.setdefault(task, outcome["error"])
+    out += [f"{task}: no non-neural baseline ({error})" for task, error in sorted(missing.items())]
     for run in runs:
         for task, result in sorted(run.results.items()):
             split, paper_split = result.get("eval_split"), REGISTRY[task].eval_splits[0]
@@ -240,6 +296,20 @@ def scored_rows_table(runs: list[Run]) -> str:
                                                                      table)
 
 
+def baselines_table(runs: list[Run]) -> str:
+    """Per task, the baselines of the tables: the majority class and the non-neural method, with the rows it learnt
+    from and the rows it was scored on (the first run's that has the task)."""
+    rows = []
+    for task in sorted({t for r in runs for t in r.results}, key=list(REGISTRY).index):
+        outcome = next((r.baselines[task] for r in runs if task in r.baselines), {})
+        rows.append([REGISTRY[task].title, fmt(first_majority(runs, task, "primary")),
+                     fmt(outcome.get("metrics", {}).get("primary")), outcome.get("method", MISSING),
+                     str(outcome.get("train_rows", MISSING)),
+                     f"{outcome['eval_split']}: {outcome['eval_rows']}" if "eval_rows" in outcome else MISSING])
+    return "### Baselines (primary metric)\n\n" + markdown_table(
+        ["Task", "majority class", "non-neural", "method", "train rows", "rows scored"], rows)
+
+
 def per_task_table(runs: list[Run], field: str, title: str) -> str:
     """One number per fine-tune: `wall_seconds` (the stage's own measure: loading, training, evaluation, outputs)
     or `peak_rss_mb` (the fine-tune's own peak resident memory)."""
@@ -249,7 +319,7 @@ def per_task_table(runs: list[Run], field: str, title: str) -> str:
     return f"### {title}\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
 
 
-def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> str:
+def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> str:
     text = ["# GPT-1 fine-tuning results", "",
             "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
             "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
@@ -258,8 +328,11 @@ def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None) -> s
             "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
+    if comparisons:
+        text += ["", comparison.markdown(comparisons)]
     if any(r.results for r in runs):
-        text += ["", scored_rows_table(runs), "", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
+        text += ["", baselines_table(runs), "", scored_rows_table(runs),
+                 "", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
                  "", per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)")]
     if not_run:
         text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
@@ -287,9 +360,10 @@ def plot(runs: list[Run], path: Path) -> Path:
 
 def results_figure(runs: list[Run]):
     """Horizontal grouped bars, one group per table column our runs have (every column when none has any): the
-    paper, each run and the majority baseline, each bar labelled with its value, so a zero or negative score is a
-    visible number and a missing one reads "not run" or "failed". 750 px wide (MLflow's artifact viewer scales a
-    wider image down to its pane, ~600 px) and as tall as the groups need, so its text stays readable there."""
+    paper, each run, the majority class and the non-neural baseline, each bar labelled with its value, so a zero or
+    negative score is a visible number and a missing one reads "not run" or "failed". 750 px wide (MLflow's
+    artifact viewer scales a wider image down to its pane, ~600 px) and as tall as the groups need, so its text
+    stays readable there."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -302,7 +376,8 @@ def results_figure(runs: list[Run]):
     series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns],
                 [FAILED if t in r.errors else "not run" for _, t, _ in columns]) for r in runs]
     series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns], [None] * len(columns)))
-    colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9"]
+    series.append(("non-neural baseline", [first_baseline(runs, t, k) for _, t, k in columns], [None] * len(columns)))
+    colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9", "#d8b365"]
 
     bar, gap = 0.32, 0.45  # inches per bar and between groups
     group = bar * len(series) + gap
@@ -334,30 +409,39 @@ def results_figure(runs: list[Run]):
     return fig
 
 
-def summary(runs: list[Run], not_run: dict[str, str] | None = None) -> dict:
+def summary(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> dict:
+    """results.json: what the tables show, the baselines and the comparisons (docs/tracking.md has its shape)."""
+    tasks_run = {t for r in runs for t in r.baselines}
     return {
         "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
                            "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
+                                         "below_baseline": r.below_baseline(t, "primary"),
                                          "eval_split": res.get("eval_split"), "evaluated_on": res.get("evaluated_on"),
                                          "eval_on_training_rows": res.get("eval_on_training_rows", False),
                                          "wall_seconds": res.get("wall_seconds"),
                                          "peak_rss_mb": res.get("peak_rss_mb")}
                                      for t, res in sorted(r.results.items())},
                            "errors": r.errors} for r in runs},
+        "baselines": {t: next(r.baselines[t] for r in runs if t in r.baselines) for t in sorted(tasks_run)},
+        "comparisons": list(comparisons),
         "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
         "not_run": not_run or {},
     }
 
 
 def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
-                 not_run: dict[str, str] | None = None) -> dict[str, Path]:
+                 not_run: dict[str, str] | None = None, headline: tuple[tuple[str, str], ...] | None = None
+                 ) -> dict[str, Path]:
     """Write results.md, results.png and results.json to `out_dir`; returns their paths.
-    `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures."""
+    `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures.
+    `headline`: the (task, metric) pairs whose mean difference is the comparison's headline (None: every task)."""
     runs = read_runs(list(results), labels)
+    score_baselines(runs)
+    comparisons = comparison.compare(runs, headline)
     out_dir = Path(out_dir)
-    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run)),
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run, comparisons)),
              "plot": plot(runs, out_dir / REPORT_PNG),
-             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run))}
+             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run, comparisons))}
     for run in runs:
         log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
                  fmt(run.glue_score()))
@@ -366,8 +450,22 @@ def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, l
 
 def headline_metrics(results_json: dict) -> dict[str, float]:
     """The report's numbers as MLflow metrics named alike in every run, so the compare view lines up runs and
-    ablation deployments: `task/<task>/<metric>` and `glue_score`, prefixed `<variant>/` for an ablation."""
+    ablation deployments: `task/<task>/<metric>` and `glue_score`, prefixed `<variant>/` for an ablation; the
+    non-neural baselines as `baseline/task/<task>/<metric>`; each comparison's differences as
+    `gain/task/<task>/<metric>` and `gain/headline_mean`, each with `/low` and `/high` (its 95% interval), prefixed
+    `<variant>/` when the pre-trained side is an ablation."""
     found: dict[str, float] = {}
+    for task, outcome in results_json.get("baselines", {}).items():
+        found.update({f"baseline/task/{task}/{name}": value for name, value in outcome.get("metrics", {}).items()})
+    for compared in results_json.get("comparisons", []):
+        first = compared["runs"]["pretrained"][0]
+        prefix = "" if first == "full" else f"{first}/"
+        entries = [(f"task/{task}/{e['metric']}", e) for task, e in compared["tasks"].items() if "difference" in e]
+        if "difference" in compared["headline"]:
+            entries.append(("headline_mean", compared["headline"]))
+        for name, entry in entries:
+            found.update({f"{prefix}gain/{name}": entry["difference"], f"{prefix}gain/{name}/low": entry["low"],
+                          f"{prefix}gain/{name}/high": entry["high"]})
     for variant, result in results_json["runs"].items():
         prefix = "" if variant == "full" else f"{variant}/"
         for task, entry in result.get("tasks", {}).items():

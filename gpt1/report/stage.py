@@ -1,10 +1,13 @@
 """Stage `report`: the results table beside the paper's numbers (markdown + PNG + JSON), from task outputs.
 
-    gpt1 report --results DIR... [--labels L...] --out DIR [--tracking-uri URI --run-id PARENT_RUN_ID]
+    gpt1 report --results DIR... [--labels L...] [--headline TASK[:METRIC]...] --out DIR
+                [--tracking-uri URI --run-id PARENT_RUN_ID]
 
 Each results DIR is one run (a configuration or an ablation): a task output folder of `gpt1 finetune`, or a folder
-holding such task folders. The key hashes the task outputs' own keys (or their errors), so the report is redone
-exactly when a result changed; render.py beside it writes the files.
+holding such task folders. The key hashes the task outputs' own keys (or their errors), the headline tasks and
+the settings of the baselines and of the bootstrap: the fine-tunes' keys hash their data and their train and
+evaluation caps, so a changed train file or cap redoes the report and its baselines, which read the rows the
+fine-tunes recorded. render.py beside it writes the files.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from gpt1.config import headline_metric
 from gpt1.io import stable_hash
+from gpt1.report import baselines, comparison
 from gpt1.report.render import build_report, log_to_run, task_dirs
 from gpt1.stages.base import Result, StageJob, Step, add_output_args, run_from_args
 from gpt1.stages.outputs import ERROR, read_marker
@@ -43,12 +48,14 @@ class Job(StageJob):
     results: tuple[Path, ...]
     labels: tuple[str, ...] | None = None
     not_run: tuple[tuple[str, str], ...] = ()  # (task, why) left out on purpose
+    headline: tuple[tuple[str, str], ...] | None = None  # (task, metric) of the headline mean; None: every task
     parent_run_id: str | None = None
     tracking_uri: str | None = None
 
     def identity(self) -> dict:
         return {"results": [results_key(path) for path in self.results], "labels": self.labels,
-                "not_run": self.not_run}
+                "not_run": self.not_run, "headline": self.headline, "baselines": baselines.SETTINGS,
+                "bootstrap": comparison.SETTINGS}
 
     def input_paths(self) -> dict[str, str]:
         return {f"results[{i}]": str(path) for i, path in enumerate(self.results)}
@@ -62,7 +69,7 @@ class Job(StageJob):
         ran = [(path, label) for path, label in zip(self.results, self.labels or [None] * len(self.results))
                if path.is_dir()]
         files = build_report([path for path, _ in ran], out, [label for _, label in ran] if self.labels else None,
-                             not_run=dict(self.not_run))
+                             not_run=dict(self.not_run), headline=self.headline)
         if self.parent_run_id:
             log_to_run(out, self.parent_run_id, self.tracking_uri)
         return {"files": {kind: path.name for kind, path in files.items()}}
@@ -75,8 +82,8 @@ class Job(StageJob):
 
 def plan(p) -> list[Step]:
     """One report of every variant's fine-tunes, after all of them (failed ones are reported as failed)."""
-    job = Job(tuple(p.variant_dir(v) for v in p.variants), tuple(p.variants),
-              tuple(sorted(p.missing_data().items())), tracking_uri=p.cfg.tracking.tracking_uri)
+    job = Job(tuple(p.variant_dir(v) for v in p.variants), tuple(p.variants), tuple(sorted(p.missing_data().items())),
+              p.cfg.report.headline(), tracking_uri=p.cfg.tracking.tracking_uri)
     return [Step(job.stage, job, p.report_dir(), force=True)]
 
 
@@ -85,6 +92,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="results folders: one per run (a task folder or a folder of task folders)")
     parser.add_argument("--labels", "--label", nargs="+", metavar="LABEL",
                         help="a name per results folder, in order (default: folder names)")
+    parser.add_argument("--headline", nargs="+", metavar="TASK[:METRIC]",
+                        help="the tasks of the headline mean pre-trained minus from-scratch difference, e.g. stsb "
+                             "sst2 mrpc:accuracy (default: every task; the config's report.headline_tasks)")
     parser.add_argument("--out", required=True, type=Path, help="where results.md/png/json go")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI of --run-id")
     parser.add_argument("--run-id", help="MLflow run (the pipeline's parent run) to log the report to")
@@ -97,8 +107,9 @@ def run_cli(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"results folder {path} does not exist")
     if args.labels and len(args.labels) != len(args.results):
         raise ValueError(f"--labels: {len(args.labels)} labels for {len(args.results)} results folders")
+    headline = tuple(headline_metric(item) for item in args.headline) if args.headline else None
     job = Job(tuple(path.absolute() for path in args.results), tuple(args.labels) if args.labels else None,
-              parent_run_id=args.run_id, tracking_uri=args.tracking_uri)
+              headline=headline, parent_run_id=args.run_id, tracking_uri=args.tracking_uri)
     result = run_from_args(job, args)
     markdown = result.path / result.marker["files"]["markdown"]
     print(markdown.read_text(encoding="utf-8"))

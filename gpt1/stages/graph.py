@@ -53,7 +53,7 @@ STAGES: tuple[Stage, ...] = (
           inputs=("pretrain", "train-tokenizer", "sample-data"), section="finetune", retries=1, compute=True,
           in_worker=True, logs_itself=True),
     Stage("report", "gpt1.report.stage", "results table beside the paper's numbers (markdown + PNG)",
-          inputs=("finetune",), retries=1, logs_itself=True, after_failures=True),
+          inputs=("finetune",), section="report", retries=1, logs_itself=True, after_failures=True),
 )
 
 

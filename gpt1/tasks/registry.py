@@ -13,14 +13,16 @@ Labels: `labels[i]` is the string the files (and the GLUE server) use for class 
 Face datasets' class indices; STS-B is a regression (labels None, score in [0, 5]); multiple choice labels name
 the answers (RACE A-D, Story Cloze ending 1/2) and `example.label` is the right answer's index.
 
-Hub revisions are not pinned here (`hf_revision=None`): no revision of these datasets was checked from this
-machine; pin one per spec (or per `hf:` reference in a preset, `hf:glue/sst2@<commit>`) for reproducible hub runs.
+Hub revisions: the GLUE tasks are pinned to one commit of `nyu-mll/glue` (GLUE_REVISION), so `finetune.data=hf`
+reads the same rows everywhere; the other tasks' repositories are not pinned (`hf_revision=None`): pin one per
+`hf:` reference in a preset (`finetune.task_data.snli=hf:snli@<commit>`); `gpt1 preflight` notes each unpinned one.
 """
 
 from __future__ import annotations
 
 from gpt1.tasks.spec import Columns, PaperColumn, Probe, Records, TaskSpec
 
+GLUE_REVISION = "bcdcba79d07bc864c1c254ccfcedcce55bcc9a8c"  # a commit of nyu-mll/glue
 _NLI = ("entailment", "neutral", "contradiction")
 _BINARY = ("0", "1")
 _PAIR = ("sentence1", "sentence2")
@@ -43,7 +45,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         columns=Columns(text=("sentence",), label="label", id="index", headers=(("index", "sentence"),),
                         headerless=("source", "label", "mark", "sentence")),
         submission="CoLA",
-        hf="glue/cola", hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
+        hf="glue/cola", hf_revision=GLUE_REVISION,
+        hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
         metrics=("mcc", "accuracy"), glue=True,
         paper={"mcc": 45.4, "primary": 45.4}, paper_ablations={"no_pretrain": 18.9, "no_aux_lm": 47.9},
         table=4, table_order=0, table_columns=(PaperColumn(header="CoLA (mc)", metric="mcc"),),
@@ -54,7 +57,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         columns=Columns(text=("sentence",), label="label", id="index",
                         headers=(("sentence", "label"), ("index", "sentence"))),
         submission="SST-2",
-        hf="glue/sst2", hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
+        hf="glue/sst2", hf_revision=GLUE_REVISION,
+        hf_text=("sentence",), hf_columns=("sentence", "label", "idx"),
         metrics=("accuracy",), glue=True,
         paper={"accuracy": 91.3, "primary": 91.3}, paper_ablations={"no_pretrain": 84.0, "no_aux_lm": 92.0},
         table=4, table_order=1, table_columns=_accuracy("SST-2 (acc)"),
@@ -66,7 +70,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
                         headers=(("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"),
                                  ("index", "#1 ID", "#2 ID", "#1 String", "#2 String"))),
         submission="MRPC",
-        hf="glue/mrpc", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
+        hf="glue/mrpc", hf_revision=GLUE_REVISION,
+        hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
         metrics=("f1", "accuracy"), glue=True,
         paper={"f1": 82.3, "primary": 82.3}, paper_ablations={"no_pretrain": 79.4, "no_aux_lm": 84.9},
         table=4, table_order=2, table_columns=(PaperColumn(header="MRPC (F1)", metric="f1"),),
@@ -78,7 +83,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
                         headers=(_STSB, _STSB[:-1]),
                         headerless=("genre", "filename", "year", "old_index", "score", *_PAIR), widths=(9,)),
         submission="STS-B",
-        hf="glue/stsb", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
+        hf="glue/stsb", hf_revision=GLUE_REVISION,
+        hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
         metrics=("pearson", "spearman"), glue=True,
         paper={"pearson": 82.0, "primary": 82.0}, paper_ablations={"no_pretrain": 30.9, "no_aux_lm": 83.2},
         table=4, table_order=3, table_columns=(PaperColumn(header="STS-B (pc)", metric="pearson"),),
@@ -90,7 +96,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
                         headers=(("id", "qid1", "qid2", "question1", "question2", "is_duplicate"),
                                  ("id", "question1", "question2"))),
         submission="QQP",
-        hf="glue/qqp", hf_text=("question1", "question2"), hf_columns=("question1", "question2", "label", "idx"),
+        hf="glue/qqp", hf_revision=GLUE_REVISION,
+        hf_text=("question1", "question2"), hf_columns=("question1", "question2", "label", "idx"),
         metrics=("f1", "accuracy"), glue=True,
         paper={"f1": 70.3, "primary": 70.3}, paper_ablations={"no_pretrain": 65.5, "no_aux_lm": 69.8},
         table=4, table_order=4, table_columns=(PaperColumn(header="QQP (F1)", metric="f1"),),
@@ -111,7 +118,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         splits=("train", "dev", "dev_matched", "dev_mismatched", "test", "test_matched", "test_mismatched"),
         file_groups=("matched", "mismatched"),
         submission="MNLI", submission_groups={"matched": "MNLI-m", "mismatched": "MNLI-mm"},
-        hf="glue/mnli", hf_text=("premise", "hypothesis"), hf_columns=("premise", "hypothesis", "label", "idx"),
+        hf="glue/mnli", hf_revision=GLUE_REVISION,
+        hf_text=("premise", "hypothesis"), hf_columns=("premise", "hypothesis", "label", "idx"),
         metrics=("accuracy",), groups=("matched", "mismatched"), primary_is_group_mean=True, glue=True,
         # Table 5's "MNLI" 81.8 is the mean of matched and mismatched, as `primary` here.
         paper={"accuracy_matched": 82.1, "accuracy_mismatched": 81.4, "primary": 81.8},
@@ -126,7 +134,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         columns=Columns(text=("question", "sentence"), label="label", id="index",
                         headers=(("index", "question", "sentence", "label"), ("index", "question", "sentence"))),
         submission="QNLI",
-        hf="glue/qnli", hf_text=("question", "sentence"), hf_columns=("question", "sentence", "label", "idx"),
+        hf="glue/qnli", hf_revision=GLUE_REVISION,
+        hf_text=("question", "sentence"), hf_columns=("question", "sentence", "label", "idx"),
         metrics=("accuracy",), glue=True,
         paper={"accuracy": 88.1, "primary": 88.1}, paper_ablations={"no_pretrain": 71.2, "no_aux_lm": 86.9},
         table=2, table_order=3, table_columns=_accuracy("QNLI"), ablation_column="QNLI (acc)"),
@@ -135,7 +144,8 @@ REGISTRY: dict[str, TaskSpec] = {spec.name: spec for spec in (
         format="split_files", folder="RTE", file_names=_GLUE_FILES,
         columns=Columns(text=_PAIR, label="label", id="index", headers=(("index", *_PAIR, "label"), ("index", *_PAIR))),
         submission="RTE",
-        hf="glue/rte", hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
+        hf="glue/rte", hf_revision=GLUE_REVISION,
+        hf_text=_PAIR, hf_columns=(*_PAIR, "label", "idx"),
         metrics=("accuracy",), glue=True,
         paper={"accuracy": 56.0, "primary": 56.0}, paper_ablations={"no_pretrain": 53.8, "no_aux_lm": 54.4},
         table=2, table_order=4, table_columns=_accuracy("RTE"), ablation_column="RTE (acc)"),

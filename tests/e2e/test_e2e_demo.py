@@ -46,7 +46,8 @@ def test_report_shows_that_pre_training_helps_on_every_task(demo):
     proc, env, state = demo
     reports = sorted((state / "work" / "report").glob("*/results.json"))
     assert len(reports) == 1, reports
-    runs = read_json(reports[0])["runs"]
+    summary = read_json(reports[0])
+    runs = summary["runs"]
     full, scratch = runs["full"]["tasks"], runs["no_pretrain"]["tasks"]
     assert set(full) == set(scratch) == set(TASKS)
     primary = {task: (full[task]["metrics"]["primary"], scratch[task]["metrics"]["primary"],
@@ -55,6 +56,12 @@ def test_report_shows_that_pre_training_helps_on_every_task(demo):
     assert [t for t, (ours, _, majority) in primary.items() if ours <= majority] == [], primary
     assert [t for t, (ours, no_pretrain, _) in primary.items() if no_pretrain >= ours] == [], primary
     assert runs["full"]["glue_score"] > runs["no_pretrain"]["glue_score"] + 20, primary
+    # every report carries each task's non-neural baseline and the headline difference with its interval
+    assert sorted(summary["baselines"]) == sorted(TASKS)
+    assert [t for t, baseline in summary["baselines"].items() if "error" in baseline] == []
+    [compared] = summary["comparisons"]
+    headline = compared["headline"]
+    assert headline["missing"] == [] and headline["low"] <= headline["difference"] <= headline["high"]
 
 
 def test_mlflow_has_parent_stage_and_task_runs(demo):

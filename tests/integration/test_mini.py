@@ -6,7 +6,8 @@ pre-training updates, and 200 of RTE's 2,490 train pairs (`finetune.max_train_ex
 folder holds links to the COMPLETE RTE train and dev files (no test file, so none is read); the other four tasks
 have no folder and must come out as not run. The stages run through gpt1.pipeline, as the flow calls them (no
 Prefect): ingest, tokenizer, shards, pre-training (its `gpt1 pretrain` process), the two variants' fine-tunes in
-two reused worker processes, the report.
+two reused worker processes, the report: its baselines (majority class, non-neural) of RTE on the same rows, and
+the pre-trained minus from-scratch difference with its interval, RTE standing in for the headline tasks.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ REDUCED = [
     "ingest.max_chars=2000000", "train_tokenizer.merges=300",
     "pretrain.max_steps=20", "pretrain.warmup_steps=5", "pretrain.log_every=5", "pretrain.eval_every=10",
     "pretrain.eval_batches=2", "pretrain.save_every=10", "pretrain.probe_every=20", "pretrain.probe_max_examples=16",
-    f"finetune.max_train_examples={TRAIN_EXAMPLES}",
+    f"finetune.max_train_examples={TRAIN_EXAMPLES}", "report.headline_tasks=[rte]",
 ]
 
 
@@ -102,8 +103,8 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     markdown = (report.path / "results.md").read_text()
     found = tables(markdown)
     rte_cells = column(next(t for t in found.values() if "RTE" in t[0]), "RTE")  # Table 2 (NLI)
-    for row in ("ours: full", "ours: no_pretrain", "majority class"):
-        assert 0 <= float(rte_cells[row]) <= 100, row  # a score, not "—"
+    for row in ("ours: full", "ours: no_pretrain", "majority class", "non-neural baseline"):
+        assert 0 <= float(rte_cells[row].removesuffix(" †")) <= 100, row  # a score, not "—"
     assert float(rte_cells["majority class"]) == pytest.approx(metrics["full"]["majority"]["primary"], abs=0.05)
     table5 = column(found["Table 5: ablations (GLUE tasks, primary metric)"], "RTE (acc)")
     assert table5["ours: full (full)"] != "—" and table5["ours: no_pretrain (no_pretrain)"] != "—"
@@ -112,3 +113,23 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
         assert set(cells) == {"ours: full", "ours: no_pretrain"} and all(float(c) > 0 for c in cells.values()), title
     not_run = markdown.split("### Not run")[1].split("###")[0]
     assert all(f"no files at {glue / folder}" in not_run for folder in NOT_RUN.values())
+
+    # the baselines: learnt from the fine-tunes' 200 train pairs, scored on the 277 dev pairs they were scored on
+    baseline = summary["baselines"]["rte"]
+    assert (baseline["train_rows"], baseline["eval_rows"]) == (TRAIN_EXAMPLES, RTE_DEV_ROWS)
+    assert 0 <= baseline["metrics"]["accuracy"] <= 100
+    assert float(rte_cells["non-neural baseline"]) == pytest.approx(baseline["metrics"]["accuracy"], abs=0.05)
+    for variant, run in summary["runs"].items():
+        below = metrics[variant]["metrics"]["accuracy"] < baseline["metrics"]["accuracy"]
+        assert run["tasks"]["rte"]["below_baseline"] == below
+        assert rte_cells[f"ours: {variant}"].endswith(" †") == below
+    # both variants compared on the same rows, with an interval around the difference
+    [compared] = summary["comparisons"]
+    assert compared["runs"] == {"pretrained": ["full"], "from_scratch": ["no_pretrain"]}
+    rte_gain, mean = compared["tasks"]["rte"], compared["headline"]
+    assert rte_gain["examples"] == RTE_DEV_ROWS and rte_gain["seeds"] == [1, 1]
+    assert rte_gain["difference"] == pytest.approx(metrics["full"]["metrics"]["accuracy"]
+                                                   - metrics["no_pretrain"]["metrics"]["accuracy"])
+    assert rte_gain["low"] <= rte_gain["difference"] <= rte_gain["high"]
+    assert mean["tasks"] == {"rte": "accuracy"} and mean["difference"] == pytest.approx(rte_gain["difference"])
+    assert "### Pre-trained minus from scratch" in markdown and "**headline mean** (RTE accuracy)" in markdown

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpt1.config import FinetuneConfig, PretrainConfig, load_config
+from gpt1.config import FinetuneConfig, PretrainConfig, flatten, load_config
 from conftest import REPO, shared_path
 
 FIVE = ["cola", "sst2", "mrpc", "stsb", "rte"]
@@ -39,6 +39,21 @@ def test_mini_scales_the_paper_recipe_down_and_keeps_the_curve_checkpoints():
     # the 1/4, 1/2, 3/4 checkpoints the pre-training-budget curve fine-tunes from are all kept
     assert cfg.pretrain.max_steps % cfg.pretrain.save_every == 0
     assert cfg.pretrain.keep_last >= cfg.pretrain.max_steps // cfg.pretrain.save_every
+
+
+def test_mini_names_public_sources_at_pinned_revisions_and_its_headline_tasks():
+    """No path of a particular machine: the corpus and the tasks are hub datasets (GLUE pinned to a commit); the
+    offline copies are overrides. The headline is where the paper's gain is large."""
+    from gpt1.pipeline.plan import Plan
+    from gpt1.tasks.registry import GLUE_REVISION
+
+    cfg = load_config("mini")
+    assert cfg.ingest.source.startswith("hf:deepmind/pg19@") and cfg.finetune.data == "hf"
+    settings = flatten(cfg.model_dump())
+    assert not [key for key, value in settings.items() if isinstance(value, str) and value.startswith(("/", "~", "."))]
+    sources = [Plan.make(cfg, "w").task_source(task) for task in FIVE]
+    assert sources == [f"hf:glue/{task}@{GLUE_REVISION}" for task in FIVE]
+    assert cfg.report.headline() == (("stsb", "primary"), ("sst2", "primary"), ("mrpc", "accuracy"))
 
 
 def write_result(folder, task, primary, majority):

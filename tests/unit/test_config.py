@@ -59,6 +59,8 @@ def test_overrides_dotted_and_nested():
         ("pretrain.precision=fp8", "pretrain.precision"),
         ("model.n_head=5", "model"),
         ("finetune.tasks=[cola, nope]", "finetune.tasks"),
+        ("report.headline_tasks=[sst2, nope]", "report.headline_tasks"),
+        ("report.headline_tasks=[mrpc:pearson]", "report.headline_tasks"),
         ("bogus.section=1", "bogus"),
     ],
 )
@@ -66,6 +68,15 @@ def test_bad_values_name_the_field(override, path):
     with pytest.raises(ConfigError) as err:
         load_config("smoke", [override])
     assert path in str(err.value)
+
+
+def test_headline_tasks_name_a_task_and_optionally_one_of_its_metrics():
+    assert load_config("paper").report.headline() is None  # every task the run fine-tunes, on its primary metric
+    cfg = load_config("paper", ["report.headline_tasks=[stsb, sst2, mrpc:accuracy, mnli:accuracy_matched]"])
+    assert cfg.report.headline() == (("stsb", "primary"), ("sst2", "primary"), ("mrpc", "accuracy"),
+                                     ("mnli", "accuracy_matched"))
+    with pytest.raises(ConfigError, match=r"mrpc has no metric 'pearson'; its metrics: \['primary', 'f1', "):
+        load_config("paper", ["report.headline_tasks=[mrpc:pearson]"])
 
 
 def test_bad_override_syntax_and_unknown_preset():

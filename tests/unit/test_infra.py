@@ -28,7 +28,7 @@ def test_required_deployments_exist_on_the_right_pools():
     assert full["parameters"]["preset"] == "cluster"
     assert full["schedules"][0]["cron"] and full["schedules"][0]["active"] is False
     assert names["smoke"]["work_pool"]["name"] == names["mini"]["work_pool"]["name"] == "gpt1-local"
-    assert names["mini"]["parameters"] == {"preset": "mini"}  # paths stay in the preset: a run's overrides add to it
+    assert names["mini"]["parameters"] == {"preset": "mini"}  # the data stay in the preset: a run's overrides add to it
     # The orchestrating flows hold no GPU; pre-training takes whole nodes; a fine-tune one GPU, a few at a time.
     for name in ("full", "ablation-no-pretrain", "ablation-no-aux-lm", "ablation-transfer-6", "from-checkpoint"):
         assert names[name]["work_pool"]["name"] == "gpt1-cpu" and "gpus" not in names[name]["work_pool"].get(

@@ -60,6 +60,16 @@ def test_the_mini_preset_runs_the_tasks_it_finds_and_notes_the_others(offline, t
     assert str(glue / "CoLA") in capsys.readouterr().out
 
 
+def test_the_mini_preset_offline_names_the_overrides_that_give_local_copies(offline, tmp_path, capsys):
+    """The preset's data are hub datasets; without the hub or a cached copy, each problem says which override
+    gives a local copy instead."""
+    assert cli(["preflight", "--preset", "mini", "--work", str(tmp_path / "w")]) == 2
+    problems = [line for line in capsys.readouterr().out.splitlines() if line.startswith("problem: ")]
+    assert any("hf:deepmind/pg19" in p and "`ingest.source=DIR`" in p for p in problems)
+    assert sum("hf:nyu-mll/glue" in p and "`finetune.data=DIR`" in p for p in problems) == 5
+    assert any("(DIR/SST-2/ holding its files)" in p for p in problems)
+
+
 def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
     found = run_checks(load_config("smoke", ["orchestration.pretrain_nproc=3", "finetune.transfer_layers=9",
                                              "finetune.task_data.storycloze=hf:story_cloze"]),

@@ -11,36 +11,45 @@ import numpy as np
 import pytest
 
 from gpt1 import cli
-from gpt1.io import write_json
+from gpt1.io import write_json, write_text
 from gpt1.report.render import PAPER_ABLATIONS, build_report, read_runs
-from gpt1.tasks import metrics
+from gpt1.tasks import get, load, metrics
 
 ALL = tuple(metrics.METRICS)
 
 
-def fake_result(task: str, rng: np.random.Generator, ablation: str, skill: float) -> dict:
-    """A metrics.json as `gpt1 finetune` writes it (the fields the report reads), from synthetic predictions."""
+def fake_result(task: str, rng: np.random.Generator, ablation: str, skill: float) -> tuple[dict, list[dict]]:
+    """A metrics.json as `gpt1 finetune` writes it (the fields the report reads) and its predictions file's records,
+    from synthetic predictions (`rng`) on synthetic rows that are the same in every run."""
     n = 60
+    rows = np.random.default_rng(list(ALL).index(task))
     groups = None
     if task == "stsb":
-        y = rng.uniform(0, 5, n)
-        pred, train = y + rng.normal(0, 2 - skill, n), rng.uniform(0, 5, n)
+        y, train = rows.uniform(0, 5, n), rows.uniform(0, 5, n)
+        pred = y + rng.normal(0, 2 - skill, n)
     else:
         k = {"mnli": 3, "snli": 3, "race": 4}.get(task, 2)
-        y = rng.integers(0, k, n)
+        y, train = rows.integers(0, k, n), rows.integers(0, k, n)
         pred = np.where(rng.random(n) < skill, y, rng.integers(0, k, n))
-        train = rng.integers(0, k, n)
         groups = {"mnli": ["matched", "mismatched"], "race": ["middle", "high"]}.get(task)
     extra = {"groups": [groups[i % 2] for i in range(n)]} if groups else None
-    return {"task": task, "ablation": ablation, "eval_split": "test" if task in ("snli", "scitail") else "dev",
+    split = "test" if task in ("snli", "scitail") else "dev"
+    spec = get(task)
+    name = float if spec.regression else (lambda value: spec.labels[int(value)])
+    records = [{"id": str(i), "label": name(y[i]), "prediction": name(pred[i]),
+                **({"group": extra["groups"][i]} if extra else {})} for i in range(n)]
+    return {"task": task, "ablation": ablation, "eval_split": split, "files": {split: [f"predictions/{split}.jsonl"]},
             "metrics": metrics.compute(task, y.tolist(), pred.tolist(), extra),
-            "majority": metrics.majority_baseline(task, train.tolist(), y.tolist(), extra)}
+            "majority": metrics.majority_baseline(task, train.tolist(), y.tolist(), extra)}, records
 
 
 def write_run(root: Path, ablation: str, skill: float, tasks=ALL, failed: dict | None = None, seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
     for task in tasks:
-        write_json(root / task / "metrics.json", fake_result(task, rng, ablation, skill))
+        result, records = fake_result(task, rng, ablation, skill)
+        write_json(root / task / "metrics.json", result)
+        write_text(root / task / "predictions" / f"{result['eval_split']}.jsonl",
+                   "".join(json.dumps(r) + "\n" for r in records))
     for task, error in (failed or {}).items():
         write_json(root / task / "error.json", {"task": task, "error": error})
     return root
@@ -128,6 +137,14 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
     # named alike in every run: the full run's plain, an ablation's under its name (no second name for a score)
     assert {"glue_score", "no_pretrain/glue_score", "task/sst2/accuracy", "no_pretrain/task/sst2/accuracy"} <= set(
         logged.data.metrics)
+    # the pre-trained minus from-scratch differences, with their intervals; every task is a headline task by default
+    gains = {"gain/task/sst2/accuracy", "gain/task/mnli/primary/low", "gain/task/stsb/pearson/high",
+             "gain/headline_mean", "gain/headline_mean/low", "gain/headline_mean/high"}
+    assert gains <= set(logged.data.metrics)
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    [compared] = summary["comparisons"]
+    assert logged.data.metrics["gain/headline_mean"] == pytest.approx(compared["headline"]["difference"])
+    assert len(compared["headline"]["tasks"]) == 12 and compared["headline"]["missing"] == []
     assert not [name for name in logged.data.metrics if name.startswith("report/")]
     assert logged.info.status == "RUNNING"  # the report attaches to the pipeline's run; it does not end it
 
@@ -176,3 +193,107 @@ def test_per_task_wall_time_and_peak_rss_tables(tmp_path):
     tasks = read_json(files["json"])["runs"]["full"]["tasks"]
     assert (tasks["rte"]["wall_seconds"], tasks["rte"]["peak_rss_mb"]) == (41.6, 512.4)
     assert tasks["cola"]["peak_rss_mb"] is None
+
+
+def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, predict) -> None:
+    """A fine-tune's metrics.json and predictions on the sample data's rows of `task`, as `gpt1 finetune` writes
+    them, with predictions made by `predict(label)`."""
+    spec = get(task)
+    folder = sample / "tasks" / spec.folder
+    dev = list(load(task, folder, "dev"))
+    predictions = [predict(ex.label) for ex in dev]
+    name = float if spec.regression else (lambda value: spec.labels[value])
+    write_text(root / task / "predictions" / "dev.jsonl", "".join(
+        json.dumps({"id": ex.id, "label": name(ex.label), "prediction": name(p)}) + "\n"
+        for ex, p in zip(dev, predictions)))
+    settings = {"seed": seed, "from_scratch": variant == "no_pretrain", "max_train_examples": 300,
+                "max_eval_examples": None, "max_bad_row_fraction": 0.0, "lr": 1e-3}
+    write_json(root / task / "metrics.json", {
+        "task": task, "ablation": variant, "eval_split": "dev", "files": {"dev": ["predictions/dev.jsonl"]},
+        "data": {"path": str(folder), "splits": {}}, "finetune_config": settings,
+        "metrics": metrics.compute(task, [ex.label for ex in dev], predictions),
+        "majority": metrics.majority_baseline(task, [ex.label for ex in load(task, folder, "train")],
+                                              [ex.label for ex in dev])})
+
+
+def test_baselines_flags_and_intervals_from_the_fine_tunes_rows(tmp_path):
+    """Two seeds of a pre-trained variant that is always right and a from-scratch twin that is always wrong (SST-2)
+    or anti-correlated (STS-B), on the sample data's rows: the baseline row, the marks of scores below it, the
+    differences and their intervals in results.md, results.json and the MLflow metrics."""
+    from gpt1.report import baselines
+    from gpt1.report.render import headline_metrics
+    from gpt1.sample_data import write_sample_data
+
+    sample = tmp_path / "sample"
+    write_sample_data(sample, seed=0)
+    for seed in (0, 1):
+        for task in ("sst2", "stsb"):
+            sample_result(tmp_path / f"full{seed}", sample, task, "full", seed, lambda label: label)
+    sample_result(tmp_path / "scratch", sample, "sst2", "no_pretrain", 0, lambda label: 1 - label)
+    sample_result(tmp_path / "scratch", sample, "stsb", "no_pretrain", 0, lambda label: 5 - label)
+    files = build_report([tmp_path / "full0", tmp_path / "full1", tmp_path / "scratch"], tmp_path / "out",
+                         ["full", "full_seed1", "no_pretrain"], headline=(("stsb", "primary"), ("sst2", "primary")))
+    text, summary = files["markdown"].read_text(), json.loads(files["json"].read_text())
+
+    expected = {task: baselines.score(baselines.Rows(task, str(sample / "tasks" / get(task).folder), "dev", 300))
+                for task in ("sst2", "stsb")}
+    assert summary["baselines"]["sst2"]["train_rows"] == 300 and summary["baselines"]["sst2"]["eval_rows"] == 200
+    table4 = table_rows(text, "Table 4")
+    sst2, stsb = 1, 3  # Table 4's columns: CoLA, SST-2, MRPC, STS-B, QQP, GLUE
+    assert table4["non-neural baseline"][sst2] == f"{expected['sst2']['metrics']['accuracy']:.1f}"
+    assert table4["non-neural baseline"][stsb] == f"{expected['stsb']['metrics']['pearson']:.1f}"
+    assert table4["ours: full"][sst2] == "100.0" and table4["ours: no_pretrain"][sst2] == "0.0 †"
+    assert table4["ours: no_pretrain"][stsb] == "-100.0 †" and "† below the non-neural baseline" in text
+    assert summary["runs"]["no_pretrain"]["tasks"]["sst2"]["below_baseline"] is True
+    assert summary["runs"]["full"]["tasks"]["sst2"]["below_baseline"] is False
+
+    [compared] = summary["comparisons"]
+    assert compared["runs"] == {"pretrained": ["full", "full_seed1"], "from_scratch": ["no_pretrain"]}
+    assert compared["pretrained"] == "full (2 seeds)" and compared["tasks"]["sst2"]["seeds"] == [2, 1]
+    entry = compared["tasks"]["sst2"]
+    assert (entry["difference"], entry["low"], entry["high"], entry["examples"]) == (100.0, 100.0, 100.0, 200)
+    assert compared["tasks"]["stsb"]["difference"] == pytest.approx(200)
+    assert compared["headline"]["difference"] == pytest.approx(150) and compared["headline"]["missing"] == []
+    gains = table_rows(text, "Pre-trained minus from scratch")
+    assert gains["SST-2 (accuracy)"] == ["100.0", "0.0", "+100.0", "[+100.0, +100.0]", "200"]
+    assert gains["**headline mean** (STS-B pearson, SST-2 accuracy)"][2] == "**+150.0**"
+    assert table_rows(text, "Baselines")["SST-2"][2:] == [baselines.METHODS["text"], "300", "dev: 200"]
+
+    logged = headline_metrics(summary)
+    assert logged["baseline/task/sst2/accuracy"] == expected["sst2"]["metrics"]["accuracy"]
+    assert logged["gain/task/stsb/pearson/low"] == pytest.approx(200) and logged["gain/headline_mean"] == 150
+
+
+def test_a_from_scratch_run_is_compared_only_with_its_twin_and_a_headline_task_not_run_is_listed(tmp_path):
+    write_run(tmp_path / "no_aux_lm", "no_aux_lm", 0.8, tasks=["rte"])
+    write_run(tmp_path / "no_pretrain", "no_pretrain", 0.5, tasks=["rte"], seed=1)
+    assert json.loads(build_report([tmp_path / "no_aux_lm", tmp_path / "no_pretrain"], tmp_path / "o1")["json"]
+                      .read_text())["comparisons"] == []  # no_aux_lm's twin would be no_pretrain+no_aux_lm
+    write_run(tmp_path / "full", "full", 0.8, tasks=["rte"])
+    files = build_report([tmp_path / "full", tmp_path / "no_pretrain"], tmp_path / "o2",
+                         headline=(("rte", "primary"), ("sst2", "primary")))
+    [compared] = json.loads(files["json"].read_text())["comparisons"]
+    assert compared["tasks"]["sst2"] == {"reason": "not run in full"} and compared["headline"]["missing"] == ["sst2"]
+    assert "headline mean without SST-2" in files["markdown"].read_text()
+
+
+def test_the_reports_key_follows_its_inputs_and_its_headline(tmp_path, capsys):
+    """A fine-tune redone (another train file or cap gives it another key) or another headline redoes the report."""
+    from gpt1.report.stage import Job
+    from gpt1.stages.outputs import mark_done
+
+    run = write_run(tmp_path / "full", "full", 0.8, tasks=["rte", "sst2"])
+    mark_done(run / "rte", "finetune", "rte-key-1")
+    first = Job((run,), ("full",)).key()
+    assert Job((run,), ("full",), headline=(("rte", "primary"),)).key() != first
+    mark_done(run / "rte", "finetune", "rte-key-2")  # e.g. finetune.max_train_examples changed
+    assert Job((run,), ("full",)).key() != first
+
+    write_run(tmp_path / "scratch", "no_pretrain", 0.5, tasks=["rte", "sst2"], seed=1)
+    assert cli.main(["report", "--results", str(run), str(tmp_path / "scratch"), "--headline", "rte", "sst2:accuracy",
+                     "--out", str(tmp_path / "out")]) == 0
+    [compared] = json.loads((tmp_path / "out" / "results.json").read_text())["comparisons"]
+    assert compared["headline"]["tasks"] == {"rte": "accuracy", "sst2": "accuracy"}
+    capsys.readouterr()
+    assert cli.main(["report", "--results", str(run), "--headline", "rte:f1", "--out", str(tmp_path / "o2")]) == 2
+    assert "rte has no metric 'f1'" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from gpt1.io import InputError
 from gpt1.tasks import collate, get, load
 from gpt1.tasks.examples import ChoiceExample, PairExample, TextExample
 from gpt1.tasks.hub import parse_ref
+from gpt1.tasks.registry import GLUE_REVISION
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -415,8 +416,9 @@ def test_hub_reference_goes_to_load_dataset(monkeypatch, hf_datasets):
     [ex] = load("qqp", "hf:glue/qqp@main", "dev")
     assert (ex.id, ex.label) == ("4", 1) and calls == [("nyu-mll/glue", "qqp", "validation", "main")]
     calls.clear()
-    assert len(load("mnli", get("mnli").hf_id, "test")) == 2
-    assert calls == [("nyu-mll/glue", "mnli", "test_matched", None), ("nyu-mll/glue", "mnli", "test_mismatched", None)]
+    assert len(load("mnli", get("mnli").hf_id, "test")) == 2  # the GLUE tasks' ids carry the pinned commit
+    assert calls == [("nyu-mll/glue", "mnli", "test_matched", GLUE_REVISION),
+                     ("nyu-mll/glue", "mnli", "test_mismatched", GLUE_REVISION)]
 
 
 def test_parse_ref():
