@@ -196,18 +196,28 @@ def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None
     return run
 
 
+# MLflow keeps at most this many characters of a run's description (its note tag)
+NOTE_LIMIT = 8000
+
+
 def describe_pipeline_run(run: RunLogger, cfg: PipelineConfig, results_markdown: str, models: list[str]) -> None:
-    """The parent run's description, which its overview page shows as markdown: the results table, the registered
-    task models (linked to the Model Registry) and the experiment's runs view (`start_pipeline_run`)."""
+    """The parent run's description, which its overview page shows as markdown: the registered task models (linked
+    to the Model Registry), the experiment's runs view (`start_pipeline_run`), then the results. The links come
+    first and the results are cut to what MLflow keeps, pointing to the whole file among the run's artifacts."""
     if not run.enabled:
         return
-    lines = [results_markdown.rstrip(), ""]
+    head = []
     if models:
-        lines += ["Registered task models (alias `champion`: the best version): "
-                  + ", ".join(f"[{name}](#/models/{name})" for name in models), ""]
+        head += ["Registered task models (alias `champion`: the best version): "
+                 + ", ".join(f"[{name}](#/models/{name})" for name in models), ""]
     link = runs_view_link(run.experiment_id, headline_columns(cfg))
-    lines.append(f"[Every run of this experiment with its headline metrics]({link})")
-    run.set_tags({"mlflow.note.content": "\n".join(lines) + "\n"})
+    head += [f"[Every run of this experiment with its headline metrics]({link})", ""]
+    results = results_markdown.rstrip()
+    room = NOTE_LIMIT - len("\n".join(head)) - 200
+    if len(results) > room:
+        cut = results[:room].rsplit("\n", 1)[0]
+        results = cut + "\n\n(cut here: the whole results.md is among this run's artifacts, under report/)"
+    run.set_tags({"mlflow.note.content": "\n".join([*head, results]) + "\n"})
 
 
 def end_running_children(run: RunLogger, status: str) -> None:

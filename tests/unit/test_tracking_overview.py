@@ -51,9 +51,21 @@ def test_the_parent_overview_carries_the_results_table_and_the_task_models(store
     parent.end()
     got = MlflowClient(store).get_run(parent.run_id)
     note = got.data.tags["mlflow.note.content"]  # the overview page's description, rendered as markdown
-    assert note.startswith(table)
+    assert note.rstrip().endswith(table.rstrip()) and "(cut here" not in note
     assert "[overview-cola](#/models/overview-cola)" in note and "[overview-rte](#/models/overview-rte)" in note
     assert f"({got.data.tags['gpt1.runs_view']})" in note  # the link to the saved view, as the run's tag has it
+
+
+def test_a_long_results_table_is_cut_after_the_links_to_what_mlflow_keeps(store):
+    cfg = config(store)
+    parent = runs.start_pipeline_run(cfg, flow="gpt1", deployment="smoke", flow_run="long-heron")
+    table = "## GPT-1 results\n\n" + "".join(f"| row {i} | {i}.0 |\n" for i in range(2000))
+    runs.describe_pipeline_run(parent, cfg, table, ["overview-cola"])
+    parent.end()
+    note = MlflowClient(store).get_run(parent.run_id).data.tags["mlflow.note.content"]
+    assert len(note) <= runs.NOTE_LIMIT
+    assert note.index("[overview-cola]") < note.index("## GPT-1 results")  # the links survive the cut
+    assert note.rstrip().endswith("under report/)") and "| row 1999 |" not in note
 
 
 def test_a_cancelled_flows_running_stage_runs_end_killed_and_finished_ones_stay(store):
