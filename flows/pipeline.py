@@ -199,11 +199,25 @@ def _publish_report(plan: Plan, folder) -> None:
     key = f"results-{_slug(plan.cfg.preset)}"
     create_markdown_artifact((folder / REPORT_MD).read_text(encoding="utf-8"), key=key,
                              description=f"GPT-1 results of {plan.cfg.preset} beside the paper's ({folder})")
+    report = read_json(folder / REPORT_JSON)
     rows = [{"run": label, "task": task, **{k: round(v, 2) for k, v in (entry.get("metrics") or {}).items()}}
-            for label, run in read_json(folder / REPORT_JSON)["runs"].items()
+            for label, run in report["runs"].items()
             for task, entry in run["tasks"].items()]
+    rows += [{"run": f"baseline: {baseline['method']}", "task": task,
+              **{k: round(v, 2) for k, v in baseline["metrics"].items()}}
+             for task, baseline in (report.get("baselines") or {}).items() if "metrics" in baseline]
     if rows:
-        create_table_artifact(rows, key=f"{key}-table", description="primary and secondary metrics per task")
+        create_table_artifact(rows, key=f"{key}-table", description="metrics per task: every run, then the "
+                                                                  "non-neural baselines on the same rows")
+    gains = [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": task, "metric": t["metric"],
+              **{k: round(t[k], 2) for k in ("difference", "low", "high")}}
+             for c in report.get("comparisons") or [] for task, t in c["tasks"].items() if "difference" in t]
+    gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean", "metric": "",
+               **{k: round(c["headline"][k], 2) for k in ("difference", "low", "high")}}
+              for c in report.get("comparisons") or [] if "difference" in c.get("headline", {})]
+    if gains:
+        create_table_artifact(gains, key=f"{key}-gains", description="pre-trained minus from-scratch, with "
+                                                                     "paired-bootstrap 95% intervals")
 
 
 # -- running a plan ------------------------------------------------------------------------------------------------

@@ -64,6 +64,27 @@ def test_report_shows_that_pre_training_helps_on_every_task(demo):
     assert headline["missing"] == [] and headline["low"] <= headline["difference"] <= headline["high"]
 
 
+def test_the_flow_runs_table_artifacts_hold_the_baselines_and_the_gains(demo):
+    """The Prefect UI's artifacts of the run: every task's baseline beside the runs, and the differences with their
+    intervals (the headline mean included)."""
+    import urllib.request
+
+    proc, env, state = demo
+    query = {"artifacts": {"key": {"any_": ["results-smoke-table", "results-smoke-gains"]}}, "limit": 50}
+    request = urllib.request.Request(f"http://127.0.0.1:{env['GPT1_PREFECT_PORT']}/api/artifacts/filter",
+                                     data=json.dumps(query).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        artifacts = json.load(response)
+    tables = {a["key"]: json.loads(a["data"]) if isinstance(a["data"], str) else a["data"] for a in artifacts}
+    assert set(tables) == {"results-smoke-table", "results-smoke-gains"}, [a["key"] for a in artifacts]
+    baselines = {row["task"] for row in tables["results-smoke-table"] if row["run"].startswith("baseline: ")}
+    assert baselines == set(TASKS)
+    gains = {row["task"]: row for row in tables["results-smoke-gains"]}
+    assert set(gains) == {*TASKS, "headline mean"}
+    assert all(row["low"] <= row["difference"] <= row["high"] for row in gains.values()), gains
+
+
 def test_mlflow_has_parent_stage_and_task_runs(demo):
     proc, env, state = demo
     from mlflow.tracking import MlflowClient
