@@ -8,12 +8,12 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 began=$(date +%s)
 say() { echo "demo [$(($(date +%s) - began)) s]: $*"; }
 
-[[ -n ${GPT1_VENV:-} ]] || make -s -C "$ROOT" venv-servers
+[[ -n ${GPT1_VENV:-} ]] || make -s --no-print-directory -C "$ROOT" venv-servers
 source "$ROOT/scripts/services.sh"
 cd "$ROOT"
 servers_start
 if [[ -z ${GPT1_VENV:-} ]]; then
-  make -s -C "$ROOT" venv-demo
+  make -s --no-print-directory -C "$ROOT" venv-demo
   say "venv ready"
 fi
 servers_wait prefect-server

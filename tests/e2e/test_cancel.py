@@ -22,11 +22,12 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.slow
 
 POOL = "cancel-check"
-# A small model pre-trained for long enough to be stopped mid-way (tens of seconds), checkpointed every 100 updates:
-# what a re-run resumes from.
-STEPS = 2000
+# A small model pre-trained for long enough to be stopped mid-way (a minute or more, longer than a cancellation
+# takes to arrive), checkpointed every 100 updates: what a re-run resumes from.
+STEPS = 10000
 OVERRIDES = ["model.n_layer=1", "model.n_embd=64", "model.n_head=2", "model.d_ff=128", "model.n_ctx=64",
-             "train_tokenizer.merges=300", f"pretrain.max_steps={STEPS}", "pretrain.save_every=100",
+             "train_tokenizer.merges=300", f"pretrain.max_steps={STEPS}", "pretrain.global_batch_size=8",
+             "pretrain.save_every=100",
              f"pretrain.eval_every={STEPS}", f"pretrain.probe_every={STEPS}", "pretrain.probe_max_examples=8",
              "finetune.tasks=[sst2]", "finetune.max_train_examples=32", "finetune.max_eval_examples=16",
              "finetune.epochs=1"]

@@ -68,7 +68,7 @@ def test_pre_training_is_what_lets_fine_tuning_generalise(work, sample_tasks, pr
     """The paper's central claim on the sample data: QNLI's dev questions are about nouns the train split never
     shows; only the model whose embeddings learnt from the books which nouns name animals gets them right. (The
     smoke pipeline shows the same for all twelve tasks with a larger model: README, "Known limits".)"""
-    cfg = FinetuneConfig(lr=3e-4, batch_size=8, epochs=4, max_train_examples=500, warmup_fraction=0.05)
+    cfg = FinetuneConfig(lr=3e-4, batch_size=8, epochs=7, max_train_examples=500, warmup_fraction=0.05)
     scores = {}
     for scratch in (False, True):
         result = finetune("qnli", sample_tasks / "QNLI", pretrained, work / "claim" / str(scratch),
