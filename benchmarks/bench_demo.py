@@ -61,8 +61,8 @@ def kind_of(cmdline: str) -> str:
         return "prefect_server"
     if "mlflow" in cmdline and " server " in f" {cmdline} ":
         return "mlflow_server"
-    if "gpt1.pretrain" in cmdline or "gpt1.runtime" in cmdline or "prefect worker" in cmdline \
-            or "prefect.engine" in cmdline or "flows." in cmdline:
+    if any(part in cmdline for part in ("gpt1.pretrain", "gpt1.runtime", "prefect worker", "prefect.engine",
+                                        "flows.", "multiprocessing")):
         return "flow"
     return "make_demo"
 
@@ -133,8 +133,8 @@ def main() -> int:
     stop.set()
     state = clone / ".demo"
     cpu: dict[str, float] = {}
-    for kind, seconds in per_process.values():
-        cpu[kind] = round(cpu.get(kind, 0.0) + seconds, 1)
+    for kind, used in per_process.values():
+        cpu[kind] = round(cpu.get(kind, 0.0) + used, 1)
     subprocess.run(["make", "down"], cwd=clone, env=env, capture_output=True, timeout=300)
 
     found = margins(state) if demo.returncode == 0 else {}
