@@ -319,8 +319,25 @@ def per_task_table(runs: list[Run], field: str, title: str) -> str:
     return f"### {title}\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
 
 
+SAMPLE_DATA_NOTE = ("**Generated sample data**: easy by construction, so these numbers show the mechanism (pre-trained "
+                    "above from-scratch), not the paper's. Real text and the complete GLUE files: the `gpt1/mini` "
+                    "deployment (`python scripts/watch_run.py gpt1/mini`, docs/mini.md); the paper's recipe: "
+                    "`prefect deployment run gpt1/full` on a GPU cluster (docs/cluster.md).")
+
+
+def on_sample_data(runs: list[Run]) -> bool:
+    """Whether every task result was fine-tuned on the generated sample data (its folder under a `gpt1 sample-data`
+    output, which holds sample_data.json)."""
+    paths = [Path(result["data"]["path"]) for run in runs for result in run.results.values()
+             if isinstance(result.get("data"), dict) and result["data"].get("path")]
+    return bool(paths) and all(any((parent / "sample_data.json").is_file() for parent in path.parents[:3])
+                               for path in paths)
+
+
 def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> str:
-    text = ["# GPT-1 fine-tuning results", "",
+    sample = on_sample_data(runs)
+    text = ["# GPT-1 fine-tuning results" + (" on generated sample data" if sample else ""), "",
+            *([SAMPLE_DATA_NOTE, ""] if sample else []),
             "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
             "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
             "of the 8 GLUE tasks (the paper's Table 5 \"Avg. Score\", 74.7 for GPT-1); the paper row shows its GLUE "

@@ -36,6 +36,7 @@ def test_demo_runs_the_smoke_deployment(demo):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "MLflow runs:" in proc.stdout and "Prefect UI:" in proc.stdout
     assert "| ours: full |" in proc.stdout and "| ours: no_pretrain |" in proc.stdout  # the results table
+    assert "# GPT-1 fine-tuning results on generated sample data" in proc.stdout  # and it says on what
     seconds = re.search(r"smoke pipeline finished in (\d+) s", proc.stdout)
     ARTIFACTS.mkdir(exist_ok=True)
     (ARTIFACTS / "demo.json").write_text(json.dumps({"flow_seconds": int(seconds[1]) if seconds else None}))

@@ -297,3 +297,21 @@ def test_the_reports_key_follows_its_inputs_and_its_headline(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["report", "--results", str(run), "--headline", "rte:f1", "--out", str(tmp_path / "o2")]) == 2
     assert "rte has no metric 'f1'" in capsys.readouterr().err
+
+
+def test_a_report_on_the_generated_sample_data_says_so_and_names_the_real_data_runs(tmp_path):
+    from gpt1.report.render import Run, render_markdown
+
+    (tmp_path / "sample" / "tasks" / "SST-2").mkdir(parents=True)
+    write_json(tmp_path / "sample" / "sample_data.json", {})
+    (tmp_path / "glue" / "SST-2").mkdir(parents=True)
+
+    def run(data: Path) -> Run:
+        return Run("full", tmp_path, results={"sst2": {"metrics": {"primary": 90.0, "accuracy": 90.0},
+                                                         "data": {"path": str(data), "splits": {}}}})
+
+    on_sample = render_markdown([run(tmp_path / "sample" / "tasks" / "SST-2")])
+    assert on_sample.startswith("# GPT-1 fine-tuning results on generated sample data\n")
+    assert "gpt1/mini" in on_sample.split("###")[0] and "gpt1/full" in on_sample.split("###")[0]
+    on_glue = render_markdown([run(tmp_path / "glue" / "SST-2")])
+    assert on_glue.startswith("# GPT-1 fine-tuning results\n") and "sample data" not in on_glue.split("###")[0]
