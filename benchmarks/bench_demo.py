@@ -48,9 +48,11 @@ def free_port() -> int:
 
 
 def fresh_env() -> dict[str, str]:
-    """A new shell's environment: this one's, less what the project or a venv set (as tests/conftest.py's)."""
+    """A new shell's environment: this one's, less what the project, a venv or a make around it set (as
+    tests/conftest.py's)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPT1_", "PREFECT_", "MLFLOW_"))
-           and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH")}
+           and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH", "MAKELEVEL", "MAKEFLAGS", "MFLAGS",
+                         "MAKEOVERRIDES")}
     venv_bin = str(Path(sys.prefix) / "bin")
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != venv_bin)
     return env

@@ -82,13 +82,15 @@ def services(tmp_path_factory):
 
 
 def fresh_shell_env() -> dict[str, str]:
-    """The environment of a new login shell on this machine: this process's, less what the project, its venv or
-    a test set (GPT1_*, PREFECT_*, MLFLOW_*, DS_ACCELERATOR, VIRTUAL_ENV, PYTHONPATH, a venv's bin on PATH). What
-    the machine itself sets (proxies, CA certificates, pip's configuration) stays."""
+    """The environment of a new login shell on this machine: this process's, less what the project, its venv, a
+    test or the `make test` around it set (GPT1_*, PREFECT_*, MLFLOW_*, DS_ACCELERATOR, VIRTUAL_ENV, PYTHONPATH,
+    make's MAKELEVEL and flags, a venv's bin on PATH). What the machine itself sets (proxies, CA certificates, pip's
+    configuration) stays."""
     import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPT1_", "PREFECT_", "MLFLOW_", "PYTEST_"))
-           and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH")}
+           and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH", "MAKELEVEL", "MAKEFLAGS", "MFLAGS",
+                         "MAKEOVERRIDES")}
     venv_bin = str(Path(sys.prefix) / "bin")
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p != venv_bin)
     return env
