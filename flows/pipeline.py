@@ -11,9 +11,9 @@ it, which calls gpt1.pipeline.run.run_step.
 Parameters are typed: a preset by name (the UI offers the list) and `key=value` overrides that add to it, so the
 server refuses a malformed run request and a user's overrides never drop what the preset sets.
 
-The plan decides what runs and what each step waits for; this module decides where and when. A step starts as
-soon as the steps it needs have finished, the first ready one in the plan's order first; a step that needs a failed
-step is not run (and counts as failed), except the report, which reports the failures. Whether a step has work to
+The plan decides what runs and what each step waits for, gpt1.pipeline.schedule which step starts next (the first
+ready one in plan order; a step that needs a failed step is not run, except the report); this module decides where
+and runs them. Whether a step has work to
 do is decided by its job (its key and `.done` marker on the shared volume), never by Prefect's cache: tasks persist
 no results, and two flow runs needing the same step take turns on its lock (the second reuses the first's output).
 
@@ -24,9 +24,8 @@ taken up by the next run: pre-training and shards resume, a fine-tune starts its
 
 Local compute: `orchestration.finetune_concurrency` slots, held by the steps of compute stages (the graph's
 `compute`: pre-training and fine-tunes) while they run on this worker. A step's task run is submitted only once it
-holds its slot, so its time in the Prefect UI is its work, not its wait. A compute step that waits only on running
-steps keeps a slot free for itself from later steps (pre-training, while its shards are written, from the
-from-scratch fine-tunes that were ready before it). Fine-tunes run in that many reused worker processes
+holds its slot, so its time in the Prefect UI is its work, not its wait (which steps get one: gpt1.pipeline.schedule).
+Fine-tunes run in that many reused worker processes
 (gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
 Pre-training started while other compute steps can still run beside it (the from-scratch fine-tunes need only the
 tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child
@@ -67,6 +66,7 @@ from gpt1.finetune.train import METRICS_FILE, registered_model_name
 from gpt1.io import read_json
 from gpt1.pipeline.plan import VARIANTS, Plan, variant_config
 from gpt1.pipeline.run import run_step
+from gpt1.pipeline.schedule import Schedule
 from gpt1.report.render import REPORT_JSON, REPORT_MD
 from gpt1.runtime.processes import PARENT_PID_ENV, threads_per_process
 from gpt1.runtime.workers import WorkerPool
@@ -238,61 +238,31 @@ def _holds_slot(plan: Plan, step: Step) -> bool:
 
 
 def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
-    """Run every step of the plan; returns the failures by step name (see the module docstring)."""
+    """Run every step of the plan (gpt1.pipeline.schedule decides which starts next); returns the failures by step
+    name."""
     compute = _local_compute[str(flow_run.id)]
-    order = list(plan.steps)
-    outcome: dict[str, str | None] = {}  # step -> None when it succeeded, else why it failed
-    running: dict[str, bool] = {}  # step -> holds a slot
+    schedule = Schedule(plan.needs, list(plan.steps), compute.concurrency,
+                        holds_slot=lambda name: _holds_slot(plan, plan.steps[name]),
+                        runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures)
     changed = threading.Condition()
-    free = [compute.concurrency]
-    deployments = ThreadPoolExecutor(max(1, len(order)), thread_name_prefix="deployment")
+    deployments = ThreadPoolExecutor(max(1, len(plan.steps)), thread_name_prefix="deployment")
 
     def finished(name: str, failure: str | None) -> None:
         with changed:
-            outcome[name] = failure
-            if running.pop(name):
-                free[0] += 1
+            schedule.finish(name, failure)
             changed.notify_all()
 
-    def next_step() -> tuple[str, bool] | None:
-        """The first step in plan order that can start now; steps whose needs failed are settled on the way."""
-        for name in order:
-            if name in outcome or name in running:
-                continue
-            needs = plan.needs[name]
-            if any(need not in outcome for need in needs):
-                continue
-            failed = [need for need in needs if outcome[need] is not None]
-            if failed and not graph.stage(plan.steps[name].stage).after_failures:
-                outcome[name] = f"not run: {failed[0]} failed"
-                return next_step()
-            holds = _holds_slot(plan, plan.steps[name])
-            if holds and free[0] <= reserved(name):
-                continue
-            return name, holds
-        return None
-
-    def reserved(name: str) -> int:
-        """Slots kept for compute steps before `name` in plan order that wait only on steps now running (pre-training
-        on its shards): the from-scratch fine-tunes, ready since the tokenizer, must not take them all."""
-        before = order[:order.index(name)]
-        return sum(1 for other in before if other not in outcome and other not in running
-                   and _holds_slot(plan, plan.steps[other])
-                   and all(outcome.get(need, "pending") is None or need in running for need in plan.needs[other]))
-
-    while len(outcome) < len(order):
+    while not schedule.finished:
         with changed:
-            ready = next_step()
+            ready = schedule.next_step()
             if ready is None:
-                if len(outcome) < len(order):
+                if not schedule.finished:
                     changed.wait()
                 continue
-            name, holds = ready
-            free[0] -= holds
-            running[name] = holds
-        _start(plan, name, parent_run_id, compute, deployments, finished)
+            schedule.start(*ready)
+        _start(plan, ready[0], parent_run_id, compute, deployments, finished)
     deployments.shutdown(wait=False)
-    return {name: failure for name, failure in outcome.items() if failure is not None}
+    return schedule.failures()
 
 
 def _start(plan: Plan, name: str, parent_run_id: str | None, compute: LocalCompute, deployments: ThreadPoolExecutor,

@@ -1,0 +1,78 @@
+"""Which step of a plan starts next on a machine with a few compute slots (the flows' local scheduling, without
+Prefect).
+
+    schedule = Schedule(plan.needs, order=list(plan.steps), slots=2, holds_slot=lambda name: ...)
+    while not schedule.finished:
+        ready = schedule.next_step()     # (name, holds a slot) or None: wait for a step to end
+        schedule.start(*ready) ... schedule.finish(name, failure=None)
+
+A step starts once every step it needs has ended, the first ready one in plan order first. A step that needs a
+failed step is settled as "not run" (unless its stage runs after failures, as the report does). Compute steps
+(pre-training, fine-tunes) hold one of `slots` while they run.
+
+One slot is kept free for a compute step that waits only on steps now running that hold no slot: pre-training,
+while its shards are written, must not find both slots taken by the from-scratch fine-tunes (ready since the
+tokenizer). A step waiting on a running compute step keeps nothing: that step's own slot passes on when it ends,
+so while pre-training runs the other slot goes on running from-scratch fine-tunes rather than idling for the
+fine-tunes of the pre-trained model.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+
+class Schedule:
+    def __init__(self, needs: Mapping[str, Sequence[str]], order: Sequence[str], slots: int,
+                 holds_slot: Callable[[str], bool], runs_after_failures: Callable[[str], bool] = lambda _: False):
+        self.needs = needs
+        self.order = list(order)
+        self.free = slots
+        self.holds_slot = holds_slot
+        self.runs_after_failures = runs_after_failures
+        self.outcome: dict[str, str | None] = {}  # step -> None when it succeeded, else why it failed
+        self.running: dict[str, bool] = {}  # step -> holds a slot
+
+    @property
+    def finished(self) -> bool:
+        return len(self.outcome) == len(self.order)
+
+    def failures(self) -> dict[str, str]:
+        return {name: failure for name, failure in self.outcome.items() if failure is not None}
+
+    def next_step(self) -> tuple[str, bool] | None:
+        """The first step in plan order that can start now, and whether it takes a slot; steps whose needs failed
+        are settled on the way."""
+        for name in self.order:
+            if name in self.outcome or name in self.running:
+                continue
+            needs = self.needs[name]
+            if any(need not in self.outcome for need in needs):
+                continue
+            failed = [need for need in needs if self.outcome[need] is not None]
+            if failed and not self.runs_after_failures(name):
+                self.outcome[name] = f"not run: {failed[0]} failed"
+                return self.next_step()
+            holds = self.holds_slot(name)
+            if holds and self.free <= self._reserved(before=name):
+                continue
+            return name, holds
+        return None
+
+    def _reserved(self, before: str) -> int:
+        """Slots kept for compute steps ahead of `before` in plan order that wait only on running steps holding
+        no slot (see the module docstring)."""
+        ahead = self.order[:self.order.index(before)]
+        return sum(1 for other in ahead if other not in self.outcome and other not in self.running
+                   and self.holds_slot(other)
+                   and all(self.outcome.get(need, "pending") is None or self.running.get(need) is False
+                           for need in self.needs[other]))
+
+    def start(self, name: str, holds: bool) -> None:
+        self.free -= holds
+        self.running[name] = holds
+
+    def finish(self, name: str, failure: str | None) -> None:
+        self.outcome[name] = failure
+        if self.running.pop(name, False):
+            self.free += 1

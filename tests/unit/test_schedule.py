@@ -1,0 +1,82 @@
+"""gpt1.pipeline.schedule on a real plan's steps: which step starts next with two compute slots."""
+
+from gpt1.config import load_config
+from gpt1.pipeline.plan import Plan
+from gpt1.pipeline.schedule import Schedule
+from gpt1.stages import graph
+
+TASKS = ["sst2", "stsb", "rte"]
+
+
+def make_schedule(tmp_path, slots: int = 2) -> Schedule:
+    plan = Plan.make(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]",
+                                           "orchestration.ablations=[no_pretrain]"]), tmp_path)
+    return Schedule(plan.needs, list(plan.steps), slots,
+                    holds_slot=lambda name: graph.stage(plan.steps[name].stage).compute,
+                    runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures)
+
+
+def run_until(schedule: Schedule, stop: str) -> None:
+    """Start and finish steps in the order the schedule gives until `stop` has started (it keeps running)."""
+    while True:
+        name, holds = schedule.next_step()
+        schedule.start(name, holds)
+        if name == stop:
+            return
+        schedule.finish(name, None)
+
+
+def start_all_ready(schedule: Schedule) -> list[str]:
+    started = []
+    while (ready := schedule.next_step()) is not None:
+        schedule.start(*ready)
+        started.append(ready[0])
+    return started
+
+
+def test_pretraining_gets_a_slot_while_its_shards_are_written(tmp_path):
+    schedule = make_schedule(tmp_path)
+    run_until(schedule, "tokenize")
+    # The from-scratch fine-tunes are ready (tokenizer); pre-training waits on tokenize: one slot is kept for it.
+    assert start_all_ready(schedule) == ["finetune-no_pretrain-sst2"]
+    schedule.finish("tokenize", None)
+    assert start_all_ready(schedule) == ["pretrain"]
+
+
+def test_from_scratch_fine_tunes_use_the_free_slot_while_pretraining_runs(tmp_path):
+    schedule = make_schedule(tmp_path)
+    run_until(schedule, "tokenize")
+    start_all_ready(schedule)
+    schedule.finish("tokenize", None)
+    start_all_ready(schedule)  # pre-training
+    # Each from-scratch fine-tune that ends beside pre-training hands its slot to the next one, not to the waiting
+    # fine-tunes of the pre-trained model (they need pre-training's own slot, which passes on when it ends).
+    for finished, following in (("finetune-no_pretrain-sst2", ["finetune-no_pretrain-stsb"]),
+                                ("finetune-no_pretrain-stsb", ["finetune-no_pretrain-rte"]),
+                                ("finetune-no_pretrain-rte", [])):
+        schedule.finish(finished, None)
+        assert start_all_ready(schedule) == following
+    assert schedule.free == 1
+    schedule.finish("pretrain", None)
+    assert start_all_ready(schedule) == ["finetune-full-sst2", "finetune-full-stsb"]
+    assert schedule.free == 0
+
+
+def test_a_failed_need_settles_its_dependents_and_the_report_still_runs(tmp_path):
+    schedule = make_schedule(tmp_path)
+    run_until(schedule, "tokenize")
+    start_all_ready(schedule)
+    schedule.finish("tokenize", None)
+    start_all_ready(schedule)
+    schedule.finish("pretrain", "exit 1")
+    for name in [n for n in schedule.running if n.startswith("finetune-no_pretrain-")]:
+        schedule.finish(name, None)
+    while not schedule.finished:
+        ready = schedule.next_step()
+        schedule.start(*ready)
+        schedule.finish(ready[0], None)
+    failures = schedule.failures()
+    assert failures["pretrain"] == "exit 1"
+    assert {f"finetune-full-{t}" for t in TASKS} <= set(failures)
+    assert all(failures[f"finetune-full-{t}"] == "not run: pretrain failed" for t in TASKS)
+    assert "report" not in failures and schedule.free == 2
