@@ -47,7 +47,7 @@ $(SERVERS_STAMP): requirements/cpu.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "venv: installing uv $(UV_VERSION), then requirements/cpu.lock with it (first time ~1 min)"
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	@$(UV_SOURCES); $(BIN)/uv pip install --python $(BIN)/python -q $$sources -c requirements/cpu.lock \
+	@$(UV_SOURCES); $(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode $$sources -c requirements/cpu.lock \
 	    $$(grep -E '^(prefect|mlflow|fastapi)==' requirements/cpu.lock)
 	touch $@
 
@@ -59,7 +59,7 @@ $(STAMP): $(SERVERS_STAMP) requirements/cpu.lock pyproject.toml
 	if [ "$$(uname -sm)" = "Linux x86_64" ]; then \
 	    sed -n 's/^torch==\([^+]*\)$$/torch==\1+cpu/p' requirements/cpu.lock > $(VENV)/torch-cpu.txt; \
 	    cpu="-c $(VENV)/torch-cpu.txt"; fi; \
-	$(BIN)/uv pip install --python $(BIN)/python -q $$sources $$index $$cpu -c requirements/cpu.lock \
+	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode $$sources $$index $$cpu -c requirements/cpu.lock \
 	    -r requirements/cpu.lock
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
