@@ -14,6 +14,9 @@ COMPOSE := $(if $(filter x86_64,$(shell uname -m)),$(BIN)/docker-compose)
 export MLFLOW_DISABLE_TELEMETRY := true
 export DS_ACCELERATOR := cpu
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+# Python writes each module's bytecode on first import, into the venv: with PYTHONDONTWRITEBYTECODE set (as on these
+# machines) every process (servers, worker, stages) would compile torch, mlflow, prefect... from source at each start.
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: venv venv-servers venv-demo test test-unit test-integration test-e2e battery demo watch rehearse down clean \
 	bench-demo wheelhouse install-offline gpu-check-prepare gpu-check gpu-check-cpu
@@ -47,7 +50,7 @@ $(SERVERS_STAMP): requirements/cpu.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "venv: installing uv $(UV_VERSION), then requirements/cpu.lock with it (first time ~1 min)"
 	$(BIN)/pip install -q --disable-pip-version-check uv==$(UV_VERSION)
-	@$(UV_SOURCES); $(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode $$sources -c requirements/cpu.lock \
+	@$(UV_SOURCES); $(BIN)/uv pip install --python $(BIN)/python -q $$sources -c requirements/cpu.lock \
 	    $$(grep -E '^(prefect|mlflow|fastapi)==' requirements/cpu.lock)
 	touch $@
 
@@ -59,7 +62,7 @@ $(STAMP): $(SERVERS_STAMP) requirements/cpu.lock pyproject.toml
 	if [ "$$(uname -sm)" = "Linux x86_64" ]; then \
 	    sed -n 's/^torch==\([^+]*\)$$/torch==\1+cpu/p' requirements/cpu.lock > $(VENV)/torch-cpu.txt; \
 	    cpu="-c $(VENV)/torch-cpu.txt"; fi; \
-	$(BIN)/uv pip install --python $(BIN)/python -q --compile-bytecode $$sources $$index $$cpu -c requirements/cpu.lock \
+	$(BIN)/uv pip install --python $(BIN)/python -q $$sources $$index $$cpu -c requirements/cpu.lock \
 	    -r requirements/cpu.lock
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
