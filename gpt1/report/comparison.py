@@ -141,7 +141,21 @@ def headline_mean(wanted: tuple[tuple[str, str], ...], tasks: dict, draws: dict)
     low, high = bootstrap.interval(np.mean([draws[task] for task in compared], axis=0))
     mean = {side: float(np.mean([tasks[task][side] for task in compared]))
             for side in ("pretrained", "from_scratch", "difference")}
-    return {**entry, **mean, "low": low, "high": high}
+    return {**entry, **mean, "low": low, "high": high, "verdict": verdict(low, high)}
+
+
+def verdict(low: float, high: float) -> str:
+    """What a headline interval says: `gain` (above 0), `loss` (below 0) or `not shown` (it spans 0)."""
+    return "gain" if low > 0 else "loss" if high < 0 else "not shown"
+
+
+VERDICT_LINES = {
+    "gain": "**Verdict: pre-training helps here.** The headline mean's interval lies above 0.",
+    "loss": "**Verdict: pre-training hurts here.** The headline mean's interval lies below 0: the from-scratch "
+            "model did better.",
+    "not shown": "**Verdict: this run does not show that pre-training helps.** The headline mean's interval spans "
+                 "0, so these evaluation rows cannot tell its difference from none.",
+}
 
 
 # -- results.md ---------------------------------------------------------------------------------------------------
@@ -164,6 +178,8 @@ def markdown(comparisons: list[dict]) -> str:
                          f"**{signed(mean['difference'])}**", f"**[{signed(mean['low'])}, {signed(mean['high'])}]**",
                          MISSING])
         parts += ["", markdown_table(["Task (metric)", pre, scratch, "difference", "95% interval", "rows"], rows)]
+        if "verdict" in mean:
+            parts += ["", VERDICT_LINES[mean["verdict"]]]
         missing = [f"{REGISTRY[task].title}: {entry['reason']}" for task, entry in comparison["tasks"].items()
                    if "reason" in entry]
         if mean["missing"]:

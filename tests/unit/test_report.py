@@ -257,6 +257,7 @@ def test_baselines_flags_and_intervals_from_the_fine_tunes_rows(tmp_path):
     gains = table_rows(text, "Pre-trained minus from scratch")
     assert gains["SST-2 (accuracy)"] == ["100.0", "0.0", "+100.0", "[+100.0, +100.0]", "200"]
     assert gains["**headline mean** (STS-B pearson, SST-2 accuracy)"][2] == "**+150.0**"
+    assert compared["headline"]["verdict"] == "gain" and "**Verdict: pre-training helps here.**" in text
     assert table_rows(text, "Baselines")["SST-2"][2:] == [baselines.METHODS["text"], "300", "dev: 200"]
 
     logged = headline_metrics(summary)
@@ -275,6 +276,13 @@ def test_a_from_scratch_run_is_compared_only_with_its_twin_and_a_headline_task_n
     [compared] = json.loads(files["json"].read_text())["comparisons"]
     assert compared["tasks"]["sst2"] == {"reason": "not run in full"} and compared["headline"]["missing"] == ["sst2"]
     assert "headline mean without SST-2" in files["markdown"].read_text()
+
+
+def test_the_headline_verdict_reads_its_interval():
+    from gpt1.report.comparison import verdict
+
+    assert verdict(0.1, 4.0) == "gain" and verdict(-3.0, -0.2) == "loss"
+    assert verdict(-0.5, 2.0) == verdict(0.0, 2.0) == "not shown"  # touching 0 is not above it
 
 
 def test_the_reports_key_follows_its_inputs_and_its_headline(tmp_path, capsys):
