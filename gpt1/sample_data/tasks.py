@@ -31,7 +31,7 @@ SIZES = {  # examples per split (RACE: articles per level; 3 questions per middl
     "rte": {"train": 500, "dev": 200, "test": 50},
     "snli": {"train": 600, "dev": 200, "test": 200},
     "scitail": {"train": 300, "dev": 200, "test": 200},
-    "race": {"train": 30, "dev": 12, "test": 12},
+    "race": {"train": 20, "dev": 12, "test": 12},
     "storycloze": {"train": 300, "test": 200},
 }
 
