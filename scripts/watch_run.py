@@ -31,7 +31,7 @@ SCORE = re.compile(r"\[(\S+)\] .*?(\w+): (\w+) = (-?[\d.]+) on (\w+) \(majority 
 COMPILE = re.compile(r"Building extension module|Emitting ninja build file|Loading extension module")
 SAY_EVERY = 10.0  # seconds between two progress lines of one step
 QUIET = 12.0  # seconds without a line after which the follower says what is still running
-POLL = 2.0  # seconds between two reads of the API
+POLL = 3.0  # seconds between two reads of the API (each read costs the server CPU the run would use)
 PAGE = 200  # log records per request: the most a Prefect server returns (PREFECT_API_DEFAULT_LIMIT)
 LOCAL_POOL = "gpt1-local"  # the pool `make demo` deploys to and starts a worker for
 
