@@ -63,7 +63,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
         (glue / "RTE" / split).symlink_to(rte / split)
     cfg = load_config("mini", [f"ingest.source={books}", f"finetune.data={glue}",
                                f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *REDUCED])
-    assert cfg.model.n_layer == 4 and cfg.model.n_embd == 128 and cfg.finetune.epochs == 1  # the preset's own
+    assert cfg.model.n_layer == 4 and cfg.model.n_embd == 128 and cfg.finetune.epochs == 3  # the preset's own
     plan = P.Plan.make(cfg, tmp_path / "work")
     assert plan.tasks == ["rte"] and sorted(plan.missing_data()) == sorted(NOT_RUN)
 

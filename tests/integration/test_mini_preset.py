@@ -31,8 +31,15 @@ def test_mini_scales_the_paper_recipe_down_and_keeps_the_curve_checkpoints():
     assert cfg.model.n_layer < 12 and cfg.model.n_embd < 768 and 1000 <= cfg.train_tokenizer.merges < 10000
     assert cfg.pretrain.max_steps is not None
     # kept from the paper: the objective and its regularisation, the schedules' form
-    for name in ("aux_lm_weight", "clf_pdrop", "warmup_fraction", "weight_decay", "from_scratch", "max_train_examples"):
+    for name in ("epochs", "clf_pdrop", "weight_decay", "from_scratch"):
         assert getattr(cfg.finetune, name) == getattr(paper_ft, name), name
+    # the recipe chosen on train slices (docs/mini.md): no auxiliary LM term for either variant, a real warmup, SST-2
+    # capped, and the from-scratch twin differs from the full run in its init alone
+    assert cfg.finetune.aux_lm_weight == 0 and cfg.finetune.warmup_fraction >= 0.05
+    assert cfg.finetune.max_train_examples == 5000
+    from gpt1.pipeline.plan import variant_config
+    twin = variant_config(cfg, "no_pretrain").finetune
+    assert twin.model_dump(exclude={"from_scratch"}) == cfg.finetune.model_dump(exclude={"from_scratch"})
     for name in ("schedule", "weight_decay", "grad_clip", "adam_betas"):
         assert getattr(cfg.pretrain, name) == getattr(paper_pt, name), name
     assert cfg.model.embd_pdrop == cfg.model.attn_pdrop == cfg.model.resid_pdrop == 0.1
