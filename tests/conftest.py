@@ -39,6 +39,17 @@ def openai_vocab() -> Path:
     return shared_path("openai-gpt1")
 
 
+@pytest.fixture(scope="session")
+def sample_tasks(tmp_path_factory) -> Path:
+    """The generated sample data (seed 0), written once per session: its tasks folder, with the books beside it.
+    Tests read it and never write into it."""
+    from gpt1.sample_data import write_sample_data
+
+    root = tmp_path_factory.mktemp("sample")
+    write_sample_data(root, seed=0)
+    return root / "tasks"
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models on a shared 2-core machine: thread hand-offs cost more than the maths."""

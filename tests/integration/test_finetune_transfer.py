@@ -14,7 +14,6 @@ from gpt1.config import FinetuneConfig, ModelConfig
 from gpt1.data.train_tokenizer import bpe
 from gpt1.finetune.train import finetune
 from gpt1.model.transformer import GPT1
-from gpt1.sample_data import write_sample_data
 
 torch.set_num_threads(1)
 
@@ -22,12 +21,6 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("transfer")
-
-
-@pytest.fixture(scope="module")
-def sample_tasks(work) -> Path:
-    write_sample_data(work / "sample", seed=0)
-    return work / "sample" / "tasks"
 
 
 @pytest.fixture(scope="module")

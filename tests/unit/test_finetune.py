@@ -23,7 +23,6 @@ from gpt1.finetune.train import backward, build_model, evenly_spaced, finetune, 
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor
 from gpt1.finetune.predict import LABEL_NAMES, TaskPredictor, read_inputs
-from gpt1.sample_data import write_sample_data
 
 torch.set_num_threads(1)
 
@@ -39,12 +38,6 @@ QUICK = FinetuneConfig(lr=1e-3, batch_size=16, epochs=1, max_train_examples=32, 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("finetune")
-
-
-@pytest.fixture(scope="module")
-def sample_tasks(work) -> Path:
-    write_sample_data(work / "sample", seed=0)
-    return work / "sample" / "tasks"
 
 
 @pytest.fixture(scope="module")

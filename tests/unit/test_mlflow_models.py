@@ -32,7 +32,6 @@ from gpt1.finetune.predict import raw_inputs
 from gpt1.pretrain.outputs import log_finished as log_finished_pretrain
 from gpt1.pretrain.outputs import log_pretrained_model
 from gpt1.report.render import build_report
-from gpt1.sample_data import write_sample_data
 from gpt1.stages.base import Result
 from gpt1.stages.outputs import mark_done
 
@@ -56,12 +55,6 @@ def store(work) -> str:
     uri = f"sqlite:///{work / 'mlflow.db'}"
     MlflowClient(uri).create_experiment(EXPERIMENT, artifact_location=(work / "artifacts").as_uri())
     return uri
-
-
-@pytest.fixture(scope="module")
-def sample_tasks(work) -> Path:
-    write_sample_data(work / "sample", seed=0)
-    return work / "sample" / "tasks"
 
 
 @pytest.fixture(scope="module")
