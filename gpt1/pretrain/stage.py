@@ -126,6 +126,9 @@ class Job(StageJob):
             failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
             raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
                           "continue from the last complete checkpoint")
+        if not (out / FINAL / "training.json").is_file():  # written last: a run stopped short must not count as done
+            raise ValueError(f"pre-training workers exited without the final model in {out / FINAL}: re-run with "
+                             "--resume auto to continue from the last complete checkpoint")
         return {"final": str(out / FINAL)}
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
