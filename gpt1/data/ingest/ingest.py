@@ -28,6 +28,7 @@ Choices where the spec is silent:
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import os
@@ -255,6 +256,9 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
                 break
         report.check_malformed()
         floor = split.finish()
+    # A hub stream cut at a limit leaves pyarrow's batch iterator half read; collected at interpreter exit it aborts
+    # the process after the corpus is written (apache/arrow#45214). Collect it now, while Arrow is still alive.
+    gc.collect()
     if train.documents + val.documents == 0:
         reasons = ", ".join(f"{r}: {t.count}" for r, t in report.rejects.items()) or "no records"
         raise InputError(f"no documents ({reasons}; duplicates: {report.duplicates.count}; "
