@@ -24,6 +24,7 @@ from gpt1.config import PipelineConfig, PretrainConfig
 log = logging.getLogger("gpt1.pretrain")  # these checks speak in the pre-training log
 
 FINAL = "final"  # OUT/final: the consolidated model
+SUMMARY = "training.json"  # OUT/final/training.json: what the run did, written last
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-N: resumable checkpoints
 
 

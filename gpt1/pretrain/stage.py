@@ -31,7 +31,7 @@ from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
 from gpt1.pretrain.worker import WORKER
-from gpt1.pretrain.inputs import FINAL, load_tokenizer, resolve_config, resume_point, task_data_source
+from gpt1.pretrain.inputs import FINAL, SUMMARY, load_tokenizer, resolve_config, resume_point, task_data_source
 from gpt1.pretrain.outputs import log_finished
 from gpt1.tracking.runs import stage_tags
 from gpt1.runtime import processes
@@ -126,7 +126,7 @@ class Job(StageJob):
             failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
             raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
                           "continue from the last complete checkpoint")
-        if not (out / FINAL / "training.json").is_file():  # written last: a run stopped short must not count as done
+        if not (out / FINAL / SUMMARY).is_file():  # written last: a run stopped short must not count as done
             raise ValueError(f"pre-training workers exited without the final model in {out / FINAL}: re-run with "
                              "--resume auto to continue from the last complete checkpoint")
         return {"final": str(out / FINAL)}

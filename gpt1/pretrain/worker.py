@@ -60,8 +60,8 @@ from gpt1.model import optim
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
-from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, load_tokenizer, resolve_config, resume_point, task_data_source,
-                                  total_steps)
+from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, SUMMARY, load_tokenizer, resolve_config, resume_point,
+                                  task_data_source, total_steps)
 from gpt1.pretrain.cadence import Cadence
 from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, stage_key
 from gpt1.progress import duration
@@ -476,7 +476,7 @@ class Pretraining:
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
                    "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
-        write_json(final / "training.json", summary)
+        write_json(final / SUMMARY, summary)
         log.info("final weights: %s", final)
 
         self.metrics.flush()
@@ -487,7 +487,7 @@ class Pretraining:
             self.run.log_artifact(final, "final")
         else:
             self.run.log_reference("final", final, sha256_tree(final))
-            self.run.log_artifact(final / "training.json", "final")
+            self.run.log_artifact(final / SUMMARY, "final")
         log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
         self.run.end("FINISHED")
 
