@@ -7,10 +7,10 @@ train/dev files of CoLA, SST-2, MRPC, STS-B and RTE, at several pre-training bud
     python benchmarks/bench_mini.py --work runs/ci --set pretrain.max_steps=40 --tasks rte   # mechanics only
 
 Stages, each a `gpt1` subprocess (skipped when its output is already in WORK, so an interrupted run continues):
-ingest -> train-tokenizer -> tokenize -> pretrain (a checkpoint every max_steps x the smallest budget) ->
-for each budget b < 1 the checkpoint at update b x max_steps exported as a model folder -> `gpt1 finetune` of every
-task from every budget's weights and from a random init (`finetune.from_scratch=true`), `--workers` at a time with
-`--threads` threads each -> `gpt1 report` of the full budget beside the ablation -> WORK/summary.md + summary.json.
+ingest -> train-tokenizer -> tokenize -> pretrain (for each budget b < 1 the model at update b x max_steps written
+as it passes, `pretrain.curve_steps`) -> `gpt1 finetune` of every task from every budget's model and from a random
+init (`finetune.from_scratch=true`), `--workers` at a time with `--threads` threads each -> `gpt1 report` of every
+budget beside the ablation (its curve) -> WORK/summary.md + summary.json.
 
 The peer of every pre-trained score is its no-pre-training twin in the same run (same shape, tokenizer, data and
 fine-tuning settings); the claim checked is the paper's Table 5 shape: the pre-trained model beats the twin on
@@ -22,9 +22,8 @@ Measured per stage: wall seconds, CPU seconds of its process tree and the peak R
 as the shards exist and share the machine with pre-training, as the local flow runs them; without it (default)
 pre-training runs alone, which is what its time should be read from.
 
-Choices: intermediate checkpoints are read from DeepSpeed's ZeRO-0 module states (the `mini` preset trains fp32 at
-stage 0; `torch.load(weights_only=True)`), so a budget b < 1 is a point on the cosine schedule of the full run, not
-a run annealed to that budget (its lr has not decayed), so it likely understates what a run of that length gives.
+Choices: a budget b < 1 is a point on the cosine schedule of the full run, not a run annealed to that budget (its
+lr has not decayed), so it likely understates what a run of that length gives.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ import time
 from pathlib import Path
 
 from gpt1.config import load_config
+from gpt1.pretrain.inputs import curve_point
 from gpt1.io import read_json, write_json, write_text
 
 TASK_FOLDERS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "rte": "RTE"}
@@ -83,31 +83,6 @@ def task_data(source: Path, work: Path, tasks: list[str]) -> Path:
             if not link.is_symlink():
                 link.symlink_to(target)
     return root
-
-
-def export_checkpoint(pretrain_dir: Path, step: int, tokenizer_dir: Path, out: Path) -> Path:
-    """The weights of checkpoint step-N of a ZeRO-0 run (+ the tokenizer) as a model folder `gpt1 finetune` loads;
-    config.json is written last, so an existing one means a complete folder."""
-    import torch
-
-    from gpt1.data.train_tokenizer import bpe
-    from gpt1.config import config_from_dict
-    from gpt1.model.transformer import GPT1
-
-    if (out / "config.json").is_file():
-        return out
-    tag = pretrain_dir / "checkpoints" / f"step-{step:08d}"
-    if not (tag / "COMPLETE").is_file():
-        raise FileNotFoundError(f"{tag}: no complete checkpoint (pretrain.save_every and keep_last must keep it)")
-    cfg = config_from_dict(read_json(pretrain_dir / "config.json"))
-    if cfg.pretrain.zero_stage != 0:
-        raise ValueError("intermediate budgets need pretrain.zero_stage=0 (full fp32 module in each checkpoint)")
-    state = torch.load(tag / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=True)["module"]
-    model = GPT1(cfg.model)
-    model.load_checked_state_dict(state, source=tag)
-    bpe.load(tokenizer_dir).save(out)
-    model.save_pretrained(out)
-    return out
 
 
 def write_random_init(cfg, vocab_size: int, tokenizer_dir: Path, out: Path) -> Path:
@@ -192,7 +167,7 @@ def main() -> int:
                         help="start the from-scratch fine-tunes beside pre-training (as the local flow does)")
     args = parser.parse_args()
 
-    cfg = load_config(args.preset, args.overrides)
+    cfg = load_config(args.preset, [*args.overrides, "pretrain.curve_steps=[]"])  # the budgets set the curve
     if not cfg.pretrain.max_steps:
         parser.error("the preset must set pretrain.max_steps (budgets are fractions of it)")
     if any(not 0 < b <= 1 for b in args.budgets):
@@ -207,7 +182,6 @@ def main() -> int:
     timings_path = work / "timings.json"
     timings: dict = read_json(timings_path) if timings_path.is_file() else {}
     lock = threading.Lock()
-    sets = [a for o in args.overrides for a in ("--set", o)]
     data = task_data(args.data or Path(cfg.finetune.data), work, tasks)
 
     def stage(name: str, argv: list[str], done: Path, threads: int) -> None:
@@ -218,11 +192,8 @@ def main() -> int:
 
     max_steps = cfg.pretrain.max_steps
     steps = {b: max(1, round(b * max_steps)) for b in args.budgets}
-    save_every = min(steps.values())
-    bad = [s for s in steps.values() if s % save_every and s != max_steps]
-    if bad:
-        parser.error(f"--budgets: steps {bad} are not multiples of the smallest budget's {save_every} steps")
-    keep = len({s for s in steps.values() if s != max_steps}) + 1
+    curve = sorted({s for s in steps.values() if s != max_steps})
+    sets = [a for o in [*args.overrides, f"pretrain.curve_steps={curve}"] for a in ("--set", o)]
 
     stage("ingest", ["ingest", "--source", args.source or cfg.ingest.source, "--out", str(work / "corpus"),
                      "--val-fraction", str(cfg.ingest.val_fraction), "--no-progress"],
@@ -248,13 +219,9 @@ def main() -> int:
         scratch_jobs = [pool.submit(finetune, SCRATCH, t, scratch_init) for t in tasks] if args.overlap else []
         stage("pretrain", ["pretrain", "--preset", args.preset, *sets, "--shards", str(work / "shards"),
                            "--out", str(work / "pretrain"), "--tokenizer", str(work / "tokenizer"),
-                           "--task-data", str(data), "--resume", "auto",
-                           "--set", f"pretrain.save_every={save_every}",
-                           "--set", f"pretrain.keep_last={max(keep, cfg.pretrain.keep_last)}"],
+                           "--task-data", str(data), "--resume", "auto"],
               work / "pretrain" / "final" / "training.json", args.pretrain_threads)
-        start = {b: work / "pretrain" / "final" if s == max_steps else
-                 export_checkpoint(work / "pretrain", s, work / "tokenizer", work / "models" / f"step-{s}")
-                 for b, s in steps.items()}
+        start = {b: work / "pretrain" / ("final" if s == max_steps else curve_point(s)) for b, s in steps.items()}
         jobs = scratch_jobs or [pool.submit(finetune, SCRATCH, t, scratch_init) for t in tasks]
         jobs += [pool.submit(finetune, f"budget_{b:g}", t, start[b]) for b in sorted(args.budgets, reverse=True)
                  for t in tasks]
@@ -262,10 +229,11 @@ def main() -> int:
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
 
-    full = f"budget_{max(args.budgets):g}"
+    budgets = [f"budget_{b:g}" for b in sorted(args.budgets)]
+    labels = [*budgets[:-1], "full", SCRATCH]  # the report's curve: every budget against the same twin
     headline = ["--headline", *cfg.report.headline_tasks] if cfg.report.headline_tasks else []
-    stage("report", ["report", "--results", str(work / "finetune" / full), str(work / "finetune" / SCRATCH),
-                     "--labels", "full", SCRATCH, *headline, "--out", str(work / "report")],
+    stage("report", ["report", "--results", *(str(work / "finetune" / name) for name in [*budgets, SCRATCH]),
+                     "--labels", *labels, *headline, "--out", str(work / "report")],
           work / "report" / "results.md", 1)
     tokens_per_step = cfg.pretrain.global_batch_size * cfg.model.n_ctx
     summary = summarise(work, args.budgets, steps, tokens_per_step, tasks, timings)

@@ -215,6 +215,11 @@ def _publish_report(plan: Plan, folder) -> None:
     gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean", "metric": "",
                **{k: round(c["headline"][k], 2) for k in ("difference", "low", "high")}}
               for c in report.get("comparisons") or [] if "difference" in c.get("headline", {})]
+    gains += [{"comparison": f"{point['pretrained']} - {c['from_scratch']}", "task": "headline mean",
+               "metric": f"{point['tokens']:,} pre-training tokens" if point["tokens"] is not None else "",
+               **{k: round(point["headline"][k], 2) for k in ("difference", "low", "high")}}
+              for c in report.get("comparisons") or [] for point in c.get("curve", [])
+              if "difference" in point["headline"]]
     if gains:
         create_table_artifact(gains, key=f"{key}-gains", description="pre-trained minus from-scratch, with "
                                                                      "paired-bootstrap 95% intervals")

@@ -146,10 +146,29 @@ class PretrainConfig(_Section):
     probe_max_examples: int = Field(200, gt=0, description="examples per zero-shot probe task")
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
+    curve_steps: list[int] = Field(
+        default_factory=list, description="updates at which the whole model is also written (OUT/curve/step-N), "
+                                          "each fine-tuned on the headline tasks: the report's gain against "
+                                          "pre-training tokens")
     # GPU speed: minutes instead of updates (gpt1/pretrain/cadence.py), checked at the log_every boundaries
     eval_every_minutes: float | None = Field(None, gt=0, description="evaluate every this many minutes instead")
     probe_every_minutes: float | None = Field(None, gt=0, description="run the probes every this many minutes instead")
     save_every_minutes: float | None = Field(None, gt=0, description="checkpoint every this many minutes instead")
+
+    @field_validator("curve_steps")
+    @classmethod
+    def _increasing_positive(cls, steps: list[int]) -> list[int]:
+        if any(step <= 0 for step in steps) or steps != sorted(set(steps)):
+            raise ValueError("updates must be positive and increasing, each named once")
+        return steps
+
+    @model_validator(mode="after")
+    def _curve_before_the_end(self) -> "PretrainConfig":
+        late = [step for step in self.curve_steps if self.max_steps and step >= self.max_steps]
+        if late:
+            raise ValueError(f"curve_steps {late}: not before max_steps {self.max_steps} (the final model is the "
+                             "curve's last point already)")
+        return self
 
 
 class FinetuneConfig(_Section):

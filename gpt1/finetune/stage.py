@@ -109,7 +109,7 @@ def plan(p) -> list[Step]:
     tokenizer (it runs beside pre-training); one from a given checkpoint needs neither."""
     steps = []
     for task in p.tasks_heaviest_first():
-        for variant in p.variants:
+        for variant in (v for v in p.variants if task in p.variant_tasks(v)):
             needs = (("sample-data",) if p.checkpoint is not None else
                      ("train-tokenizer", "sample-data") if p.from_random_init(variant) else None)
             steps.append(Step(f"finetune-{variant}-{task}", p.finetune_job(variant, task), p.task_dir(task, variant),

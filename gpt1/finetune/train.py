@@ -70,7 +70,7 @@ from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.errors import Diverged
 from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
 from gpt1.model.losses import task_loss
-from gpt1.model.transformer import WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
+from gpt1.model.transformer import TRAINING_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
 from gpt1.finetune.rows import check_not_training_rows, evenly_spaced, sources_digest
 from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
                                    prediction_records, raw_inputs, save_task_model, to_tensors)
@@ -247,6 +247,16 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if missing:
         raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
                                 f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
+
+
+def pretraining_of(checkpoint_dir: Path) -> dict | None:
+    """The pre-training the starting weights had (`steps`, `tokens_seen`, `weights_sha256`), from the training.json
+    gpt1 pretrain writes beside them; None for a random init or weights from elsewhere (an import)."""
+    path = checkpoint_dir / TRAINING_NAME
+    if not path.is_file():
+        return None
+    summary = read_json(path)
+    return {key: summary.get(key) for key in ("steps", "tokens_seen", "weights_sha256")}
 
 
 def ablation_name(cfg: FinetuneConfig) -> str:
@@ -486,8 +496,8 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
                        for name, e in evaluations.items()},
             "train": train_stats, "files": files, "model_dir": MODEL_DIR,
             "data": {"path": str(data_path), "splits": data_splits},
-            "checkpoint": str(checkpoint_dir.resolve()), "tokenizer_sha256": tokenizer.sha256,
-            "finetune_config": cfg.model_dump(), "model_config": model_cfg.model_dump(),
+            "checkpoint": str(checkpoint_dir.resolve()), "pretraining": pretraining_of(checkpoint_dir),
+            "tokenizer_sha256": tokenizer.sha256, "finetune_config": cfg.model_dump(), "model_config": model_cfg.model_dump(),
             "n_parameters": model.transformer.num_parameters(), "device": str(dev), "run_id": run.run_id,
             "parent_run_id": run.parent_run_id,
         }

@@ -49,6 +49,7 @@ from gpt1.model.losses import Average, lm_loss
 # under those names by earlier versions still load (`model_files`); `gpt1.model.convert` writes the transformers layout.
 WEIGHTS_NAME = "gpt1.safetensors"
 CONFIG_NAME = "gpt1_config.json"
+TRAINING_NAME = "training.json"  # beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
 _EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
 # Files beside a weights file that record its sha256: pre-training's final/training.json, a fine-tuned model's
 # task.json (gpt1.finetune.predict). A weights file whose bytes changed since is refused where it is read.

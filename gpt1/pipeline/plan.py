@@ -9,7 +9,8 @@ job can name its inputs' planned folders and keys (`plan.ref("train-tokenizer")`
 `WORK/<stage>/<key>`, named by the key the job itself computes (gpt1.stages.base): the key hashes the stage's
 settings and its inputs' keys, so a changed parameter re-runs exactly what depends on it, and the job, the only
 place that decides, skips what is finished. Fine-tunes of a variant (the full run and each ablation of
-`orchestration.ablations`) share `WORK/finetune/<variant key>/<task>`.
+`orchestration.ablations`, and a curve point per update of `pretrain.curve_steps`: the headline tasks fine-tuned from
+the model at that update) share `WORK/finetune/<variant key>/<task>`.
 
 The plan keeps what its last stages need: no pre-training when every variant fine-tunes a random init or a given
 checkpoint (`Plan.make(..., checkpoint=)`, whose architecture every variant then starts from), no sample data
@@ -26,15 +27,28 @@ from gpt1 import tasks
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.finetune import stage as finetune
 from gpt1.io import size_on_disk, stable_hash
-from gpt1.pretrain.inputs import FINAL
+from gpt1.pretrain.inputs import FINAL, curve_point
 from gpt1.stages import graph
 from gpt1.stages.base import Ref, StageJob, Step
 
 VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
+CURVE_VARIANT = "step_"  # + N: the full run's fine-tunes of the headline tasks from the model at update N
+
+
+def curve_variant(step: int) -> str:
+    return f"{CURVE_VARIANT}{step}"
+
+
+def curve_step(variant: str) -> int | None:
+    """N of a curve variant `step_N` (pretrain.curve_steps), else None."""
+    return int(variant.removeprefix(CURVE_VARIANT)) if variant.startswith(CURVE_VARIANT) else None
 
 
 def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
-    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it."""
+    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it. A curve
+    point fine-tunes as configured, from an earlier model; it measures, so it registers no model."""
+    if curve_step(variant) is not None:
+        return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"register_models": False})})
     changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
                "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[variant]
     return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
@@ -120,7 +134,20 @@ class Plan:
     # -- fine-tuning ---------------------------------------------------------------------------------------------
     @property
     def variants(self) -> list[str]:
-        return ["full", *self.cfg.orchestration.ablations]
+        """The full run, each ablation, then a curve point per update of pretrain.curve_steps (when this plan
+        pre-trains and the full run starts from its model)."""
+        curve = []
+        if self.checkpoint is None and not self.cfg.finetune.from_scratch:
+            curve = [curve_variant(step) for step in self.cfg.pretrain.curve_steps]
+        return ["full", *self.cfg.orchestration.ablations, *curve]
+
+    def variant_tasks(self, variant: str) -> list[str]:
+        """The tasks a variant fine-tunes: every task, but a curve point only the headline ones (the curve is of
+        the headline mean)."""
+        headline = self.cfg.report.headline()
+        if curve_step(variant) is None or headline is None:
+            return self.tasks
+        return [task for task in self.tasks if task in {name for name, _ in headline}]
 
     def finetune_config(self, variant: str) -> FinetuneConfig:
         return variant_config(self.cfg, variant).finetune
@@ -137,6 +164,8 @@ class Plan:
         every from-scratch variant of this architecture and tokenizer)."""
         if self.checkpoint is not None:
             return self.checkpoint
+        if curve_step(variant) is not None:
+            return self.ref("pretrain").inside(curve_point(curve_step(variant)))
         if self.from_random_init(variant):
             key = stable_hash({"random_init": self.cfg.model.model_dump(exclude={"vocab_size"}),
                                "tokenizer": self.ref("train-tokenizer").key})

@@ -29,7 +29,7 @@ from gpt1 import tasks
 from gpt1.config import PipelineConfig
 from gpt1.pretrain.distributed import batch_layout
 from gpt1.io import size_on_disk
-from gpt1.pipeline.plan import Plan
+from gpt1.pipeline.plan import Plan, curve_step
 from gpt1.stages import graph
 from gpt1.stages.outputs import is_done
 from gpt1.tasks import hub as task_hub
@@ -255,9 +255,11 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
         if text is None:
             text = 5 * GIB if cfg.ingest.source.startswith("hf:") else 10**8
         parts += [("corpus", text), ("shards", text)]  # Parquet text; ~2 bytes per token of ~4 characters
-    if "pretrain" in plan.steps and not is_done(plan.dir("pretrain")):  # fp32 weights + Adam moments per kept checkpoint, final + HF export
-        parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 8))
-    runs = len(cfg.finetune.tasks) * len(plan.variants)
+    # fp32 weights + Adam moments per kept checkpoint, a model per curve point, final + HF export
+    if "pretrain" in plan.steps and not is_done(plan.dir("pretrain")):
+        parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 4 * len(cfg.pretrain.curve_steps)
+                      + params * 8))
+    runs = sum(len(plan.variant_tasks(variant)) for variant in plan.variants)
     parts.append(("fine-tuned models", params * 4 * 2 * runs))  # the model folder and its MLflow copy
     return sum(b for _, b in parts), [f"{name} ~{b / GIB:.1f} GiB" for name, b in parts]
 
@@ -321,6 +323,10 @@ def describe_run(ctx: Context) -> None:
                  f"{cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} merges")
     fan = (f"one flow run each of {o.finetune_deployment}" if o.fanout == "deployment" else
            f"{o.finetune_concurrency} at a time on this worker")
-    lines.append(f"  fine-tunes: {len(plan.tasks)} task(s) x {len(plan.variants)} variant(s) "
-                 f"({', '.join(plan.variants)}), {fan}")
+    variants = [v for v in plan.variants if curve_step(v) is None]
+    lines.append(f"  fine-tunes: {len(plan.tasks)} task(s) x {len(variants)} variant(s) ({', '.join(variants)}), {fan}")
+    curve = [v for v in plan.variants if curve_step(v) is not None]
+    if curve:
+        lines.append(f"  the curve: {', '.join(plan.variant_tasks(curve[0]))} fine-tuned from the model at update "
+                     f"{', '.join(str(curve_step(v)) for v in curve)} of pre-training")
     ctx.found.plan[:0] = lines

@@ -24,8 +24,13 @@ from gpt1.config import PipelineConfig, PretrainConfig
 log = logging.getLogger("gpt1.pretrain")  # these checks speak in the pre-training log
 
 FINAL = "final"  # OUT/final: the consolidated model
-SUMMARY = "training.json"  # OUT/final/training.json: what the run did, written last
 CHECKPOINTS = "checkpoints"  # OUT/checkpoints/step-N: resumable checkpoints
+CURVE = "curve"  # OUT/curve/step-N: the whole model at each of pretrain.curve_steps, with its training.json
+
+
+def curve_point(step: int) -> str:
+    """Where, inside OUT, the model at update `step` of pretrain.curve_steps is written."""
+    return f"{CURVE}/step-{step:08d}"
 
 
 def total_steps(pretrain: PretrainConfig, train_blocks: int) -> int:
@@ -33,6 +38,14 @@ def total_steps(pretrain: PretrainConfig, train_blocks: int) -> int:
     if pretrain.max_steps is not None:
         return pretrain.max_steps
     return pretrain.epochs * (train_blocks // pretrain.global_batch_size)
+
+
+def check_curve_steps(pretrain: PretrainConfig, total: int) -> None:
+    """Every update of pretrain.curve_steps must come before the run's last (the final model ends the curve)."""
+    late = [step for step in pretrain.curve_steps if step >= total]
+    if late:
+        raise ValueError(f"pretrain.curve_steps {late}: this run trains {total} updates; each curve point must "
+                         "come before the last")
 
 
 def resolve_config(cfg: PipelineConfig, manifest: dict) -> PipelineConfig:

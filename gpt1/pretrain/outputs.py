@@ -11,7 +11,8 @@ from pathlib import Path
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.io import read_json, size_on_disk
 from gpt1.tracking.models import log_files_model
-from gpt1.pretrain.inputs import FINAL, SUMMARY
+from gpt1.model.transformer import TRAINING_NAME
+from gpt1.pretrain.inputs import FINAL
 from gpt1.stages.outputs import IDENTITY
 from gpt1.tracking.logger import RunLogger, start_run
 
@@ -57,7 +58,7 @@ def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experimen
     holding the curves and the logged model). Returns the new run's id."""
     out = Path(out)
     cfg = config_from_dict(read_json(out / "config.json"))
-    summary = read_json(out / FINAL / SUMMARY)
+    summary = read_json(out / FINAL / TRAINING_NAME)
     run_tags = {**tags, "gpt1.shards": summary.get("shards_key") or ""}
     if summary.get("mlflow_run_id"):
         run_tags["gpt1.source_run_id"] = summary["mlflow_run_id"]
@@ -66,7 +67,7 @@ def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experimen
         run.log_params(flatten(cfg.model_dump(mode="json")))
         run.log_metrics({**last_metrics(out / "metrics.jsonl"), "tokens_seen": summary["tokens_seen"]},
                         step=summary["steps"])
-        run.log_artifact(out / FINAL / SUMMARY, "final")
+        run.log_artifact(out / FINAL / TRAINING_NAME, "final")
     return run.run_id
 
 

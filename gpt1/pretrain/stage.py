@@ -31,7 +31,9 @@ from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
 from gpt1.pretrain.worker import WORKER
-from gpt1.pretrain.inputs import FINAL, SUMMARY, load_tokenizer, resolve_config, resume_point, task_data_source
+from gpt1.model.transformer import TRAINING_NAME
+from gpt1.pretrain.inputs import (FINAL, check_curve_steps, curve_point, load_tokenizer, resolve_config,
+                                  resume_point, task_data_source, total_steps)
 from gpt1.pretrain.outputs import log_finished
 from gpt1.tracking.runs import stage_tags
 from gpt1.runtime import processes
@@ -82,6 +84,7 @@ class Job(StageJob):
         if train_blocks < cfg.pretrain.global_batch_size:
             raise ValueError(f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "
                              f"{cfg.pretrain.global_batch_size}")
+        check_curve_steps(cfg.pretrain, total_steps(cfg.pretrain, train_blocks))
         load_tokenizer(self.tokenizer.path if self.tokenizer else None, manifest)
         task_data = task_data_source(cfg, self.task_data)
         resume_point(out, self.resume, cfg.model.model_dump())
@@ -126,9 +129,11 @@ class Job(StageJob):
             failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
             raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
                           "continue from the last complete checkpoint")
-        if not (out / FINAL / SUMMARY).is_file():  # written last: a run stopped short must not count as done
-            raise ValueError(f"pre-training workers exited without the final model in {out / FINAL}: re-run with "
-                             "--resume auto to continue from the last complete checkpoint")
+        # Each model's summary is written last: a run stopped short must not count as done.
+        for model in (*(curve_point(step) for step in self.cfg.pretrain.curve_steps), FINAL):
+            if not (out / model / TRAINING_NAME).is_file():
+                raise ValueError(f"pre-training workers exited without the model {out / model}: re-run with "
+                                 "--resume auto to continue from the last complete checkpoint")
         return {"final": str(out / FINAL)}
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:

@@ -20,6 +20,7 @@ Outputs:
                                  (rank 0; resumed runs append)
     OUT/samples/step-N.txt       text samples at each evaluation
     OUT/checkpoints/step-N/      resumable checkpoints (latest `keep_last` kept)
+    OUT/curve/step-N/            the model at each update of `curve_steps` (weights, tokenizer, training.json)
     OUT/final/                   gpt1.safetensors, gpt1_config.json, tokenizer.json, hf/, training.json
     OUT/loss_curve.png
 
@@ -57,11 +58,12 @@ from pathlib import Path
 import torch
 
 from gpt1.model import optim
+from gpt1.model.transformer import TRAINING_NAME
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
-from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, SUMMARY, load_tokenizer, resolve_config, resume_point,
-                                  task_data_source, total_steps)
+from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, check_curve_steps, curve_point, load_tokenizer,
+                                  resolve_config, resume_point, task_data_source, total_steps)
 from gpt1.pretrain.cadence import Cadence
 from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, stage_key
 from gpt1.progress import duration
@@ -130,6 +132,7 @@ class Pretraining:
         if len(self.train_data) < p.global_batch_size or self.total < 1:
             raise ValueError(f"{self.shards}: {len(self.train_data)} train blocks, fewer than one global batch "
                              f"of {p.global_batch_size}")
+        check_curve_steps(p, self.total)
         self.tokens_per_step = p.global_batch_size * cfg.model.n_ctx
         self.flops_per_token = flops_per_token(cfg.model)
 
@@ -259,7 +262,7 @@ class Pretraining:
         self.bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
                         disable=None if self.world.is_main else True)
         log_every = self.cfg.pretrain.log_every
-        actions = {"eval": self.evaluate, "probe": self.probe, "save": self.save}
+        actions = {"eval": self.evaluate, "probe": self.probe, "curve": self.write_curve_point, "save": self.save}
         batches = self.batches()
         self.window.reset()
         while self.step < self.total:
@@ -271,16 +274,19 @@ class Pretraining:
             self.window.add(loss, grad_norm, lr)
             boundary = self.step % log_every == 0 or self.step == self.total
             due = self.due(boundary)
+            if self.step in self.cfg.pretrain.curve_steps:
+                due.add("curve")
             if boundary or due:
                 self.drain()  # before a checkpoint too: the lines of the updates it holds are on disk first
             if boundary:
                 self.log_window()
             if due:
                 started = time.perf_counter()
-                for name in ("eval", "probe", "save"):
+                for name in ("eval", "probe", "curve", "save"):  # a curve point before the checkpoint that passes it
                     if name in due:
                         actions[name]()
-                        self.cadence[name].ran()
+                        if name in self.cadence:
+                            self.cadence[name].ran()
                 self.window.exclude(time.perf_counter() - started)
         self.bar.close()
 
@@ -445,25 +451,48 @@ class Pretraining:
             log.info("checkpoint %s written in %.1fs", path, time.perf_counter() - started)
         return path
 
-    def finish(self) -> None:
-        """Consolidated fp32 weights (gathered by every rank, from memory); then rank 0: weights + tokenizer +
-        transformers export in OUT/final, artifacts, run end."""
-        from gpt1.pretrain.checkpoint import consolidated_state_dict, tag_for
+    def write_model(self, folder: Path):
+        """The consolidated fp32 weights (gathered by every rank, from memory); rank 0 writes them with the
+        tokenizer as a model folder (GPT1.from_pretrained) and returns the model; the other ranks None."""
+        from gpt1.pretrain.checkpoint import consolidated_state_dict
+        from gpt1.model.transformer import GPT1
 
         state = consolidated_state_dict(self.engine)
         if not self.world.is_main:
-            return
-        from gpt1.model.convert import pretrained_by, save_hf_folder
-        from gpt1.model.transformer import WEIGHTS_NAME, GPT1
-
-        final = self.out / FINAL
-        checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
+            return None
         with torch.device("meta"):
             model = GPT1(self.cfg.model)
-        model.load_checked_state_dict(state, source=checkpoint)
-        model.save_pretrained(final)
+        model.load_checked_state_dict(state, source=f"{self.out} at update {self.step}")
+        model.save_pretrained(folder)
         if self.tokenizer is not None:
-            self.tokenizer.save(final)
+            self.tokenizer.save(folder)
+        return model
+
+    def write_curve_point(self) -> None:
+        """The model at this update of pretrain.curve_steps, as OUT/curve/step-N: what the report's curve
+        fine-tunes start from. Its training.json, written last, says how much pre-training it had."""
+        from gpt1.model.transformer import WEIGHTS_NAME
+
+        folder = self.out / curve_point(self.step)
+        if self.write_model(folder) is None:
+            return
+        write_json(folder / TRAINING_NAME, {"steps": self.step, "tokens_seen": self.tokens_seen,
+                                      "weights_sha256": sha256_file(folder / WEIGHTS_NAME)})
+        log.info("curve point: the model at update %d in %s", self.step, folder)
+
+    def finish(self) -> None:
+        """OUT/final (every rank gathers the weights); then rank 0: the transformers export, training.json,
+        artifacts, run end."""
+        from gpt1.pretrain.checkpoint import tag_for
+
+        final = self.out / FINAL
+        model = self.write_model(final)
+        if model is None:
+            return
+        from gpt1.model.convert import pretrained_by, save_hf_folder
+        from gpt1.model.transformer import WEIGHTS_NAME
+
+        checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
         if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
             log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
                         "TOK --out DIR)", final / "hf", final)
@@ -476,7 +505,7 @@ class Pretraining:
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
                    "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
-        write_json(final / SUMMARY, summary)
+        write_json(final / TRAINING_NAME, summary)
         log.info("final weights: %s", final)
 
         self.metrics.flush()
@@ -487,7 +516,7 @@ class Pretraining:
             self.run.log_artifact(final, "final")
         else:
             self.run.log_reference("final", final, sha256_tree(final))
-            self.run.log_artifact(final / SUMMARY, "final")
+            self.run.log_artifact(final / TRAINING_NAME, "final")
         log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
         self.run.end("FINISHED")
 

@@ -3,9 +3,15 @@
 its evaluation rows (`predictions/<split>.jsonl`, named in its metrics.json).
 
 Which runs are compared: runs whose fine-tune settings (metrics.json `finetune_config`) differ only in the seed
-are seeds of one variant, scored per seed and averaged within each resample; each from-scratch variant
-(`from_scratch`) is compared with the pre-trained variant whose other settings are the same (the paper's Table 5
-"w/o pre-training" row against the full model). A result without recorded settings is placed by its ablation name.
+and that started from the same weights are seeds of one variant, scored per seed and averaged within each
+resample; each from-scratch variant (`from_scratch`) is compared with the pre-trained variant whose other settings
+are the same (the paper's Table 5 "w/o pre-training" row against the full model). A result without recorded
+settings is placed by its ablation name.
+
+The curve: when several pre-trained variants share those settings (fine-tunes of the models pre-training wrote
+at `pretrain.curve_steps` beside its final one: metrics.json `pretraining` records each start's updates and
+tokens), the one with the most pre-training tokens is the comparison and every one of them is a point of the
+curve: its headline mean difference from the same from-scratch twin, with its interval, against the tokens.
 
 A task is compared when both variants scored it on the same rows (the same ids and labels, in the same order);
 otherwise the reason is listed. Its metric is its headline metric (`report.headline_tasks`, `task:metric`), else
@@ -32,29 +38,45 @@ SETTINGS = {"resamples": bootstrap.RESAMPLES, "confidence": bootstrap.CONFIDENCE
 NOT_A_SETTING = ("seed", "from_scratch", "tasks", "data", "task_data")  # what may differ within one comparison
 
 
-def variant_of(run) -> tuple[str, bool] | None:
-    """(the run's fine-tune settings but the seed and the start, whether it started from scratch); None for a run
-    with no finished task."""
+SCRATCH = "scratch"
+
+
+def variant_of(run) -> tuple[str, str | None] | None:
+    """(the run's fine-tune settings but the seed and the start, what it started from: SCRATCH, the pre-trained
+    weights' sha256 as metrics.json `pretraining` records it, or None when unrecorded); None for a run with no
+    finished task."""
     result = next(iter(run.results.values()), None)
     if result is None:
         return None
     settings = result.get("finetune_config")
     if settings is None:
         parts = set(result.get("ablation", "full").split("+"))
-        return "+".join(sorted(parts - {"full", "no_pretrain"})), "no_pretrain" in parts
-    return (stable_hash({k: v for k, v in settings.items() if k not in NOT_A_SETTING}),
-            bool(settings.get("from_scratch")))
+        return "+".join(sorted(parts - {"full", "no_pretrain"})), SCRATCH if "no_pretrain" in parts else None
+    start = SCRATCH if settings.get("from_scratch") else (result.get("pretraining") or {}).get("weights_sha256")
+    return stable_hash({k: v for k, v in settings.items() if k not in NOT_A_SETTING}), start
 
 
-def pairs(runs: list) -> list[tuple[list, list]]:
-    """(pre-trained runs, from-scratch runs) of every from-scratch variant that has a pre-trained twin."""
-    variants: dict[tuple[str, bool], list] = {}
+def pretraining(runs: list) -> dict:
+    """What the runs' start had of pre-training (`steps`, `tokens_seen`; empty when unrecorded)."""
+    result = next(iter(runs[0].results.values()))
+    return result.get("pretraining") or {}
+
+
+def pairs(runs: list) -> list[tuple[list[list], list]]:
+    """(its pre-trained twins, fewest pre-training tokens first, the unrecorded last; the from-scratch runs) of
+    every from-scratch variant that has a pre-trained twin."""
+    variants: dict[tuple[str, str | None], list] = {}
     for run in runs:
         key = variant_of(run)
         if key is not None:
             variants.setdefault(key, []).append(run)
-    return [(variants[(setting, False)], scratch) for (setting, from_scratch), scratch in variants.items()
-            if from_scratch and (setting, False) in variants]
+    found = []
+    for (setting, start), scratch in variants.items():
+        twins = [group for (other, begun), group in variants.items() if other == setting and begun != SCRATCH]
+        if start == SCRATCH and twins:
+            found.append((sorted(twins, key=lambda group: pretraining(group).get("tokens_seen", float("inf"))),
+                          scratch))
+    return found
 
 
 def read_predictions(task: str, result: dict, task_dir: Path) -> dict:
@@ -109,22 +131,45 @@ def metric_label(task: str, metric: str) -> str:
 
 
 def compare(runs: list, headline: tuple[tuple[str, str], ...] | None = None) -> list[dict]:
-    """Every pre-trained vs from-scratch comparison among `runs` (see the module docstring)."""
+    """Every pre-trained vs from-scratch comparison among `runs`, each with its curve (see the module docstring)."""
     found = []
-    for pretrained, scratch in pairs(runs):
+    for twins, scratch in pairs(runs):
+        pretrained = twins[-1]
         ran = {t for r in pretrained + scratch for t in (*r.results, *r.errors)}
         wanted = headline if headline is not None else tuple(
             (t, "primary") for t in sorted(ran, key=list(REGISTRY).index))
-        metric_of = dict(wanted)
-        tasks, draws = {}, {}
-        for task in sorted(ran | set(metric_of), key=list(REGISTRY).index):
-            tasks[task], task_draws = compare_task(task, metric_of.get(task, "primary"), pretrained, scratch)
-            if task_draws is not None:
-                draws[task] = task_draws
+        tasks, draws = compare_tasks(sorted(ran | set(dict(wanted)), key=list(REGISTRY).index), wanted, pretrained,
+                                     scratch)
+        curve = []
+        for group in twins if len(twins) > 1 else []:
+            point_tasks, point_draws = compare_tasks([task for task, _ in wanted], wanted, group, scratch)
+            curve.append({"pretrained": label(group), "runs": [r.label for r in group],
+                          "steps": pretraining(group).get("steps"), "tokens": pretraining(group).get("tokens_seen"),
+                          "tasks": point_tasks, "headline": headline_mean(wanted, point_tasks, point_draws)})
         found.append({"pretrained": label(pretrained), "from_scratch": label(scratch),
                       "runs": {"pretrained": [r.label for r in pretrained], "from_scratch": [r.label for r in scratch]},
-                      **SETTINGS, "tasks": tasks, "headline": headline_mean(wanted, tasks, draws)})
+                      **SETTINGS, "pretraining": pretraining(pretrained), "tasks": tasks,
+                      "headline": headline_mean(wanted, tasks, draws), "curve": curve})
     return found
+
+
+def compare_tasks(names: list[str], wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list
+                  ) -> tuple[dict, dict]:
+    """Each of `names` compared on its headline metric (else its primary one): (entries, the draws of those
+    compared)."""
+    metric_of = dict(wanted)
+    tasks, draws = {}, {}
+    for task in names:
+        tasks[task], task_draws = compare_task(task, metric_of.get(task, "primary"), pretrained, scratch)
+        if task_draws is not None:
+            draws[task] = task_draws
+    return tasks, draws
+
+
+def curve_only(comparisons: list[dict]) -> set[str]:
+    """The labels of runs that are only points of a curve (fine-tunes from fewer pre-training tokens than the run
+    they are compared beside): the report shows them in the curve, not in the paper's tables."""
+    return {name for c in comparisons for point in c.get("curve", [])[:-1] for name in point["runs"]}
 
 
 def label(runs: list) -> str:
@@ -186,4 +231,33 @@ def markdown(comparisons: list[dict]) -> str:
             missing.append(f"headline mean without {', '.join(REGISTRY[t].title for t in mean['missing'])}")
         if missing:
             parts += ["", f"Not compared ({pre} vs {scratch}): " + "; ".join(missing) + "."]
+        if comparison["curve"]:
+            parts += ["", curve_markdown(comparison)]
     return "\n".join(parts)
+
+
+def curve_markdown(comparison: dict) -> str:
+    """The curve as a table: per pre-trained model, its updates, tokens, headline tasks' differences and the
+    headline mean with its interval and verdict."""
+    names = list(comparison["headline"]["tasks"])
+    rows = []
+    for point in comparison["curve"]:
+        mean = point["headline"]
+        cells = [signed(point["tasks"][t]["difference"]) if "difference" in point["tasks"].get(t, {}) else MISSING
+                 for t in names]
+        interval = f"{signed(mean['difference'])} [{signed(mean['low'])}, {signed(mean['high'])}]" \
+            if "difference" in mean else MISSING
+        rows.append([point["pretrained"], fmt_count(point["steps"]), fmt_count(point["tokens"]), *cells, interval,
+                     mean.get("verdict", MISSING)])
+    header = ["Pre-trained model", "updates", "tokens",
+              *(f"{REGISTRY[t].title} ({m})" for t, m in comparison["headline"]["tasks"].items()),
+              "headline mean [95% interval]", "verdict"]
+    return "\n".join([f"#### The curve: {comparison['pretrained']} minus {comparison['from_scratch']} against "
+                      "pre-training tokens", "",
+                      "The same fine-tuning of the headline tasks from the models pre-training wrote on its way "
+                      f"(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens).",
+                      "", markdown_table(header, rows)])
+
+
+def fmt_count(value: int | None) -> str:
+    return MISSING if value is None else f"{value:,}"

@@ -9,8 +9,10 @@ or error.json when it failed) or a folder holding such task folders (up to two l
 paper, one per run, one for the majority class and one for the non-neural baseline, a run's score below that
 baseline marked †; Table 5 with the ablations side by side when there are several runs or any ablation; the
 pre-trained minus from-scratch differences with their intervals; the baselines' methods and rows),
-DIR/results.png (primary metric per task, grouped bars) and DIR/results.json (everything results.md shows, in
-the shape docs/tracking.md gives). With --run-id the three files are also logged as artifacts of that MLflow run
+DIR/results.png (primary metric per task, grouped bars), DIR/results.json (everything results.md shows, in the
+shape docs/tracking.md gives) and, when the runs hold a curve (fine-tunes of the models pre-training wrote at
+`pretrain.curve_steps`), DIR/curve.png: the headline gain against pre-training tokens. The curve's earlier points
+appear in its table and figure, not in the paper's tables. With --run-id the three files are also logged as artifacts of that MLflow run
 (the pipeline's parent run) together with the numbers of `headline_metrics`.
 
 The baselines (gpt1.report.baselines) are fitted here, on the rows each fine-tune's metrics.json records; the
@@ -49,6 +51,7 @@ METRICS_FILE, ERROR_FILE = "metrics.json", "error.json"
 FAILED = "failed"
 BELOW = " †"  # the mark of a score below its non-neural baseline
 REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
+CURVE_PNG = "curve.png"  # the headline gain against pre-training tokens, when the runs hold a curve
 
 GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
 TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question answering and commonsense reasoning",
@@ -362,11 +365,10 @@ def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None, comp
     return "\n".join(text) + "\n"
 
 
-def plot(runs: list[Run], path: Path) -> Path:
-    """Write `results_figure` as a PNG (atomically)."""
+def plot(fig, path: Path) -> Path:
+    """Write a figure as a PNG (atomically) and close it."""
     import matplotlib.pyplot as plt
 
-    fig = results_figure(runs)
     try:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format="png")
@@ -426,6 +428,34 @@ def results_figure(runs: list[Run]):
     return fig
 
 
+def curve_figure(compared: dict):
+    """The headline mean difference (with its 95% interval) and each headline task's difference against
+    pre-training tokens, from the from-scratch twin at 0 tokens to the final model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in compared["curve"] if p["tokens"] is not None and "difference" in p["headline"]]
+    tokens = [0.0] + [p["tokens"] / 1e6 for p in points]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100, layout="constrained")
+    for task, metric in compared["headline"]["tasks"].items():
+        values = [0.0] + [p["tasks"].get(task, {}).get("difference", float("nan")) for p in points]
+        ax.plot(tokens, values, marker=".", linewidth=1, alpha=0.6, label=f"{REGISTRY[task].title} ({metric})")
+    mean = [0.0] + [p["headline"]["difference"] for p in points]
+    below = [0.0] + [p["headline"]["difference"] - p["headline"]["low"] for p in points]
+    above = [0.0] + [p["headline"]["high"] - p["headline"]["difference"] for p in points]
+    ax.errorbar(tokens, mean, yerr=[below, above], color="black", marker="o", linewidth=2, capsize=4,
+                label="headline mean, 95% interval")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel("pre-training tokens (millions)", fontsize=11)
+    ax.set_ylabel(f"{compared['pretrained']} minus {compared['from_scratch']}", fontsize=11)
+    ax.set_title("Pre-trained minus from scratch against pre-training tokens", fontsize=13)
+    ax.legend(fontsize=9)
+    ax.grid(alpha=0.3)
+    return fig
+
+
 def summary(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> dict:
     """results.json: what the tables show, the baselines and the comparisons (docs/tracking.md has its shape)."""
     tasks_run = {t for r in runs for t in r.baselines}
@@ -455,10 +485,14 @@ def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, l
     runs = read_runs(list(results), labels)
     score_baselines(runs)
     comparisons = comparison.compare(runs, headline)
+    shown = [run for run in runs if run.label not in comparison.curve_only(comparisons)]  # the curve shows the rest
     out_dir = Path(out_dir)
-    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(runs, not_run, comparisons)),
-             "plot": plot(runs, out_dir / REPORT_PNG),
+    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(shown, not_run, comparisons)),
+             "plot": plot(results_figure(shown), out_dir / REPORT_PNG),
              "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run, comparisons))}
+    curves = [c for c in comparisons if c["curve"]]
+    if curves:  # one: only the full run has fine-tunes from earlier models of its pre-training
+        files["curve"] = plot(curve_figure(curves[0]), out_dir / CURVE_PNG)
     for run in runs:
         log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
                  fmt(run.glue_score()))
@@ -501,8 +535,16 @@ def log_to_run(out_dir: str | os.PathLike, run_id: str, tracking_uri: str | None
 
     out_dir = Path(out_dir)
     parent = RunLogger("report", uri=tracking_uri, run_id=run_id)
-    for name in (REPORT_MD, REPORT_PNG, REPORT_JSON):
-        parent.log_artifact(out_dir / name, "report")
-    parent.log_metrics(headline_metrics(read_json(out_dir / REPORT_JSON)))
+    for name in (REPORT_MD, REPORT_PNG, REPORT_JSON, CURVE_PNG):
+        if (out_dir / name).is_file():
+            parent.log_artifact(out_dir / name, "report")
+    report = read_json(out_dir / REPORT_JSON)
+    parent.log_metrics(headline_metrics(report))
+    for compared in report.get("comparisons", [])[:1]:  # the full run's curve: MLflow draws it against updates
+        for point in compared.get("curve", []):
+            if point["steps"] is not None and "difference" in point["headline"]:
+                parent.log_metrics({f"curve/gain/headline_mean{end}": point["headline"][key]
+                                    for end, key in (("", "difference"), ("/low", "low"), ("/high", "high"))},
+                                   step=point["steps"])
     if not parent.flush():
         log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)

@@ -7,7 +7,8 @@ folder holds links to the COMPLETE RTE train and dev files (no test file, so non
 have no folder and must come out as not run. The stages run through gpt1.pipeline, as the flow calls them (no
 Prefect): ingest, tokenizer, shards, pre-training (its `gpt1 pretrain` process), the two variants' fine-tunes in
 two reused worker processes, the report: its baselines (majority class, non-neural) of RTE on the same rows, and
-the pre-trained minus from-scratch difference with its interval, RTE standing in for the headline tasks.
+the pre-trained minus from-scratch difference with its interval, RTE standing in for the headline tasks, and the
+curve: RTE fine-tuned from the model pre-training wrote at update 10 (`pretrain.curve_steps`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ TRAIN_EXAMPLES = 200
 RTE_TRAIN_ROWS, RTE_DEV_ROWS = 2490, 277  # the complete GLUE files (../shared/data/README.md)
 NOT_RUN = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B"}
 # What each variant's fine-tune is, in the paper's Table 5 terms: the preset has no auxiliary LM term.
-ABLATION = {"full": "no_aux_lm", "no_pretrain": "no_pretrain+no_aux_lm"}
+ABLATION = {"full": "no_aux_lm", "no_pretrain": "no_pretrain+no_aux_lm", "step_10": "no_aux_lm"}
 REDUCED = [
     "ingest.max_chars=2000000", "train_tokenizer.merges=300",
     "pretrain.max_steps=20", "pretrain.warmup_steps=5", "pretrain.log_every=5", "pretrain.eval_every=10",
     "pretrain.eval_batches=2", "pretrain.save_every=10", "pretrain.probe_every=20", "pretrain.probe_max_examples=16",
+    "pretrain.curve_steps=[10]",
     f"finetune.max_train_examples={TRAIN_EXAMPLES}", "report.headline_tasks=[rte]",
 ]
 
@@ -82,7 +84,11 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     assert stats["subset"]["limit_reached"]
     training = json.loads((plan.dir("pretrain") / "final" / "training.json").read_text())
     assert training["steps"] == 20
-    assert list(metrics) == ["full", "no_pretrain"]
+    halfway = json.loads((plan.dir("pretrain") / "curve" / "step-00000010" / "training.json").read_text())
+    assert (halfway["steps"], halfway["tokens_seen"]) == (10, training["tokens_seen"] // 2)
+    assert list(metrics) == ["full", "no_pretrain", "step_10"]
+    assert metrics["step_10"]["pretraining"]["steps"] == 10 and metrics["full"]["pretraining"]["steps"] == 20
+    assert metrics["no_pretrain"]["pretraining"] is None
     for variant, result in metrics.items():
         assert result["ablation"] == ABLATION[variant] and result["eval_split"] == "dev"
         assert result["data"]["splits"]["train"]["rows"] == RTE_TRAIN_ROWS  # the complete file was read ...
@@ -91,7 +97,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
         assert 100 < result["train"]["peak_rss_mb"] < 4000
 
     summary = json.loads((report.path / "results.json").read_text())
-    assert set(summary["runs"]) == {"full", "no_pretrain"}
+    assert set(summary["runs"]) == {"full", "no_pretrain", "step_10"}
     assert summary["runs"]["no_pretrain"]["ablation"] == ABLATION["no_pretrain"]
     for variant, run in summary["runs"].items():
         rte_result = run["tasks"]["rte"]
@@ -124,7 +130,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     for variant, run in summary["runs"].items():
         below = metrics[variant]["metrics"]["accuracy"] < baseline["metrics"]["accuracy"]
         assert run["tasks"]["rte"]["below_baseline"] == below
-        assert rte_cells[f"ours: {variant}"].endswith(" †") == below
+        assert variant == "step_10" or rte_cells[f"ours: {variant}"].endswith(" †") == below
     # both variants compared on the same rows, with an interval around the difference
     [compared] = summary["comparisons"]
     assert compared["runs"] == {"pretrained": ["full"], "from_scratch": ["no_pretrain"]}
@@ -135,3 +141,9 @@ def test_mini_recipe_runs_end_to_end_on_complete_rte_files_at_reduced_budgets(tm
     assert rte_gain["low"] <= rte_gain["difference"] <= rte_gain["high"]
     assert mean["tasks"] == {"rte": "accuracy"} and mean["difference"] == pytest.approx(rte_gain["difference"])
     assert "### Pre-trained minus from scratch" in markdown and "**headline mean** (RTE accuracy)" in markdown
+    # the curve: the headline gain of the model at update 10 and of the final one, each against the same twin
+    assert [(p["pretrained"], p["steps"]) for p in compared["curve"]] == [("step_10", 10), ("full", 20)]
+    assert compared["curve"][1]["headline"]["difference"] == pytest.approx(mean["difference"])
+    assert all(p["headline"]["low"] <= p["headline"]["difference"] <= p["headline"]["high"] for p in compared["curve"])
+    assert "#### The curve" in markdown and (report.path / "curve.png").is_file()
+    assert "ours: step_10" not in markdown  # in the curve, not in the paper's tables

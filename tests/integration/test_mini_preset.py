@@ -23,7 +23,7 @@ def load_bench():
     return module
 
 
-def test_mini_scales_the_paper_recipe_down_and_keeps_the_curve_checkpoints():
+def test_mini_scales_the_paper_recipe_down_and_fine_tunes_the_curve():
     cfg = load_config("mini")
     paper_ft, paper_pt = FinetuneConfig(), PretrainConfig()
     assert cfg.finetune.tasks == FIVE and cfg.orchestration.ablations == ["no_pretrain"]
@@ -43,9 +43,12 @@ def test_mini_scales_the_paper_recipe_down_and_keeps_the_curve_checkpoints():
     for name in ("schedule", "weight_decay", "grad_clip", "adam_betas"):
         assert getattr(cfg.pretrain, name) == getattr(paper_pt, name), name
     assert cfg.model.embd_pdrop == cfg.model.attn_pdrop == cfg.model.resid_pdrop == 0.1
-    # the 1/4, 1/2, 3/4 checkpoints the pre-training-budget curve fine-tunes from are all kept
-    assert cfg.pretrain.max_steps % cfg.pretrain.save_every == 0
-    assert cfg.pretrain.keep_last >= cfg.pretrain.max_steps // cfg.pretrain.save_every
+    # the report's curve: the headline tasks fine-tuned from the models at 1/4, 1/2 and 3/4 of pre-training too
+    assert [4 * step for step in cfg.pretrain.curve_steps] == [cfg.pretrain.max_steps * k for k in (1, 2, 3)]
+    from gpt1.pipeline.plan import Plan
+    plan = Plan.make(cfg, "work")
+    assert plan.variants == ["full", "no_pretrain", "step_500", "step_1000", "step_1500"]
+    assert plan.variant_tasks("step_500") == ["sst2", "mrpc", "stsb"] and plan.variant_tasks("full") == FIVE
 
 
 def test_mini_names_public_sources_at_pinned_revisions_and_its_headline_tasks():
@@ -123,4 +126,4 @@ def test_mini_recipe_end_to_end_on_complete_rte_files(tmp_path):
         assert metrics["data"]["splits"]["train"]["rows"] == 2490
         assert "test" not in metrics["splits"]  # the test file is never opened
     assert {"ingest", "train-tokenizer", "tokenize", "pretrain", "report"} <= set(summary["timings"])
-    assert (tmp_path / "w" / "report" / "results.md").is_file()
+    assert "#### The curve" in (tmp_path / "w" / "report" / "results.md").read_text()  # budget 0.5 beside 1

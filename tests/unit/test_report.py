@@ -195,9 +195,10 @@ def test_per_task_wall_time_and_peak_rss_tables(tmp_path):
     assert tasks["cola"]["peak_rss_mb"] is None
 
 
-def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, predict) -> None:
+def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, predict,
+                  pretraining: dict | None = None) -> None:
     """A fine-tune's metrics.json and predictions on the sample data's rows of `task`, as `gpt1 finetune` writes
-    them, with predictions made by `predict(label)`."""
+    them, with predictions made by `predict(label)`, from a start with `pretraining` (its training.json)."""
     spec = get(task)
     folder = sample / "tasks" / spec.folder
     dev = list(load(task, folder, "dev"))
@@ -210,7 +211,7 @@ def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, 
                 "max_eval_examples": None, "max_bad_row_fraction": 0.0, "lr": 1e-3}
     write_json(root / task / "metrics.json", {
         "task": task, "ablation": variant, "eval_split": "dev", "files": {"dev": ["predictions/dev.jsonl"]},
-        "data": {"path": str(folder), "splits": {}}, "finetune_config": settings,
+        "data": {"path": str(folder), "splits": {}}, "finetune_config": settings, "pretraining": pretraining,
         "metrics": metrics.compute(task, [ex.label for ex in dev], predictions),
         "majority": metrics.majority_baseline(task, [ex.label for ex in load(task, folder, "train")],
                                               [ex.label for ex in dev])})
@@ -263,6 +264,41 @@ def test_baselines_flags_and_intervals_from_the_fine_tunes_rows(tmp_path):
     logged = headline_metrics(summary)
     assert logged["baseline/task/sst2/accuracy"] == expected["sst2"]["metrics"]["accuracy"]
     assert logged["gain/task/stsb/pearson/low"] == pytest.approx(200) and logged["gain/headline_mean"] == 150
+
+
+def test_fine_tunes_of_earlier_models_of_the_pretraining_are_its_curve(tmp_path):
+    """The full run's fine-tunes beside those of two earlier models of its pre-training (pretrain.curve_steps):
+    the final model is the comparison, every model a point of the curve in token order, each against the same
+    from-scratch twin; the earlier ones are left out of the paper's tables, and the curve has a table and a figure."""
+    from gpt1.sample_data import write_sample_data
+
+    sample = tmp_path / "sample"
+    write_sample_data(sample, seed=0)
+    starts = {"step_1000": (1000, lambda label: label if label else 1),  # right on one class only
+              "full": (2000, lambda label: label), "step_500": (500, lambda label: 1 - label)}  # out of order
+    for name, (steps, predict) in starts.items():
+        record = {"steps": steps, "tokens_seen": steps * 64, "weights_sha256": f"sha-{steps}"}
+        sample_result(tmp_path / name, sample, "sst2", "full", 0, predict, pretraining=record)
+    sample_result(tmp_path / "no_pretrain", sample, "sst2", "no_pretrain", 0, lambda label: 1 - label)
+    files = build_report([tmp_path / name for name in (*starts, "no_pretrain")], tmp_path / "out",
+                         [*starts, "no_pretrain"], headline=(("sst2", "primary"),))
+    text, summary = files["markdown"].read_text(), json.loads(files["json"].read_text())
+
+    [compared] = summary["comparisons"]
+    assert compared["pretrained"] == "full" and compared["pretraining"]["steps"] == 2000
+    curve = compared["curve"]
+    assert [(p["pretrained"], p["steps"], p["tokens"]) for p in curve] == [
+        ("step_500", 500, 32000), ("step_1000", 1000, 64000), ("full", 2000, 128000)]
+    gains = [p["headline"]["difference"] for p in curve]
+    assert gains[0] == 0 and 0 < gains[1] < gains[2] == compared["headline"]["difference"] == 100
+    assert curve[2]["headline"]["verdict"] == "gain" and curve[0]["headline"]["verdict"] == "not shown"
+    assert set(table_rows(text, "Table 4")) == {"GPT-1 (paper)", "ours: full", "ours: no_pretrain",
+                                                "majority class", "non-neural baseline"}
+    rows = table_rows(text, "The curve")
+    assert list(rows) == ["step_500", "step_1000", "full"]
+    assert rows["full"][:2] == ["2,000", "128,000"] and rows["full"][-1] == "gain"
+    assert files["curve"].name == "curve.png" and files["curve"].stat().st_size > 10_000
+    assert set(summary["runs"]) == {*starts, "no_pretrain"}  # every score stays in results.json
 
 
 def test_a_from_scratch_run_is_compared_only_with_its_twin_and_a_headline_task_not_run_is_listed(tmp_path):
