@@ -79,6 +79,7 @@ from gpt1.tracking.runs import describe_pipeline_run, end_running_children, star
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # a long step's progress lines (pre-training's)
 STOP_SECONDS = 20.0  # a cancelled run's processes get this long to exit before they are killed
+EARLY_POLL_SECONDS = 5.0  # how often the scheduler looks for models written before their step ends
 # What a worker process imports once (torch, the task metrics, the stages that run in workers), not once per job.
 WORKER_PRELOAD = ("torch", "sklearn.metrics", *(stage.module for stage in graph.STAGES if stage.in_worker))
 
@@ -248,7 +249,8 @@ def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
     compute = _local_compute[str(flow_run.id)]
     schedule = Schedule(plan.needs, list(plan.steps), compute.concurrency,
                         holds_slot=lambda name: _holds_slot(plan, plan.steps[name]),
-                        runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures)
+                        runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures,
+                        available=plan.written_early)
     changed = threading.Condition()
     deployments = ThreadPoolExecutor(max(1, len(plan.steps)), thread_name_prefix="deployment")
 
@@ -261,8 +263,8 @@ def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
         with changed:
             ready = schedule.next_step()
             if ready is None:
-                if not schedule.finished:
-                    changed.wait()
+                if not schedule.finished:  # a step's end wakes it; a model written early is seen within seconds
+                    changed.wait(timeout=EARLY_POLL_SECONDS)
                 continue
             schedule.start(*ready)
         _start(plan, ready[0], parent_run_id, compute, deployments, finished)

@@ -27,6 +27,7 @@ from gpt1 import tasks
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.finetune import stage as finetune
 from gpt1.io import size_on_disk, stable_hash
+from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pretrain.inputs import FINAL, curve_point
 from gpt1.stages import graph
 from gpt1.stages.base import Ref, StageJob, Step
@@ -206,6 +207,12 @@ class Plan:
         if self.cfg.finetune.data == "sample" and task not in self.cfg.finetune.task_data:
             return where, self.ref("sample-data").inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
         return where, finetune.data_key(where)
+
+    def written_early(self, name: str) -> bool:
+        """Whether a fine-tune's start model is written already (its training.json comes last), so it may start
+        while the step that writes it runs on: a curve point's, on pre-training's way."""
+        step = self.steps[name]
+        return step.stage == "finetune" and (step.job.checkpoint.path / TRAINING_NAME).is_file()
 
     def finetune_job(self, variant: str, task: str) -> finetune.Job:
         data, data_key = self.task_data(task)

@@ -6,9 +6,11 @@ Prefect).
         ready = schedule.next_step()     # (name, holds a slot) or None: wait for a step to end
         schedule.start(*ready) ... schedule.finish(name, failure=None)
 
-A step starts once every step it needs has ended, the first ready one in plan order first. A step that needs a
-failed step is settled as "not run" (unless its stage runs after failures, as the report does). Compute steps
-(pre-training, fine-tunes) hold one of `slots` while they run.
+A step starts once every step it needs has ended, the first ready one in plan order first, or sooner when the
+steps it still waits for are running and `available(name)` says what it reads of them is written already (a
+curve point's fine-tune, once pre-training has written that model). A step that needs a failed step is settled as
+"not run" (unless its stage runs after failures, as the report does). Compute steps (pre-training, fine-tunes)
+hold one of `slots` while they run.
 
 One slot is kept free for a compute step that waits only on steps now running that hold no slot: pre-training,
 while its shards are written, must not find both slots taken by the from-scratch fine-tunes (ready since the
@@ -24,8 +26,10 @@ from typing import Callable, Mapping, Sequence
 
 class Schedule:
     def __init__(self, needs: Mapping[str, Sequence[str]], order: Sequence[str], slots: int,
-                 holds_slot: Callable[[str], bool], runs_after_failures: Callable[[str], bool] = lambda _: False):
+                 holds_slot: Callable[[str], bool], runs_after_failures: Callable[[str], bool] = lambda _: False,
+                 available: Callable[[str], bool] = lambda _: False):
         self.needs = needs
+        self.available = available
         self.order = list(order)
         self.free = slots
         self.holds_slot = holds_slot
@@ -47,9 +51,10 @@ class Schedule:
             if name in self.outcome or name in self.running:
                 continue
             needs = self.needs[name]
-            if any(need not in self.outcome for need in needs):
+            waiting = [need for need in needs if need not in self.outcome]
+            if waiting and not (all(need in self.running for need in waiting) and self.available(name)):
                 continue
-            failed = [need for need in needs if self.outcome[need] is not None]
+            failed = [need for need in needs if self.outcome.get(need) is not None]
             if failed and not self.runs_after_failures(name):
                 self.outcome[name] = f"not run: {failed[0]} failed"
                 return self.next_step()

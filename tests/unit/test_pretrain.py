@@ -25,7 +25,7 @@ from gpt1.model.generate import generate
 from gpt1.model.mfu import gpu_peak_flops, measure_matmul_flops, mfu
 from gpt1.model.transformer import GPT1, flops_per_token
 from gpt1.model.optim import lr_factor, param_groups
-from gpt1.pretrain.inputs import resume_point, total_steps
+from gpt1.pretrain.inputs import check_curve_steps, resume_point, total_steps
 from gpt1.pretrain.outputs import read_metrics
 
 TINY = ModelConfig(vocab_size=50, n_ctx=16, n_layer=2, n_head=2, n_embd=16, d_ff=64)
@@ -177,6 +177,18 @@ def test_total_steps_from_max_steps_or_epochs():
     assert total_steps(pretrain_cfg(max_steps=7), 1000) == 7
     p = load_config("paper", ["pretrain.epochs=3", "pretrain.global_batch_size=64"]).pretrain
     assert total_steps(p, 1000) == 3 * (1000 // 64)
+
+
+def test_curve_points_come_before_the_last_update_in_increasing_order():
+    p = load_config("paper", ["pretrain.epochs=1", "pretrain.global_batch_size=64", "pretrain.curve_steps=[5,10]"])
+    check_curve_steps(p.pretrain, 11)
+    with pytest.raises(ValueError, match=r"curve_steps \[10\]: this run trains 10 updates"):
+        check_curve_steps(p.pretrain, 10)  # the final model is update 10
+    for bad in ("[10,5]", "[5,5]", "[0]"):
+        with pytest.raises(ValueError, match="positive and increasing"):
+            pretrain_cfg(curve_steps=bad)
+    with pytest.raises(ValueError, match=r"curve_steps \[1000\]: not before max_steps 1000"):
+        pretrain_cfg(curve_steps="[500,1000]")  # smoke's max_steps
 
 
 # ------------------------------------------------------------------------------------------ checkpoints

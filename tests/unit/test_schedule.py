@@ -80,3 +80,25 @@ def test_a_failed_need_settles_its_dependents_and_the_report_still_runs(tmp_path
     assert {f"finetune-full-{t}" for t in TASKS} <= set(failures)
     assert all(failures[f"finetune-full-{t}"] == "not run: pretrain failed" for t in TASKS)
     assert "report" not in failures and schedule.free == 2
+
+
+def test_a_curve_points_fine_tunes_start_beside_pretraining_once_its_model_is_written(tmp_path):
+    plan = Plan.make(load_config("smoke", ["finetune.tasks=[sst2,rte]", "orchestration.ablations=[no_pretrain]",
+                                           "pretrain.curve_steps=[500]", "report.headline_tasks=[sst2]"]), tmp_path)
+    schedule = Schedule(plan.needs, list(plan.steps), 2,
+                        holds_slot=lambda name: graph.stage(plan.steps[name].stage).compute,
+                        available=plan.written_early)
+    run_until(schedule, "pretrain")
+    for name in [n for n in schedule.running if n != "pretrain"]:
+        schedule.finish(name, None)
+    while (ready := schedule.next_step()) is not None:  # the from-scratch fine-tunes, one by one beside it
+        assert ready[0].startswith("finetune-no_pretrain-")
+        schedule.start(*ready)
+        schedule.finish(ready[0], None)
+    assert schedule.free == 1  # and update 500's model is not written yet
+    model = plan.steps["finetune-step_500-sst2"].job.checkpoint.path
+    model.mkdir(parents=True)
+    (model / "training.json").write_text('{"steps": 500}')
+    assert start_all_ready(schedule) == ["finetune-step_500-sst2"]  # the final model's fine-tunes still wait
+    schedule.finish("pretrain", None)
+    assert start_all_ready(schedule) == ["finetune-full-sst2"]
