@@ -140,17 +140,35 @@ def compare(runs: list, headline: tuple[tuple[str, str], ...] | None = None) -> 
             (t, "primary") for t in sorted(ran, key=list(REGISTRY).index))
         tasks, draws = compare_tasks(sorted(ran | set(dict(wanted)), key=list(REGISTRY).index), wanted, pretrained,
                                      scratch)
-        curve = []
+        curve, curve_draws = [], []
         for group in twins if len(twins) > 1 else []:
             point_tasks, point_draws = compare_tasks([task for task, _ in wanted], wanted, group, scratch)
             curve.append({"pretrained": label(group), "runs": [r.label for r in group],
                           "steps": pretraining(group).get("steps"), "tokens": pretraining(group).get("tokens_seen"),
                           "tasks": point_tasks, "headline": headline_mean(wanted, point_tasks, point_draws)})
+            curve_draws.append(point_draws)
         found.append({"pretrained": label(pretrained), "from_scratch": label(scratch),
                       "runs": {"pretrained": [r.label for r in pretrained], "from_scratch": [r.label for r in scratch]},
                       **SETTINGS, "pretraining": pretraining(pretrained), "tasks": tasks,
-                      "headline": headline_mean(wanted, tasks, draws), "curve": curve})
+                      "headline": headline_mean(wanted, tasks, draws), "curve": curve,
+                      "trend": trend(curve, curve_draws, [task for task, _ in wanted]) if curve else None})
     return found
+
+
+def trend(curve: list[dict], draws: list[dict], headline: list[str]) -> dict:
+    """How the headline mean difference changes per doubling of pre-training tokens: the least-squares slope over
+    the curve's points against log2(tokens), and its interval from the slopes of the same resamples (every point
+    draws the same rows of a task, so the resamples are paired across points too); `reason` when there is none."""
+    if any(p["tokens"] is None for p in curve):
+        return {"reason": "a point's pre-training tokens are not recorded"}
+    if any(task not in point for point in draws for task in headline):
+        return {"reason": "a headline task was not compared at every point"}
+    x = np.log2([p["tokens"] for p in curve])
+    x = (x - x.mean()) / ((x - x.mean()) @ (x - x.mean()))
+    means = np.stack([np.mean([point[task] for task in headline], axis=0) for point in draws])  # (points, draws)
+    low, high = bootstrap.interval(x @ means)
+    slope = float(x @ np.array([p["headline"]["difference"] for p in curve]))
+    return {"per_doubling": slope, "low": low, "high": high, "verdict": verdict(low, high)}
 
 
 def compare_tasks(names: list[str], wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list
@@ -256,7 +274,19 @@ def curve_markdown(comparison: dict) -> str:
                       "pre-training tokens", "",
                       "The same fine-tuning of the headline tasks from the models pre-training wrote on its way "
                       f"(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens).",
-                      "", markdown_table(header, rows)])
+                      "", markdown_table(header, rows), "", trend_line(comparison["trend"])])
+
+
+TREND_WORDS = {"gain": "it rises with more pre-training", "loss": "it falls with more pre-training",
+               "not shown": "these points cannot tell it from flat"}
+
+
+def trend_line(found: dict) -> str:
+    if "reason" in found:
+        return f"No trend: {found['reason']}."
+    return (f"**Trend**: per doubling of pre-training tokens the headline mean changes by "
+            f"{signed(found['per_doubling'])} [{signed(found['low'])}, {signed(found['high'])}] (least squares "
+            f"against log2 tokens, its interval from the same resamples): {TREND_WORDS[found['verdict']]}.")
 
 
 def fmt_count(value: int | None) -> str:

@@ -451,6 +451,10 @@ def curve_figure(compared: dict):
     ax.set_xlabel("pre-training tokens (millions)", fontsize=11)
     ax.set_ylabel(f"{compared['pretrained']} minus {compared['from_scratch']}", fontsize=11)
     ax.set_title("Pre-trained minus from scratch against pre-training tokens", fontsize=13)
+    slope = compared.get("trend") or {}
+    if "per_doubling" in slope:
+        ax.text(0.99, 0.02, f"headline mean per doubling of tokens: {slope['per_doubling']:+.1f} "
+                f"[{slope['low']:+.1f}, {slope['high']:+.1f}]", transform=ax.transAxes, ha="right", fontsize=9)
     ax.legend(fontsize=9)
     ax.grid(alpha=0.3)
     return fig
@@ -517,6 +521,10 @@ def headline_metrics(results_json: dict) -> dict[str, float]:
         for name, entry in entries:
             found.update({f"{prefix}gain/{name}": entry["difference"], f"{prefix}gain/{name}/low": entry["low"],
                           f"{prefix}gain/{name}/high": entry["high"]})
+        slope = compared.get("trend") or {}
+        if "per_doubling" in slope:
+            found.update({f"{prefix}gain/headline_mean_per_doubling{end}": slope[key]
+                          for end, key in (("", "per_doubling"), ("/low", "low"), ("/high", "high"))})
     for variant, result in results_json["runs"].items():
         prefix = "" if variant == "full" else f"{variant}/"
         for task, entry in result.get("tasks", {}).items():

@@ -297,6 +297,9 @@ def test_fine_tunes_of_earlier_models_of_the_pretraining_are_its_curve(tmp_path)
     rows = table_rows(text, "The curve")
     assert list(rows) == ["step_500", "step_1000", "full"]
     assert rows["full"][:2] == ["2,000", "128,000"] and rows["full"][-1] == "gain"
+    # the trend: the slope against log2 tokens (0, then +100 over two doublings), on every resample alike
+    assert compared["trend"] == {"per_doubling": 50.0, "low": 50.0, "high": 50.0, "verdict": "gain"}
+    assert "per doubling of pre-training tokens the headline mean changes by +50.0 [+50.0, +50.0]" in text
     assert files["curve"].name == "curve.png" and files["curve"].stat().st_size > 10_000
     assert set(summary["runs"]) == {*starts, "no_pretrain"}  # every score stays in results.json
 
