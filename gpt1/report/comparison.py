@@ -273,7 +273,9 @@ def curve_markdown(comparison: dict) -> str:
     return "\n".join([f"#### The curve: {comparison['pretrained']} minus {comparison['from_scratch']} against "
                       "pre-training tokens", "",
                       "The same fine-tuning of the headline tasks from the models pre-training wrote on its way "
-                      f"(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens).",
+                      f"(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens). "
+                      "Each row's verdict is its own interval's; among several points one may clear 0 by chance, "
+                      "so the curve is read by its trend.",
                       "", markdown_table(header, rows), "", trend_line(comparison["trend"])])
 
 
