@@ -209,10 +209,12 @@ class Plan:
         return where, finetune.data_key(where)
 
     def written_early(self, name: str) -> bool:
-        """Whether a fine-tune's start model is written already (its training.json comes last), so it may start
-        while the step that writes it runs on: a curve point's, on pre-training's way."""
+        """Whether a curve point's fine-tune may start while pre-training runs on: the model it starts from is
+        written (its training.json comes last). The final model's fine-tunes wait for the stage to end."""
         step = self.steps[name]
-        return step.stage == "finetune" and (step.job.checkpoint.path / TRAINING_NAME).is_file()
+        variant = name.removeprefix("finetune-").split("-", 1)[0]
+        return (step.stage == "finetune" and curve_step(variant) is not None
+                and (step.job.checkpoint.path / TRAINING_NAME).is_file())
 
     def finetune_job(self, variant: str, task: str) -> finetune.Job:
         data, data_key = self.task_data(task)
