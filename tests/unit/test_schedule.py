@@ -99,10 +99,11 @@ def test_a_curve_points_fine_tunes_start_beside_pretraining_once_its_model_is_wr
     model = plan.steps["finetune-step_500-sst2"].job.checkpoint.path
     model.mkdir(parents=True)
     (model / "training.json").write_text('{"steps": 500}')
-    assert start_all_ready(schedule) == ["finetune-step_500-sst2"]  # the final model's fine-tunes still wait
+    assert start_all_ready(schedule) == ["finetune-step_500-sst2"]
+    schedule.finish("finetune-step_500-sst2", None)
     final = plan.steps["finetune-full-sst2"].job.checkpoint.path
     final.mkdir(parents=True)
     (final / "training.json").write_text('{"steps": 1000}')
-    assert start_all_ready(schedule) == []  # the final model's fine-tunes wait for pre-training to end
+    assert start_all_ready(schedule) == [] and schedule.free == 1  # the final model's wait for pre-training's end
     schedule.finish("pretrain", None)
-    assert start_all_ready(schedule) == ["finetune-full-sst2"]
+    assert start_all_ready(schedule) == ["finetune-full-sst2", "finetune-full-rte"]
