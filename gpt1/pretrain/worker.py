@@ -43,6 +43,8 @@ Choices where the spec is silent:
   samples never draw from the training RNG, so on a CPU a resumed run is bit-identical to an uninterrupted one
   (on CUDA the restored state is exact and later updates agree within a tolerance: docs/gpu.md).
 - A worker started by a launcher stops when that launcher dies (gpt1.runtime.processes.exit_with_parent).
+- OUT/final/training.json's `language_model` puts the final validation loss beside unigram and interpolated-bigram
+  baselines fitted on the train split and scored on the same val blocks (gpt1.pretrain.ngram).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
 from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, check_curve_steps, curve_point, load_tokenizer,
                                   resolve_config, resume_point, task_data_source, total_steps)
 from gpt1.pretrain.cadence import Cadence
-from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, stage_key
+from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, read_metrics, stage_key
 from gpt1.progress import duration
 from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
@@ -362,7 +364,7 @@ class Pretraining:
         from gpt1.data.tokenize import BlockReader
 
         reader = BlockReader(self.shards, "val", rank=self.world.rank, world_size=self.world.size, shuffle=False)
-        n_batches = min(self.cfg.pretrain.eval_batches, len(reader) // self.layout.global_batch)
+        n_batches = self.validation_blocks(len(reader)) // self.layout.global_batch
         if n_batches == 0:
             return None
         self.engine.eval()
@@ -376,6 +378,11 @@ class Pretraining:
         self.engine.train()
         torch.distributed.all_reduce(total)
         return float(total[0] / total[1])
+
+    def validation_blocks(self, available: int) -> int:
+        """How many val blocks (the first, in stored order) validation averages over: whole global batches."""
+        global_batch = self.layout.global_batch
+        return min(self.cfg.pretrain.eval_batches, available // global_batch) * global_batch
 
     def evaluate(self) -> None:
         val_loss = self.validation_loss()
@@ -504,7 +511,11 @@ class Pretraining:
         summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
                    "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
                    "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb()}
+                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb(),
+                   "corpus": self.manifest.get("composition")}
+        language_model = self.language_model()
+        if language_model is not None:
+            summary["language_model"] = language_model
         write_json(final / TRAINING_NAME, summary)
         log.info("final weights: %s", final)
 
@@ -519,6 +530,28 @@ class Pretraining:
             self.run.log_artifact(final / TRAINING_NAME, "final")
         log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
         self.run.end("FINISHED")
+
+    def language_model(self) -> dict | None:
+        """Rank 0: the final validation loss (as evaluate() recorded it) beside unigram and interpolated-bigram
+        baselines fitted on the train split and scored on the same val blocks (gpt1.pretrain.ngram)."""
+        from gpt1.pretrain.ngram import baselines_for_shards, describe, language_model_summary
+
+        val_loss = read_metrics(self.out / "metrics.jsonl").get(self.step, {}).get("val_loss")
+        val_blocks = self.validation_blocks(self.manifest["splits"]["val"]["rows"])
+        if val_loss is None or val_blocks == 0:
+            log.warning("no validation loss at update %d: no n-gram baselines in training.json", self.step)
+            return None
+        started = time.perf_counter()
+        try:
+            summary = language_model_summary(val_loss, baselines_for_shards(self.shards, val_blocks))
+        except ValueError as err:  # e.g. too few train blocks to fit and hold out: the model itself is fine
+            log.warning("no n-gram baselines in training.json: %s", err)
+            return None
+        self.run.log_metrics({f"lm/{name}": summary[name] for name in
+                              ("val_loss", "unigram_loss", "bigram_loss", "bigram_weight", "beats_bigram_by")},
+                             step=self.step)
+        log.info("%s (n-gram baselines in %.1fs)", describe(summary), time.perf_counter() - started)
+        return summary
 
 
 # ---------------------------------------------------------------------------------- worker entry point

@@ -202,6 +202,10 @@ class BlockReader:
         """Blocks in this split (all ranks together)."""
         return int(self._starts[-1])
 
+    def shards(self) -> list[np.ndarray]:
+        """The split's shards as (rows, n_ctx+1) arrays in stored order: memory maps, no copy."""
+        return list(self._blocks)
+
     def __getitem__(self, index: int):
         """Block `index` in stored order, as a LongTensor (n_ctx + 1,)."""
         if not 0 <= index < len(self):
