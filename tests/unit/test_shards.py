@@ -95,7 +95,7 @@ def test_blocks_reconstruct_the_token_stream_per_split(tmp_path, corpus_dir, doc
     assert manifest["n_ctx"] == n_ctx and manifest["dtype"] == "uint16"
     assert manifest["vocab_size"] == tokenizer.vocab_size and manifest["tokenizer_sha256"] == tokenizer.sha256
     assert manifest["corpus_sha256"] == sha256_tree(corpus_dir, "*/part-*.parquet")
-    assert manifest["config"] == {"n_ctx": n_ctx, "shard_rows": shard_rows}
+    assert manifest["config"] == {"n_ctx": n_ctx, "shard_rows": shard_rows, "align_documents": False}
     assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
     assert not (tmp_path / ".work").exists()
 
@@ -206,7 +206,7 @@ def test_cli_tokenize_writes_shards_and_reports_bad_input(tmp_path, corpus_dir, 
 # below) when every document is encoded whole: splitting long documents must not change a byte. Tokenizer
 # training and the Arrow/Parquet bytes are deterministic under the pinned versions.
 GOLDEN_CORPUS_SHA256 = "8dc2182a41fc6cc9950f8aaea59468525142fcd85b043749fafadc21859fa945"
-GOLDEN_OUTPUT_SHA256 = "4cb08bdd041920456821b187d24637dd70f1964f7b73f0101de9662e99a6905f"
+GOLDEN_OUTPUT_SHA256 = "5ebd10921a6e9b69c9fad5a8e748d19c6eb8d9b72b3fc3bbc07631ff118c2ed0"
 
 
 @pytest.mark.parametrize("encode_chars", [ENCODE_CHARS, 50])

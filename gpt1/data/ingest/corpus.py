@@ -5,7 +5,9 @@
       val/part-00000.parquet ...
       stats.json                     documents, characters, duplicates, rejects by reason (with examples)
 
-Documents are whole books/records, never split across train and val.
+Documents are whole records (a book, a row) or, with `max_doc_chars`, pieces of one; a record's documents are never
+split across train and val. A document's `source` tells where it came from: the tasks' train rows
+(`ingest.task_text`) are named `task:<task>:<row id>`, everything else is the corpus source's (`origin_of`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,14 @@ from gpt1.io import parquet_file
 SPLITS = ("train", "val")
 SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("text", pa.large_string())])
 STATS_FILE = "stats.json"
+
+CORPUS, TASK_TEXT_ORIGIN = "corpus", "task_text"  # where a document came from: the source, or a task's train rows
+ORIGINS = (CORPUS, TASK_TEXT_ORIGIN)
+TASK_SOURCE_PREFIX = "task:"
+
+
+def origin_of(source: str) -> str:
+    return TASK_TEXT_ORIGIN if source.startswith(TASK_SOURCE_PREFIX) else CORPUS
 
 
 def split_files(corpus_dir: str | Path, split: str) -> list[Path]:

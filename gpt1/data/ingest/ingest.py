@@ -35,15 +35,18 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from gpt1.data.ingest.clean import clean
-from gpt1.data.ingest.corpus import SCHEMA, STATS_FILE
-from gpt1.data.ingest.sources import BOOKCORPUS_ROWS_PER_DOC, FileSource, HFSource, Report, open_source
+from gpt1.data.ingest.corpus import CORPUS, ORIGINS, SCHEMA, STATS_FILE, TASK_TEXT_ORIGIN
+from gpt1.data.ingest.documents import cut_documents
+from gpt1.data.ingest.leaks import MIN_WORDS
+from gpt1.data.ingest.sources import BOOKCORPUS_ROWS_PER_DOC, MAX_EXAMPLES, FileSource, HFSource, Report, open_source
+from gpt1.data.ingest.task_text import held_out_index, train_records as task_records
 from gpt1.io import InputError, OutputError, atomic_path, check_writable, write_json
 
 __all__ = ["BOOKCORPUS_ROWS_PER_DOC", "FileSource", "HFSource", "ingest", "open_source", "summary"]
@@ -143,11 +146,15 @@ def _writing(path: Path) -> Iterator[None]:
 
 
 class TrainValSplit:
-    """Routes documents to train or val by hash(seed, id), holding back the lowest-hash train document so that
-    val can receive it at the end if it would otherwise stay empty (see the module docstring)."""
+    """Routes records to train or val by hash(seed, id), holding back the lowest-hash train record so that val can
+    receive it at the end if it would otherwise stay empty (see the module docstring). A record is routed whole
+    and then cut into documents of at most `max_doc_chars` (documents.py): a book's documents never straddle the
+    split."""
 
-    def __init__(self, train: SplitWriter, val: SplitWriter, val_fraction: float, seed: int):
+    def __init__(self, train: SplitWriter, val: SplitWriter, val_fraction: float, seed: int,
+                 max_doc_chars: int | None = None):
         self.train, self.val, self.val_fraction, self.seed = train, val, val_fraction, seed
+        self.max_doc_chars = max_doc_chars
         self.held: tuple[float, Document] | None = None
 
     def score(self, doc_id: str) -> float:
@@ -157,43 +164,55 @@ class TrainValSplit:
     def add(self, doc: Document) -> None:
         score = self.score(doc.id)
         if score < self.val_fraction:
-            self.val.add(doc)
+            self._write(self.val, doc)
         elif self.val_fraction == 0 or (self.held is not None and score >= self.held[0]):
-            self.train.add(doc)
+            self._write(self.train, doc)
         else:
             if self.held is not None:
-                self.train.add(self.held[1])
+                self._write(self.train, self.held[1])
             self.held = (score, doc)
 
     def finish(self) -> bool:
-        """Write the held-back document; True if it went to val as the floor."""
+        """Write the held-back record; True if it went to val as the floor."""
         if self.held is None:
             return False
         floor = self.val.documents == 0 and self.train.documents > 0
-        (self.val if floor else self.train).add(self.held[1])
+        self._write(self.val if floor else self.train, self.held[1])
         return floor
+
+    def _write(self, split: SplitWriter, doc: Document) -> None:
+        if self.max_doc_chars is None or len(doc.text) <= self.max_doc_chars:
+            split.add(doc)
+            return
+        for piece in cut_documents(doc.text, self.max_doc_chars):
+            split.add(Document(hashlib.sha256(piece.encode()).hexdigest(), doc.source, piece))
 
 
 # -- the build ------------------------------------------------------------------------------------------------
 def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
            split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
            rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True, max_documents: int | None = None,
-           max_chars: int | None = None) -> dict:
+           max_chars: int | None = None, max_doc_chars: int | None = None,
+           task_text: Sequence[tuple[str, str]] = (), leak_check: Sequence[tuple[str, str]] = ()) -> dict:
     """Clean, deduplicate and split `source` into the corpus layout in `out_dir` (created; it must be empty);
     returns the stats, also written as stats.json.
 
     `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
     for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
-    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset, see `_build`. Whether to run, and replacing an
-    earlier corpus without ever showing half of one, are the stage's (gpt1.data.ingest.stage): this writes what it is
-    given to write.
+    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset of the source, see `_build`. `max_doc_chars`:
+    records cut into documents of at most this many characters at paragraph boundaries, after the train/val split.
+    `task_text`: (task, where its files are) pairs whose train rows are added as documents (task_text.py);
+    `leak_check`: (task, where) pairs whose held-out sentences are removed from everything (leaks.py). Whether to
+    run, and replacing an earlier corpus without ever showing half of one, are the stage's
+    (gpt1.data.ingest.stage): this writes what it is given to write.
     """
     if not 0 <= val_fraction < 1:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
         raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
-    if (max_documents is not None and max_documents < 1) or (max_chars is not None and max_chars < 1):
-        raise ValueError(f"max_documents and max_chars must be >= 1 when given, got {max_documents}, {max_chars}")
+    if any(limit is not None and limit < 1 for limit in (max_documents, max_chars, max_doc_chars)):
+        raise ValueError(f"max_documents, max_chars and max_doc_chars must be >= 1 when given, got {max_documents}, "
+                         f"{max_chars}, {max_doc_chars}")
     out = Path(out_dir)
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"{out} is not empty: a corpus is built into an empty folder")
@@ -202,58 +221,98 @@ def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text"
     settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
                 "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
                 "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "max_documents": max_documents,
-                "max_chars": max_chars, "format": FORMAT_VERSION}
+                "max_chars": max_chars, "max_doc_chars": max_doc_chars, "task_text": [t for t, _ in task_text],
+                "leak_check": [t for t, _ in leak_check], "format": FORMAT_VERSION}
     src.check(text_column)
-    stats = _build(src, out, settings, show_progress)
+    leaks = LeakCheck(leak_check)
+    stats = _build(src, out, settings, show_progress, list(task_text), leaks)
     stats.update(source=source, source_hash=src.fingerprint())
     with _writing(out):
         write_json(out / STATS_FILE, stats)
     return stats
 
 
-def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool) -> dict:
-    """Stream the source's records through cleaning, dedup and the split into `build`.
+class LeakCheck:
+    """The leak check of one build: the held-out sentences of the run's tasks, and what was removed per origin."""
 
-    Subset: with max_documents / max_chars, documents are kept in source order (after cleaning and dedup) until
-    the next one would pass either limit, and the source is read no further (a hub dataset streams only that far).
-    The subset is a prefix of what the full run would keep, so a larger limit only adds documents; the train/val
-    assignment of a document does not depend on the limits.
+    def __init__(self, sources: Sequence[tuple[str, str]]):
+        self.splits: dict[str, dict] = {}
+        self.index = held_out_index(sources, self.splits) if sources else None
+        self.removed = {origin: 0 for origin in ORIGINS}
+        self.examples: list[str] = []
+
+    def remove(self, text: str, origin: str, where: str) -> str:
+        if self.index is None:
+            return text
+        text, removed = self.index.remove(text)
+        if removed:
+            self.removed[origin] += removed
+            if len(self.examples) < MAX_EXAMPLES:
+                self.examples.append(where)
+        return text
+
+    def as_dict(self) -> dict | None:
+        if self.index is None:
+            return None
+        return {"min_words": MIN_WORDS, "held_out": self.splits, "sentences_indexed": len(self.index),
+                "sentences_removed": self.removed, "examples": self.examples}
+
+
+def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool,
+           task_text: list[tuple[str, str]], leaks: LeakCheck) -> dict:
+    """Stream the source's records, then the tasks' train rows, through cleaning, the leak check, dedup and the
+    split into `build`.
+
+    Subset: with max_documents / max_chars, the source's documents are kept in source order (after cleaning and
+    dedup) until the next one would pass either limit, and the source is read no further (a hub dataset streams
+    only that far). The subset is a prefix of what the full run would keep, so a larger limit only adds
+    documents; the train/val assignment of a document does not depend on the limits. Task text is never cut.
     """
     report, seen, started = Report(), set(), time.time()
     max_docs, max_chars = settings["max_documents"], settings["max_chars"]
-    kept_chars, limit_reached = 0, False
+    kept = {origin: {"records": 0, "characters": 0} for origin in ORIGINS}
+    limit_reached = False
     records = src.records(settings["text_column"], settings["rows_per_doc"], report)
     with contextlib.closing(records), \
             SplitWriter(build / "train", settings["rows_per_part"]) as train, \
             SplitWriter(build / "val", settings["rows_per_part"]) as val:
-        split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"])
-        for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
+        split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"], settings["max_doc_chars"])
+
+        def admit(record, origin: str) -> bool:
+            """Clean, check and route one record; False when it would pass a subset limit (it is not kept)."""
             report.records += 1
             unwrap = settings["unwrap_lines"] and not record.grouped_rows
             text, removed, unwrapped = clean(record.text, unwrap_lines=unwrap)
             report.boilerplate.update(header=removed.header, footer=removed.footer, notes=removed.notes,
                                       characters=removed.chars)
             report.unwrapped.update(asdict(unwrapped))
+            text = leaks.remove(text, origin, record.source)
             if len(text) < max(1, settings["min_doc_chars"]):
                 reason = "empty" if not text else "too_short"
                 report.reject(reason, record.source, f"{len(text)} characters after cleaning")
-                continue
+                return True
             doc_id = hashlib.sha256(text.encode()).hexdigest()
             if doc_id in seen:
                 report.duplicates.add(record.source)
-                continue
-            if max_chars is not None and kept_chars + len(text) > max_chars:
+                return True
+            if origin == CORPUS and max_chars is not None and kept[CORPUS]["characters"] + len(text) > max_chars:
                 if not seen:
                     raise InputError(f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
                                      f"has {len(text):,} characters", file=src.spec)
-                limit_reached = True
-                break
+                return False
             seen.add(doc_id)
-            kept_chars += len(text)
+            kept[origin]["records"] += 1
+            kept[origin]["characters"] += len(text)
             split.add(Document(doc_id, record.source, text))
-            if max_docs is not None and len(seen) == max_docs:
+            return not (origin == CORPUS and max_docs is not None and kept[CORPUS]["records"] == max_docs)
+
+        for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
+            if not admit(record, CORPUS):
                 limit_reached = True
                 break
+        for task, where in task_text:
+            for record in task_records(task, where, report):
+                admit(record, TASK_TEXT_ORIGIN)
         report.check_malformed()
         floor = split.finish()
     # A hub stream cut at a limit leaves pyarrow's batch iterator half read; collected at interpreter exit it aborts
@@ -278,6 +337,8 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
         "content_hash": hashlib.sha256(train.ids.digest() + val.ids.digest()).hexdigest(),
         "val_floor_applied": floor,
         "subset": {"max_documents": max_docs, "max_chars": max_chars, "limit_reached": limit_reached},
+        "origins": kept,
+        "leak_check": leaks.as_dict(),
         **report.as_dict(),
         "seconds": round(seconds, 3),
     }

@@ -33,31 +33,49 @@ def source_key(spec: str) -> str:
 
 
 @dataclass(frozen=True)
+class TaskFiles:
+    """One task's files as the ingest reads them: its train text (`ingest.task_text`), its held-out splits (the
+    leak check)."""
+
+    task: str
+    where: str  # a folder, a file or hf:<id>, as `gpt1.tasks.load` takes it
+    key: str  # their content key
+
+
+@dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "ingest"
     source: str
     source_key: str
     cfg: IngestConfig
+    tasks: tuple[TaskFiles, ...] = ()  # the run's tasks: read when task_text or leak_check is on
     progress: bool | None = field(default=None, compare=False)  # None: a bar when stderr is a terminal
 
     def identity(self) -> dict:
         d = self.cfg
-        return {"source": self.source_key, "format": ingest.FORMAT_VERSION, "text_column": d.text_column,
-                "val_fraction": d.val_fraction, "split_seed": d.split_seed, "min_doc_chars": d.min_doc_chars,
-                "rows_per_doc": d.rows_per_doc, "unwrap_lines": d.unwrap_lines, "max_documents": d.max_documents,
-                "max_chars": d.max_chars}
+        identity = {"source": self.source_key, "format": ingest.FORMAT_VERSION, "text_column": d.text_column,
+                    "val_fraction": d.val_fraction, "split_seed": d.split_seed, "min_doc_chars": d.min_doc_chars,
+                    "rows_per_doc": d.rows_per_doc, "unwrap_lines": d.unwrap_lines,
+                    "max_documents": d.max_documents, "max_chars": d.max_chars}
+        # Only when used, so that a corpus built without them keeps its key.
+        if d.max_doc_chars is not None:
+            identity["max_doc_chars"] = d.max_doc_chars
+        if d.task_text or d.leak_check:
+            identity.update(task_text=d.task_text, leak_check=d.leak_check,
+                            tasks=[(t.task, t.key) for t in self.tasks])
+        return identity
 
     def input_paths(self) -> dict[str, str]:
-        return {"source": self.source}
+        return {"source": self.source, **{f"tasks.{t.task}": t.where for t in self.tasks
+                                          if not t.where.startswith("hf:")}}
 
     def lineage_inputs(self) -> dict[str, tuple[str, Any]]:
-        """The source as an `mlflow.data` source: hub id, split and revision for hub data, else its path."""
-        source = self.source
-        if source.startswith("hf:"):
-            hub = ingest.HFSource(source)
-            source = (str(hub.folder.resolve()) if hub.local else
-                      hub_dataset_source(hub.id, split=hub.split, revision=hub.revision))
-        return {"source": (self.source_key, source)}
+        """The source as an `mlflow.data` source: hub id, split and revision for hub data, else its path; and the
+        train files of each task whose text is mixed in (`task_text.<task>`)."""
+        inputs = {"source": (self.source_key, _dataset_source(self.source))}
+        if self.cfg.task_text:
+            inputs |= {f"task_text.{t.task}": (t.key, _dataset_source(t.where)) for t in self.tasks}
+        return inputs
 
     def check(self, out: Path) -> None:
         source = Path(self.source)
@@ -67,21 +85,34 @@ class Job(StageJob):
 
     def build(self, out: Path) -> dict:
         d = self.cfg
+        files = [(t.task, t.where) for t in self.tasks]
         stats = ingest.ingest(self.source, out, text_column=d.text_column, val_fraction=d.val_fraction,
                               split_seed=d.split_seed, min_doc_chars=d.min_doc_chars, rows_per_doc=d.rows_per_doc,
                               unwrap_lines=d.unwrap_lines, max_documents=d.max_documents, max_chars=d.max_chars,
+                              max_doc_chars=d.max_doc_chars, task_text=files if d.task_text else (),
+                              leak_check=files if d.leak_check else (),
                               show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
         return {"stats": stats}
 
 
+def _dataset_source(where: str) -> Any:
+    if not where.startswith("hf:"):
+        return where
+    hub = ingest.HFSource(where)
+    return str(hub.folder.resolve()) if hub.local else hub_dataset_source(hub.id, split=hub.split,
+                                                                          revision=hub.revision)
+
+
 def plan(p) -> list[Step]:
-    """The configured source, or the sample books (`ingest.source: sample`)."""
+    """The configured source, or the sample books (`ingest.source: sample`), with the files of the run's tasks
+    when their text is mixed in or checked against."""
     d = p.cfg.ingest
+    tasks = tuple(TaskFiles(task, *p.task_data(task)) for task in p.tasks) if d.task_text or d.leak_check else ()
     if d.source == "sample":
         books = p.ref("sample-data").inside("books")
-        job = Job(str(books.path), books.key, d)
+        job = Job(str(books.path), books.key, d, tasks)
     else:
-        job = Job(d.source, source_key(d.source), d)
+        job = Job(d.source, source_key(d.source), d, tasks)
     return [Step(job.stage, job, p.folder(job))]
 
 

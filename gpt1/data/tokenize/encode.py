@@ -60,13 +60,15 @@ def document_pieces(text: str, max_chars: int) -> Iterator[tuple[str, bool]]:
 
 class StreamEncoder:
     """Documents -> one token stream (boundary id before each non-empty document), `encode_chars` characters per
-    encode_batch call; `counts` tallies documents, empty documents and tokens."""
+    encode_batch call; `counts` tallies documents, empty documents and tokens, and `lengths` holds (document
+    number, its tokens with its boundary) of each non-empty document, in stream order."""
 
     def __init__(self, tokenizer, dtype: np.dtype, encode_chars: int = ENCODE_CHARS):
         self.tokenizer, self.dtype, self.encode_chars = tokenizer, dtype, encode_chars
         self.boundary = [tokenizer.boundary_id]
         self.line_break, self.markup = _piece_ids(tokenizer) or (None, None)
         self.counts = {"documents": 0, "empty_documents": 0, "tokens": 0}
+        self.lengths: list[list[int]] = []
         self._open = -1  # number of the document whose tokens the stream is in (-1: none yet)
 
     def encode(self, texts: Iterable[str]) -> Iterator[np.ndarray]:
@@ -101,8 +103,10 @@ class StreamEncoder:
                 self._open = number
                 self.counts["empty_documents"] -= 1
                 parts += [self.boundary, ids]
+                self.lengths.append([number, len(self.boundary) + len(ids)])
             else:
                 parts += [self.line_break, ids]
+                self.lengths[-1][1] += len(self.line_break) + len(ids)
         stream, pos = np.empty(sum(map(len, parts)), self.dtype), 0
         for ids in parts:
             stream[pos:pos + len(ids)] = ids

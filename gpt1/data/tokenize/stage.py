@@ -28,25 +28,30 @@ class Job(StageJob):
     tokenizer: Ref
     n_ctx: int
     shard_rows: int
+    align_documents: bool = False
     workers: int = field(default=1, compare=False)  # speed only, never the bytes
     progress: bool | None = field(default=None, compare=False)  # None: a bar when stderr is a terminal
 
     def identity(self) -> dict:
-        return {"corpus": self.corpus.key, "tokenizer": self.tokenizer.key, "n_ctx": self.n_ctx,
-                "shard_rows": self.shard_rows}
+        identity = {"corpus": self.corpus.key, "tokenizer": self.tokenizer.key, "n_ctx": self.n_ctx,
+                    "shard_rows": self.shard_rows}
+        if self.align_documents:  # only when on: shards packed as a plain stream keep their key
+            identity["align_documents"] = True
+        return identity
 
     def build(self, out: Path) -> dict:
         manifest = tokenize_corpus(self.corpus.path, self.tokenizer.path, out, n_ctx=self.n_ctx,
                                    shard_rows=self.shard_rows, workers=self.workers,
+                                   align_documents=self.align_documents,
                                    show_progress=sys.stderr.isatty() if self.progress is None else self.progress)
         return {"tokens": {split: entry.get("tokens") for split, entry in manifest["splits"].items()},
-                "vocab_size": manifest["vocab_size"]}
+                "vocab_size": manifest["vocab_size"], "composition": manifest["composition"]}
 
 
 def plan(p) -> list[Step]:
     t = p.cfg.tokenize
     job = Job(p.ref("ingest"), p.ref("train-tokenizer"), n_ctx=p.cfg.model.n_ctx, shard_rows=t.shard_rows,
-              workers=t.workers)
+              align_documents=t.align_documents, workers=t.workers)
     return [Step(job.stage, job, p.folder(job))]
 
 
@@ -61,6 +66,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard-rows", type=positive_int, help="blocks per shard (default: preset tokenize.shard_rows)")
     parser.add_argument("--workers", type=positive_int,
                         help="tokenizer processes; changes speed, never the output bytes (default: tokenize.workers)")
+    parser.add_argument("--align-documents", action=argparse.BooleanOptionalAction, default=None,
+                        help="start each document of at least a block at a block's first position (default: "
+                             "tokenize.align_documents)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
     add_output_args(parser)
 
@@ -68,12 +76,17 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     cfg = load_config(args.preset)
     job = Job(Ref.to(args.corpus), Ref.to(args.tokenizer), n_ctx=args.ctx or cfg.model.n_ctx,
-              shard_rows=args.shard_rows or cfg.tokenize.shard_rows, workers=args.workers or cfg.tokenize.workers,
-              progress=False if args.no_progress else None)
+              shard_rows=args.shard_rows or cfg.tokenize.shard_rows,
+              align_documents=cfg.tokenize.align_documents if args.align_documents is None else args.align_documents,
+              workers=args.workers or cfg.tokenize.workers, progress=False if args.no_progress else None)
     result = run_from_args(job, args)
     manifest = load_manifest(result.path)
     totals = manifest["totals"]
     per_split = ", ".join(f"{split}: {entry['rows']:,}" for split, entry in manifest["splits"].items())
     print(f"{result.path}: {totals['rows']:,} blocks of {manifest['block_tokens']} tokens in {totals['shards']} "
           f"shards ({per_split}); dropped tail tokens {totals['dropped_tail_tokens']:,}")
+    mix = manifest["composition"]
+    origins = ", ".join(f"{origin} {n:,}" for origin, n in mix["train_tokens"].items())
+    print(f"train tokens by origin: {origins}; {mix['blocks_starting_a_document']:.0%} of train blocks start with "
+          f"the document boundary")
     return 0

@@ -6,6 +6,17 @@ targets), so a block may span a document boundary but never the train/val split;
 is dropped and counted (`dropped_tail_tokens`). Documents that encode to no tokens get no boundary either and are
 counted (`empty_documents`). A run whose train split makes no complete block is an error (nothing is written).
 
+Aligned documents (`align_documents`). Fine-tuning puts `_start_` at position 0, which a plain stream puts there
+only by chance. Aligned, a block starts at a document's `_start_` wherever it can: documents are laid into blocks
+in order, whole while they fit; a document that does not fit in what is left of a block closes that block with its
+last tokens and starts the next block with its beginning (a longer one fills whole blocks from there). Every block
+then starts with `_start_` but the continuation blocks of documents longer than a block, and only a document's
+last tokens (those closing the block before) are read after another document instead of after its own start, as
+every block boundary of a plain stream is. Each partition's last partial block goes to the end of the split's
+stream, so partitions stay independent. No token is dropped for it, and the share of blocks that start with
+`_start_` is in the manifest (`blocks_starting_a_document`). The tokens of each origin (the corpus source, the
+tasks' train text: gpt1.data.ingest.corpus) are counted too.
+
 How the work is cut (and why the bytes never depend on --workers). `plan_partitions` splits every split's
 documents into partitions: contiguous row ranges of one Parquet part holding about `partition_bytes` of text,
 decided from the text lengths alone. `tokenize_partition` encodes one partition into a raw token file plus a
@@ -52,7 +63,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm import tqdm
 
-from gpt1.data.ingest.corpus import SPLITS, split_files
+from gpt1.data.ingest.corpus import ORIGINS, SPLITS, STATS_FILE, origin_of, split_files
 from gpt1.data.tokenize.encode import ENCODE_CHARS, StreamEncoder
 from gpt1.data.tokenize.layout import FORMAT, MANIFEST, shard_name, shard_schema, token_dtype
 from gpt1.io import (InputError, OutputError, atomic_path, check_writable, parquet_file, read_json, sha256_file,
@@ -152,12 +163,16 @@ class Plan:
     partition_bytes: int
     partitions: list[Partition]
     encode_chars: int = ENCODE_CHARS  # memory, not bytes: not part of the key
+    align_documents: bool = False
 
     @property
     def key(self) -> str:
         """Hash of what determines the output bytes (not the partitioning, not the worker count)."""
-        return stable_hash({"format": FORMAT, "n_ctx": self.n_ctx, "shard_rows": self.shard_rows,
-                            "tokenizer": self.tokenizer_sha256, "corpus": self.corpus_sha256})
+        settings = {"format": FORMAT, "n_ctx": self.n_ctx, "shard_rows": self.shard_rows,
+                    "tokenizer": self.tokenizer_sha256, "corpus": self.corpus_sha256}
+        if self.align_documents:  # only when on: shards packed as a plain stream keep their key
+            settings["align_documents"] = True
+        return stable_hash(settings)
 
     @property
     def work(self) -> Path:
@@ -203,7 +218,8 @@ def _load_tokenizer(tokenizer):
 
 
 def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path, *, n_ctx: int, shard_rows: int,
-                         partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> Plan:
+                         partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS,
+                         align_documents: bool = False) -> Plan:
     """Validate inputs and OUT, plan the partitions (or reuse the unfinished run's plan) and save the plan.
 
     When OUT already holds the finished output of these inputs (its manifest.json), the plan has no partitions.
@@ -219,7 +235,7 @@ def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path,
         split_files(corpus_dir, split)  # a clear error if this is not an ingested corpus
     plan = Plan(str(corpus_dir), str(out_dir), n_ctx, shard_rows, tokenizer.vocab_size, tokenizer.boundary_id,
                 token_dtype(tokenizer.vocab_size).name, tokenizer.sha256,
-                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [], encode_chars)
+                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [], encode_chars, align_documents)
 
     manifest = _read_manifest_if_any(out_dir)
     plan_path = plan.work / "plan.json"
@@ -228,7 +244,7 @@ def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path,
     for what, key in existing.items():
         if key is not None and key != plan.key:
             raise ValueError(f"{out_dir} already holds a {what} of different inputs or settings (corpus, tokenizer, "
-                             f"n_ctx or shard_rows changed); use another --out or delete it")
+                             f"n_ctx, shard_rows or align_documents changed); use another --out or delete it")
     if manifest is None and previous is None and any(any((out_dir / s).glob("shard-*.arrow")) for s in SPLITS):
         raise ValueError(f"{out_dir} holds shards but no manifest.json or plan; use another --out or delete it")
 
@@ -264,7 +280,8 @@ def _remove_temporaries(out_dir: Path) -> None:
 
 
 def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
-    """Encode one partition to OUT/.work/NAME.tokens (raw ids, boundary before each document) + NAME.json counts.
+    """Encode one partition to OUT/.work/NAME.tokens (raw ids, boundary before each document; aligned: in block
+    order, the complete blocks first) + NAME.json counts.
 
     Pure function of (plan, partition, tokenizer): safe to run on any machine that sees the corpus and OUT at the
     planned paths, any number of times (the last finished run wins; all write the same bytes).
@@ -273,17 +290,48 @@ def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
     if tokenizer.sha256 != plan.tokenizer_sha256:
         raise ValueError(f"tokenizer sha256 {tokenizer.sha256[:12]} is not the planned {plan.tokenizer_sha256[:12]}")
     encoder = StreamEncoder(tokenizer, np.dtype(plan.dtype), plan.encode_chars)
+    path = Path(plan.corpus_dir) / part.file
+    counts: dict = {}
     with atomic_path(plan.tokens_path(part)) as tmp, open(tmp, "wb") as out:
-        for stream in encoder.encode(_partition_texts(Path(plan.corpus_dir) / part.file, part.start, part.stop)):
-            out.write(stream.tobytes())
-            del stream
-            _release_freed_memory()
-    write_json(plan.sidecar_path(part), encoder.counts)
-    return encoder.counts
+        streams = encoder.encode(_partition_column(path, part.start, part.stop, "text"))
+        if plan.align_documents:  # the partition's stream at once: its documents are laid into blocks
+            stream = np.concatenate([np.zeros(0, plan.dtype), *streams])
+            block = plan.n_ctx + 1
+            out.write(stream[_block_order([n for _, n in encoder.lengths], block)].tobytes())
+            counts["aligned_tokens"] = len(stream) // block * block
+        else:
+            for stream in streams:
+                out.write(stream.tobytes())
+                del stream
+                _release_freed_memory()
+    sources = list(_partition_column(path, part.start, part.stop, "source"))
+    origins = {origin: 0 for origin in ORIGINS}
+    for number, tokens in encoder.lengths:
+        origins[origin_of(sources[number])] += tokens
+    counts = {**encoder.counts, **counts, "origin_tokens": origins}
+    write_json(plan.sidecar_path(part), counts)
+    return counts
 
 
-def _partition_texts(path: Path, start: int, stop: int) -> Iterator[str]:
-    """Texts of rows [start, stop) of one Parquet part, in order, reading only the row groups that hold them."""
+def _block_order(lengths: list[int], block: int) -> np.ndarray:
+    """The stream positions of documents of these lengths (in tokens, one after another) in aligned block order
+    (see the module docstring): a block starts with a document's first token wherever it can."""
+    ranges, gap, start = [], block, 0  # gap: tokens left in the block being filled
+    for length in lengths:
+        end = start + length
+        if length > gap and gap < block:  # it does not fit: its last tokens close this block
+            ranges.append((end - gap, end))
+            end -= gap
+            gap = block
+        ranges.append((start, end))
+        gap = (gap - (end - start)) % block or block
+        start += length
+    return np.concatenate([np.arange(0, 0)] + [np.arange(a, b) for a, b in ranges])
+
+
+def _partition_column(path: Path, start: int, stop: int, column: str) -> Iterator[str]:
+    """One column of rows [start, stop) of one Parquet part, in order, reading only the row groups that hold
+    them."""
     parquet = parquet_file(path)
     groups, first_row, row = [], None, 0
     for i in range(parquet.num_row_groups):
@@ -293,7 +341,7 @@ def _partition_texts(path: Path, start: int, stop: int) -> Iterator[str]:
             first_row = row if first_row is None else first_row
         row += rows
     row = first_row or 0
-    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=["text"], use_threads=False):
+    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=[column], use_threads=False):
         lo, hi = max(start - row, 0), min(stop - row, len(record_batch))
         row += len(record_batch)
         if lo < hi:
@@ -306,30 +354,51 @@ def _partition_texts(path: Path, start: int, stop: int) -> Iterator[str]:
 
 
 class ShardPacker:
-    """Cuts one split's stream (partition files in plan order) into shards as soon as their tokens are known."""
+    """Cuts one split's stream into shards as soon as their tokens are known. The stream is the partition files
+    in plan order; aligned, each file's whole-block part in plan order, then each file's rest."""
 
     def __init__(self, plan: Plan, split: str):
         self.plan, self.split = plan, split
         self.block = plan.n_ctx + 1
         self.shard_tokens = plan.shard_rows * self.block
         self.schema = shard_schema(plan.n_ctx, np.dtype(plan.dtype))
-        self.parts: list[tuple[Path, int, int]] = []  # (token file, first stream token, tokens)
+        self.segments: list[tuple[Path, int, int, int]] = []  # (token file, its first token, first stream token, size)
+        self.rests: list[tuple[Path, int, int]] = []  # aligned: (token file, first token, size) of each file's rest
         self.stream_tokens = 0
         self.documents = self.empty_documents = 0
+        self.origin_tokens = {origin: 0 for origin in ORIGINS}
         self.next_shard = 0
         self.written = self.kept = 0
+        self.starting_blocks = 0  # blocks whose first token is the document boundary
 
     def add(self, part: Partition, counts: dict) -> None:
         """Append the next partition (in plan order) and write every shard it completes."""
-        self.parts.append((self.plan.tokens_path(part), self.stream_tokens, counts["tokens"]))
-        self.stream_tokens += counts["tokens"]
+        path, tokens = self.plan.tokens_path(part), counts["tokens"]
+        aligned = counts.get("aligned_tokens", tokens)
+        self._append(path, 0, aligned)
+        if aligned < tokens:
+            self.rests.append((path, aligned, tokens - aligned))
         self.documents += counts["documents"]
         self.empty_documents += counts["empty_documents"]
+        for origin, n in counts.get("origin_tokens", {}).items():
+            self.origin_tokens[origin] += n
+        self._write_complete()
+
+    def _append(self, path: Path, offset: int, size: int) -> None:
+        if size:
+            self.segments.append((path, offset, self.stream_tokens, size))
+            self.stream_tokens += size
+
+    def _write_complete(self) -> None:
         while (self.next_shard + 1) * self.shard_tokens <= self.stream_tokens:
             self._write(self.next_shard, self.plan.shard_rows)
 
     def close(self) -> dict:
-        """Write the last (partial) shard and return this split's manifest entry."""
+        """Write the last shards (the documents' rests, aligned; the last partial shard) and return this split's
+        manifest entry."""
+        for path, offset, size in self.rests:
+            self._append(path, offset, size)
+        self._write_complete()
         rows = self.stream_tokens // self.block
         while self.next_shard * self.plan.shard_rows < rows:
             self._write(self.next_shard, min(self.plan.shard_rows, rows - self.next_shard * self.plan.shard_rows))
@@ -341,30 +410,38 @@ class ShardPacker:
                            "bytes": path.stat().st_size, "sha256": sha256_file(path)})
         return {"documents": self.documents, "empty_documents": self.empty_documents,
                 "stream_tokens": self.stream_tokens, "rows": rows, "tokens": rows * self.block,
-                "dropped_tail_tokens": self.stream_tokens - rows * self.block, "shards": shards}
+                "dropped_tail_tokens": self.stream_tokens - rows * self.block, "shards": shards,
+                "origin_tokens": self.origin_tokens, "blocks_starting_a_document": self.starting_blocks}
 
     def _write(self, index: int, rows: int) -> None:
         self.next_shard = index + 1
         path = Path(self.plan.out_dir) / shard_name(self.split, index)
         if path.exists():  # finished by an earlier (killed) run: renamed into place, hence complete
             self.kept += 1
+            with pa.memory_map(str(path)) as source:
+                blocks = pa.ipc.open_file(source).get_batch(0).column(0)
+                self._count_starts(blocks.flatten().to_numpy().reshape(-1, self.block))
             return
         start = index * self.shard_tokens
         tokens = self._read_stream(start, start + rows * self.block)
+        self._count_starts(tokens.reshape(-1, self.block))
         blocks = pa.FixedSizeListArray.from_arrays(pa.array(tokens), self.block)
         with atomic_path(path) as tmp:
             with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, self.schema) as writer:
                 writer.write_batch(pa.record_batch([blocks], schema=self.schema))
         self.written += 1
 
+    def _count_starts(self, blocks: np.ndarray) -> None:
+        self.starting_blocks += int((blocks[:, 0] == self.plan.boundary_id).sum())
+
     def _read_stream(self, start: int, stop: int) -> np.ndarray:
         """Stream tokens [start, stop), read from the partition files straight into one array."""
         tokens = np.empty(stop - start, dtype=self.plan.dtype)
-        for path, first, size in self.parts:
+        for path, offset, first, size in self.segments:
             lo, hi = max(start, first), min(stop, first + size)
             if lo < hi:
                 with open(path, "rb") as fh:
-                    fh.seek((lo - first) * tokens.itemsize)
+                    fh.seek((offset + lo - first) * tokens.itemsize)
                     fh.readinto(memoryview(tokens[lo - start:hi - start]).cast("B"))
         return tokens
 
@@ -387,7 +464,8 @@ def _tokenize_in_worker(args: tuple[Plan, Partition]) -> dict:
 
 def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str | Path, *, n_ctx: int,
                     shard_rows: int, workers: int = 1, show_progress: bool = True,
-                    partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS) -> dict:
+                    partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS,
+                    align_documents: bool = False) -> dict:
     """Tokenize and pack a corpus into OUT (see the module docstring); returns the manifest.
 
     `workers` processes tokenize partitions in parallel; it changes speed, never the output bytes, and neither
@@ -399,7 +477,8 @@ def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str |
         raise ValueError(f"workers must be >= 1, got {workers}")
     tokenizer = _load_tokenizer(tokenizer_dir_or_obj)
     plan = prepare_tokenization(corpus_dir, tokenizer, out_dir, n_ctx=n_ctx, shard_rows=shard_rows,
-                                partition_bytes=partition_bytes, encode_chars=encode_chars)
+                                partition_bytes=partition_bytes, encode_chars=encode_chars,
+                                align_documents=align_documents)
     out_dir = Path(plan.out_dir)
     if (out_dir / MANIFEST).exists():  # checked by prepare_tokenization: these inputs, all shards present
         log.info("%s is up to date (key %s)", out_dir, plan.key)
@@ -516,12 +595,29 @@ def _manifest(plan: Plan, splits: dict[str, dict]) -> dict:
         "boundary_id": plan.boundary_id,
         "tokenizer_sha256": plan.tokenizer_sha256,
         "corpus_sha256": plan.corpus_sha256,
-        "config": {"n_ctx": plan.n_ctx, "shard_rows": plan.shard_rows},
+        "config": {"n_ctx": plan.n_ctx, "shard_rows": plan.shard_rows, "align_documents": plan.align_documents},
         "splits": splits,
-        "totals": {k: sum(s[k] for s in splits.values())
-                   for k in ("documents", "empty_documents", "rows", "tokens", "dropped_tail_tokens")}
+        "totals": {k: sum(s.get(k, 0) for s in splits.values())
+                   for k in ("documents", "empty_documents", "rows", "tokens", "dropped_tail_tokens",
+                             "blocks_starting_a_document")}
                   | {"shards": sum(len(s["shards"]) for s in splits.values())},
+        "composition": composition(plan, splits),
     }
+
+
+def composition(plan: Plan, splits: dict[str, dict]) -> dict:
+    """What pre-training reads, by origin: the train tokens of the corpus source and of the tasks' train text,
+    the share of train blocks that start a document, and what the ingest's leak check removed."""
+    train = splits["train"]
+    stats_path = Path(plan.corpus_dir) / STATS_FILE
+    stats = read_json(stats_path) if plan.corpus_dir and stats_path.is_file() else {}
+    leak = stats.get("leak_check") or None
+    return {"train_tokens": dict(train.get("origin_tokens") or {}),
+            "blocks_starting_a_document": round(train.get("blocks_starting_a_document", 0) / max(train["rows"], 1), 4),
+            "task_text_tasks": (stats.get("settings") or {}).get("task_text", []),
+            "leak_check": None if leak is None else {"sentences_removed": leak["sentences_removed"],
+                                                     "sentences_indexed": leak["sentences_indexed"],
+                                                     "tasks": sorted(leak["held_out"])}}
 
 
 def _shards_complete(out_dir: Path, manifest: dict) -> bool:
