@@ -102,6 +102,15 @@ class IngestConfig(_Section):
     max_chars: int | None = Field(
         None, gt=0, description="subset: whole documents in source order up to this many characters in all"
     )
+    max_doc_chars: int | None = Field(
+        None, gt=0, description="cut each record (a book) into documents of at most this many characters at "
+                                "paragraph boundaries, after the train/val split (None: a record is a document)")
+    task_text: bool = Field(
+        False, description="add the unlabelled text of the train split of every task the run fine-tunes "
+                           "(finetune.tasks, from finetune.data) to the corpus, one document per row")
+    leak_check: bool = Field(
+        False, description="remove from the corpus and the task text every sentence of 8 or more words that is "
+                           "also in a dev or test file of a task the run fine-tunes; counted in stats.json")
 
 
 class TrainTokenizerConfig(_Section):
@@ -118,6 +127,9 @@ class TokenizeConfig(_Section):
 
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
     workers: int = Field(2, gt=0, description="tokenizer processes; changes speed, never the bytes")
+    align_documents: bool = Field(
+        False, description="start every document of at least one block at a block's first position (its "
+                           "`_start_` where fine-tuning has it); the shorter rest of each document packed together")
 
 
 class PretrainConfig(_Section):
@@ -198,6 +210,10 @@ class FinetuneConfig(_Section):
     clf_pdrop: float = Field(0.1, ge=0, lt=1)
     aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")
     transfer_layers: int | None = Field(None, gt=0, description="keep only the first k pre-trained blocks")
+    redraw_specials: bool = Field(
+        True, description="draw the `_delimiter_` and `_classify_` embeddings afresh before fine-tuning pre-trained "
+                          "weights, as the paper's new parameters: pre-training never has them as input, and its "
+                          "softmax only pushes their tied rows down")
     from_scratch: bool = Field(False, description="ablation: random init instead of the pre-trained weights")
     max_train_examples: int | None = Field(None, gt=0)
     max_eval_examples: int | None = Field(None, gt=0)
@@ -209,6 +225,8 @@ class FinetuneConfig(_Section):
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU")
     seed: int = 0
+    seeds: int = Field(1, gt=0, description="fine-tunes of each task and variant, with seeds seed, seed + 1, ...; "
+                                            "the report averages them inside each bootstrap resample")
 
 
 def headline_metric(item: str) -> tuple[str, str]:

@@ -28,6 +28,11 @@ from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
 
 
+# FinetuneConfig fields that are not a fine-tune's settings: which tasks and data a run has, how many seeds it fans
+# out (each fine-tune has its own `seed`): outside every fine-tune's key.
+NOT_FINETUNE_SETTINGS = {"tasks", "data", "task_data", "seeds"}
+
+
 def data_key(data: str) -> str:
     """The content key of a task's data: a hub reference as written (pin @revision), else its files (a path
     with nothing there yet: its name, so a plan can be made; the fine-tune itself then names what is missing)."""
@@ -55,7 +60,8 @@ class Job(StageJob):
 
     def identity(self) -> dict:
         return {"start": self.checkpoint.key, "tokenizer": self.tokenizer.key if self.tokenizer else None,
-                "finetune": self.cfg.finetune.model_dump(exclude={"tasks", "data"}), "task": self.task,
+                "finetune": self.cfg.finetune.model_dump(exclude=NOT_FINETUNE_SETTINGS - {"task_data"}),
+                "task": self.task,
                 "data": self.data_key}
 
     def input_paths(self) -> dict[str, str]:

@@ -179,9 +179,10 @@ def headline_split(spec: TaskSpec, held_out: dict[str, Split]) -> str:
 
 
 # -- model ----------------------------------------------------------------------------------------------------
-def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: int, cfg: FinetuneConfig
-                ) -> GPT1ForTask:
-    """The pre-trained transformer (or, ablating pre-training, a random one of the same shape) plus the task head.
+def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: int, cfg: FinetuneConfig,
+                new_tokens: list[int] = ()) -> GPT1ForTask:
+    """The pre-trained transformer (or, ablating pre-training, a random one of the same shape) plus the task head;
+    with `finetune.redraw_specials`, the embeddings of `new_tokens` drawn afresh.
 
     Seed the global RNG first: the head, any new embedding rows and a from-scratch model are drawn from it."""
     checkpoint_dir = Path(checkpoint_dir)
@@ -191,6 +192,8 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
     else:
         base = GPT1.from_pretrained(checkpoint_dir, transfer_layers=cfg.transfer_layers, vocab_size=vocab)
+        if cfg.redraw_specials:
+            base.redraw_token_embeddings(list(new_tokens))
     return GPT1ForTask(base, spec.head, n_outputs(spec), cfg.clf_pdrop)
 
 
@@ -250,13 +253,15 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
 
 
 def pretraining_of(checkpoint_dir: Path) -> dict | None:
-    """The pre-training the starting weights had (`steps`, `tokens_seen`, `weights_sha256`), from the training.json
-    gpt1 pretrain writes beside them; None for a random init or weights from elsewhere (an import)."""
+    """The pre-training the starting weights had (`steps`, `tokens_seen`, `weights_sha256`; for a final model also
+    the corpus it read, `corpus`, and its validation loss beside n-gram baselines, `language_model`), from the
+    training.json gpt1 pretrain writes beside them; None for a random init or weights from elsewhere (an import)."""
     path = checkpoint_dir / TRAINING_NAME
     if not path.is_file():
         return None
     summary = read_json(path)
-    return {key: summary.get(key) for key in ("steps", "tokens_seen", "weights_sha256")}
+    found = {key: summary.get(key) for key in ("steps", "tokens_seen", "weights_sha256")}
+    return found | {key: summary[key] for key in ("corpus", "language_model") if summary.get(key)}
 
 
 def ablation_name(cfg: FinetuneConfig) -> str:
@@ -452,7 +457,8 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     headline = headline_split(spec, held_out)
 
     torch.manual_seed(cfg.seed)
-    model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg).to(dev)
+    model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg,
+                        new_tokens=[tokenizer.delimiter_id, tokenizer.classify_id]).to(dev)
     if spec.regression:  # start at the mean score, so the first updates fit the spread rather than the offset
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))
     model_cfg = model.transformer.config

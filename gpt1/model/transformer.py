@@ -239,6 +239,13 @@ class GPT1(nn.Module):
         self.tokens_embed = nn.Embedding(n, old.size(1), _weight=weight, device=old.device, dtype=old.dtype)
         self.config = self.config.model_copy(update={"vocab_size": n})
 
+    def redraw_token_embeddings(self, ids: list[int]) -> None:
+        """Draw these rows of the token embedding afresh from N(0, init_std): tokens pre-training never saw as
+        input, whose fine-tuning starts them new (the paper's delimiter embeddings)."""
+        with torch.no_grad():
+            for i in ids:
+                nn.init.normal_(self.tokens_embed.weight[i], mean=0.0, std=self.config.init_std)
+
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)

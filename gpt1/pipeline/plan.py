@@ -26,6 +26,7 @@ from pathlib import Path
 from gpt1 import tasks
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.finetune import stage as finetune
+from gpt1.finetune.stage import NOT_FINETUNE_SETTINGS
 from gpt1.io import size_on_disk, stable_hash
 from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pretrain.inputs import FINAL, curve_point
@@ -34,25 +35,42 @@ from gpt1.stages.base import Ref, StageJob, Step
 
 VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
 CURVE_VARIANT = "step_"  # + N: the full run's fine-tunes of the headline tasks from the model at update N
+SEED_VARIANT = "_seed"  # + S: a variant fine-tuned with seed S, one of finetune.seeds beside finetune.seed
 
 
 def curve_variant(step: int) -> str:
     return f"{CURVE_VARIANT}{step}"
 
 
+def seeded(variant: str, seed: int, first_seed: int) -> str:
+    """The variant fine-tuned with `seed`: its own name for the first seed (finetune.seed), else `<name>_seed<S>`."""
+    return variant if seed == first_seed else f"{variant}{SEED_VARIANT}{seed}"
+
+
+def unseeded(variant: str) -> tuple[str, int | None]:
+    """(the variant's name without its seed, the seed it names or None for the first seed)."""
+    name, sep, seed = variant.partition(SEED_VARIANT)
+    return (name, int(seed)) if sep and seed.isdigit() else (variant, None)
+
+
 def curve_step(variant: str) -> int | None:
-    """N of a curve variant `step_N` (pretrain.curve_steps), else None."""
-    return int(variant.removeprefix(CURVE_VARIANT)) if variant.startswith(CURVE_VARIANT) else None
+    """N of a curve variant `step_N` (pretrain.curve_steps, any seed), else None."""
+    name = unseeded(variant)[0]
+    return int(name.removeprefix(CURVE_VARIANT)) if name.startswith(CURVE_VARIANT) else None
 
 
 def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
-    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it. A curve
-    point fine-tunes as configured, from an earlier model; it measures, so it registers no model."""
-    if curve_step(variant) is not None:
-        return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"register_models": False})})
+    """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it, with the
+    seed its name carries. A curve point fine-tunes as configured, from an earlier model; it measures, so it
+    registers no model."""
+    name, seed = unseeded(variant)
+    finetune = cfg.finetune if seed is None else cfg.finetune.model_copy(update={"seed": seed})
+    if curve_step(name) is not None:
+        return cfg.model_copy(update={"finetune": finetune,
+                                      "tracking": cfg.tracking.model_copy(update={"register_models": False})})
     changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
-               "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[variant]
-    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
+               "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[name]
+    return cfg.model_copy(update={"finetune": finetune.model_copy(update=changes)})
 
 
 @dataclass
@@ -136,11 +154,14 @@ class Plan:
     @property
     def variants(self) -> list[str]:
         """The full run, each ablation, then a curve point per update of pretrain.curve_steps (when this plan
-        pre-trains and the full run starts from its model)."""
+        pre-trains and the full run starts from its model); each once per seed of finetune.seeds."""
         curve = []
         if self.checkpoint is None and not self.cfg.finetune.from_scratch:
             curve = [curve_variant(step) for step in self.cfg.pretrain.curve_steps]
-        return ["full", *self.cfg.orchestration.ablations, *curve]
+        first = self.cfg.finetune.seed
+        seeds = range(first, first + self.cfg.finetune.seeds)
+        return [seeded(variant, seed, first) for variant in ["full", *self.cfg.orchestration.ablations, *curve]
+                for seed in seeds]
 
     def variant_tasks(self, variant: str) -> list[str]:
         """The tasks a variant fine-tunes: every task, but a curve point only the headline ones (the curve is of
@@ -179,7 +200,7 @@ class Plan:
         return self.given_tokenizer if self.checkpoint is not None else self.ref("train-tokenizer")
 
     def variant_dir(self, variant: str) -> Path:
-        settings = self.finetune_config(variant).model_dump(exclude={"tasks", "data", "task_data"})
+        settings = self.finetune_config(variant).model_dump(exclude=NOT_FINETUNE_SETTINGS)
         tokenizer_key = self.tokenizer.key if self.tokenizer else None
         # Where each task's data is read from is in the key: another data folder gets another folder, never one
         # holding a result of other inputs. (Its content is in each task's own stage key: files edited in place
@@ -212,7 +233,7 @@ class Plan:
         """Whether a curve point's fine-tune may start while pre-training runs on: the model it starts from is
         written (its training.json comes last). The final model's fine-tunes wait for the stage to end."""
         step = self.steps[name]
-        variant = name.removeprefix("finetune-").split("-", 1)[0]
+        variant = name.removeprefix("finetune-").split("-", 1)[0]  # variant names hold no "-"
         return (step.stage == "finetune" and curve_step(variant) is not None
                 and (step.job.checkpoint.path / TRAINING_NAME).is_file())
 

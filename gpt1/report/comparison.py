@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpt1.data.ingest.corpus import CORPUS, TASK_TEXT_ORIGIN
 from gpt1.io import stable_hash
 from gpt1.report import bootstrap
 from gpt1.report.markdown import MISSING, fmt, markdown_table, signed
@@ -35,7 +36,7 @@ from gpt1.tasks import REGISTRY, get
 
 SEED = 0
 SETTINGS = {"resamples": bootstrap.RESAMPLES, "confidence": bootstrap.CONFIDENCE, "seed": SEED}
-NOT_A_SETTING = ("seed", "from_scratch", "tasks", "data", "task_data")  # what may differ within one comparison
+NOT_A_SETTING = ("seed", "seeds", "from_scratch", "tasks", "data", "task_data")  # what may differ within one comparison
 
 
 SCRATCH = "scratch"
@@ -120,9 +121,10 @@ def compare_task(task: str, metric: str, pretrained: list, scratch: list) -> tup
                                          seed=[SEED, list(REGISTRY).index(task)])
     scores = [bootstrap.on_rows(task, metric, labels, p, groups) for p in predictions]
     low, high = bootstrap.interval(draws)
+    bar = next((r.baselines[task].get("metrics", {}).get(metric) for r in pretrained if task in r.baselines), None)
     return {"metric": metric_label(task, metric), "pretrained": scores[0], "from_scratch": scores[1],
             "difference": scores[0] - scores[1], "low": low, "high": high, "examples": len(labels),
-            "seeds": [len(p) for p in predictions]}, draws
+            "seeds": [len(p) for p in predictions], "baseline": bar}, draws
 
 
 def metric_label(task: str, metric: str) -> str:
@@ -150,8 +152,31 @@ def compare(runs: list, headline: tuple[tuple[str, str], ...] | None = None) -> 
         found.append({"pretrained": label(pretrained), "from_scratch": label(scratch),
                       "runs": {"pretrained": [r.label for r in pretrained], "from_scratch": [r.label for r in scratch]},
                       **SETTINGS, "pretraining": pretraining(pretrained), "tasks": tasks,
-                      "headline": headline_mean(wanted, tasks, draws), "curve": curve,
+                      "headline": headline_mean(wanted, tasks, draws), "per_seed": per_seed(wanted, pretrained, scratch),
+                      "curve": curve,
                       "trend": trend(curve, curve_draws, [task for task, _ in wanted]) if curve else None})
+    return found
+
+
+def seed_of(run) -> int | None:
+    result = next(iter(run.results.values()), {})
+    return (result.get("finetune_config") or {}).get("seed")
+
+
+def per_seed(wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list) -> list[dict]:
+    """With several seeds: each seed's headline mean difference on its own (the pre-trained and from-scratch
+    fine-tunes of that seed), with its interval; how much of the averaged gain one seed carries."""
+    seeds = sorted({seed_of(r) for r in pretrained} & {seed_of(r) for r in scratch} - {None})
+    if len(seeds) < 2:
+        return []
+    found = []
+    for seed in seeds:
+        ours = [r for r in pretrained if seed_of(r) == seed]
+        twin = [r for r in scratch if seed_of(r) == seed]
+        tasks, draws = compare_tasks([task for task, _ in wanted], wanted, ours, twin)
+        mean = headline_mean(wanted, tasks, draws)
+        found.append({"seed": seed, "runs": [r.label for r in ours + twin],
+                      **{key: mean[key] for key in ("difference", "low", "high", "verdict") if key in mean}})
     return found
 
 
@@ -204,6 +229,9 @@ def headline_mean(wanted: tuple[tuple[str, str], ...], tasks: dict, draws: dict)
     low, high = bootstrap.interval(np.mean([draws[task] for task in compared], axis=0))
     mean = {side: float(np.mean([tasks[task][side] for task in compared]))
             for side in ("pretrained", "from_scratch", "difference")}
+    bars = [tasks[task].get("baseline") for task in compared]
+    if None not in bars:
+        mean["baseline"] = float(np.mean(bars))
     return {**entry, **mean, "low": low, "high": high, "verdict": verdict(low, high)}
 
 
@@ -232,17 +260,26 @@ def markdown(comparisons: list[dict]) -> str:
         pre, scratch = comparison["pretrained"], comparison["from_scratch"]
         rows = [[f"{REGISTRY[task].title} ({entry['metric']})", fmt(entry["pretrained"]), fmt(entry["from_scratch"]),
                  signed(entry["difference"]), f"[{signed(entry['low'])}, {signed(entry['high'])}]",
-                 str(entry["examples"])]
+                 fmt(entry.get("baseline")), str(entry["examples"])]
                 for task, entry in comparison["tasks"].items() if "reason" not in entry]
         mean = comparison["headline"]
         names = ", ".join(f"{REGISTRY[task].title} {metric}" for task, metric in mean["tasks"].items())
         if "difference" in mean:
             rows.append([f"**headline mean** ({names})", fmt(mean["pretrained"]), fmt(mean["from_scratch"]),
                          f"**{signed(mean['difference'])}**", f"**[{signed(mean['low'])}, {signed(mean['high'])}]**",
-                         MISSING])
-        parts += ["", markdown_table(["Task (metric)", pre, scratch, "difference", "95% interval", "rows"], rows)]
+                         fmt(mean.get("baseline")), MISSING])
+        parts += ["", markdown_table(["Task (metric)", pre, scratch, "difference", "95% interval", "non-neural",
+                                      "rows"], rows)]
         if "verdict" in mean:
             parts += ["", VERDICT_LINES[mean["verdict"]]]
+        if comparison.get("per_seed"):
+            parts += ["", seeds_line(comparison["per_seed"])]
+        standing = baseline_standing(comparison, pre, scratch)
+        if standing:
+            parts += ["", standing]
+        quality = pretraining_lines(comparison["pretraining"])
+        if quality:
+            parts += ["", *quality]
         missing = [f"{REGISTRY[task].title}: {entry['reason']}" for task, entry in comparison["tasks"].items()
                    if "reason" in entry]
         if mean["missing"]:
@@ -252,6 +289,67 @@ def markdown(comparisons: list[dict]) -> str:
         if comparison["curve"]:
             parts += ["", curve_markdown(comparison)]
     return "\n".join(parts)
+
+
+def seeds_line(seeds: list[dict]) -> str:
+    cells = [f"seed {entry['seed']} {signed(entry['difference'])} [{signed(entry['low'])}, {signed(entry['high'])}]"
+             for entry in seeds if "difference" in entry]
+    return ("**Per seed** (each seed's pre-trained and from-scratch fine-tunes on their own; the interval above "
+            "averages them within each resample): " + "; ".join(cells) + ".")
+
+
+def baseline_standing(comparison: dict, pre: str, scratch: str) -> str | None:
+    """Where both variants stand against the non-neural baseline on the headline tasks, in words."""
+    names = list(comparison["headline"]["tasks"])
+    entries = {task: comparison["tasks"].get(task, {}) for task in names}
+    scored = {task: e for task, e in entries.items() if e.get("baseline") is not None and "difference" in e}
+    if not scored:
+        return None
+
+    def side(key: str, name: str) -> str:
+        gaps = {task: e[key] - e["baseline"] for task, e in scored.items()}
+        above = [f"{REGISTRY[t].title} {signed(g)}" for t, g in gaps.items() if g > 0]
+        below = [f"{REGISTRY[t].title} {signed(g)}" for t, g in gaps.items() if g <= 0]
+        text = f"{name} is above it on {len(above)} of {len(gaps)}"
+        text += f" ({', '.join(above)})" if above else ""
+        return text + (f" and below on {', '.join(below)}" if below else "")
+
+    return ("**Against the non-neural baseline** (the same rows and metric; the table's column): "
+            f"{side('pretrained', pre)}; {side('from_scratch', scratch)}.")
+
+
+def pretraining_lines(found: dict) -> list[str]:
+    """What the pre-trained side read and how good a language model it became, when pre-training recorded it."""
+    lines = []
+    corpus = found.get("corpus")
+    if corpus:
+        tokens = corpus["train_tokens"]
+        total = max(sum(tokens.values()), 1)
+        mix = ", ".join(f"{ORIGIN_NAMES.get(origin, origin)} {n:,} ({n / total:.0%})" for origin, n in tokens.items()
+                        if n)
+        text = f"**Pre-training corpus**: {total:,} train tokens: {mix}"
+        if corpus.get("task_text_tasks"):
+            text += f" (the train rows of {', '.join(REGISTRY[t].title for t in corpus['task_text_tasks'])})"
+        text += f"; {corpus['blocks_starting_a_document']:.0%} of its blocks start with a document's `_start_`."
+        leak = corpus.get("leak_check")
+        if leak:
+            removed = leak["sentences_removed"]
+            text += (f" Leak check: {sum(removed.values()):,} sentences removed because a dev or test file of "
+                     f"{', '.join(REGISTRY[t].title for t in leak['tasks'])} holds them ("
+                     + ", ".join(f"{ORIGIN_NAMES.get(o, o)} {n:,}" for o, n in removed.items()) + ").")
+        lines.append(text)
+    model = found.get("language_model")
+    if model:
+        ahead = model["beats_bigram_by"]
+        lines.append(f"**Pre-training quality**: validation loss {model['val_loss']:.3f} nats/token against "
+                     f"{model['bigram_loss']:.3f} for an interpolated bigram and {model['unigram_loss']:.3f} for a "
+                     f"unigram model fitted on the same train tokens and scored on the same "
+                     f"{model['scored_tokens']:,} validation tokens: the language model is "
+                     f"{abs(ahead):.3f} nats/token {'below' if ahead > 0 else 'above'} the bigram.")
+    return lines
+
+
+ORIGIN_NAMES = {CORPUS: "books (ingest.source)", TASK_TEXT_ORIGIN: "task text"}
 
 
 def curve_markdown(comparison: dict) -> str:

@@ -246,6 +246,21 @@ def test_build_model_ablations(checkpoint, work):
                        load_file(str(small / "gpt1.safetensors"))["tokens_embed.weight"])
 
 
+def test_the_specials_pretraining_never_reads_are_drawn_afresh_and_nothing_else(checkpoint):
+    tok = bpe.load(checkpoint)
+    saved = load_file(str(checkpoint / "gpt1.safetensors"))["tokens_embed.weight"]
+    new = [tok.delimiter_id, tok.classify_id]
+    torch.manual_seed(0)
+    redrawn = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(), new_tokens=new)
+    weight = redrawn.transformer.tokens_embed.weight
+    kept = [i for i in range(len(saved)) if i not in new]
+    assert torch.equal(weight[kept], saved[kept]) and not torch.equal(weight[new], saved[new])
+    assert abs(float(weight[new].std()) - ModelConfig().init_std) < 0.01  # drawn as at initialisation
+    kept_all = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(redraw_specials=False),
+                           new_tokens=new)
+    assert torch.equal(kept_all.transformer.tokens_embed.weight, saved)
+
+
 def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_tasks, checkpoint, capsys):
     out = work / "conflict"
     with pytest.raises(ValueError, match="exclude each other"):

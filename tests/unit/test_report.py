@@ -256,7 +256,10 @@ def test_baselines_flags_and_intervals_from_the_fine_tunes_rows(tmp_path):
     assert compared["tasks"]["stsb"]["difference"] == pytest.approx(200)
     assert compared["headline"]["difference"] == pytest.approx(150) and compared["headline"]["missing"] == []
     gains = table_rows(text, "Pre-trained minus from scratch")
-    assert gains["SST-2 (accuracy)"] == ["100.0", "0.0", "+100.0", "[+100.0, +100.0]", "200"]
+    bar = f"{expected['sst2']['metrics']['accuracy']:.1f}"
+    assert gains["SST-2 (accuracy)"] == ["100.0", "0.0", "+100.0", "[+100.0, +100.0]", bar, "200"]
+    assert entry["baseline"] == expected["sst2"]["metrics"]["accuracy"]
+    assert "**Against the non-neural baseline**" in text and "full (2 seeds) is above it on 2 of 2" in text
     assert gains["**headline mean** (STS-B pearson, SST-2 accuracy)"][2] == "**+150.0**"
     assert compared["headline"]["verdict"] == "gain" and "**Verdict: pre-training helps here.**" in text
     assert table_rows(text, "Baselines")["SST-2"][2:] == [baselines.METHODS["text"], "300", "dev: 200"]
@@ -362,3 +365,38 @@ def test_a_report_on_the_generated_sample_data_says_so_and_names_the_real_data_r
     assert "gpt1/mini" in on_sample.split("###")[0] and "gpt1/full" in on_sample.split("###")[0]
     on_glue = render_markdown([run(tmp_path / "glue" / "SST-2")])
     assert on_glue.startswith("# GPT-1 fine-tuning results\n") and "sample data" not in on_glue.split("###")[0]
+
+
+def test_each_seed_gets_its_own_gain_beside_the_averaged_interval_and_pretraining_is_described(tmp_path,
+                                                                                               sample_tasks):
+    """Two seeds per variant: seed 0's pre-trained model is always right, seed 1's right on SST-2 only; the
+    from-scratch twins always wrong. Each seed's headline gain is reported on its own; the pre-training's corpus and
+    its language model beside the n-gram baselines come from the pre-trained side's recorded pre-training."""
+    sample = sample_tasks.parent
+    pretraining = {"steps": 10, "tokens_seen": 1280, "weights_sha256": "ab" * 32,
+                   "corpus": {"train_tokens": {"corpus": 900, "task_text": 300}, "blocks_starting_a_document": 0.8,
+                              "task_text_tasks": ["sst2"],
+                              "leak_check": {"sentences_removed": {"corpus": 2, "task_text": 5},
+                                             "sentences_indexed": 40, "tasks": ["sst2", "stsb"]}},
+                   "language_model": {"val_loss": 4.0, "unigram_loss": 6.0, "bigram_loss": 4.5,
+                                      "bigram_weight": 0.7, "fit_tokens": 1000, "heldout_tokens": 50,
+                                      "scored_tokens": 256, "beats_bigram_by": 0.5}}
+    for seed, stsb in ((0, lambda label: label), (1, lambda label: 5 - label)):
+        sample_result(tmp_path / f"full{seed}", sample, "sst2", "full", seed, lambda label: label, pretraining)
+        sample_result(tmp_path / f"full{seed}", sample, "stsb", "full", seed, stsb, pretraining)
+        sample_result(tmp_path / f"scratch{seed}", sample, "sst2", "no_pretrain", seed, lambda label: 1 - label)
+        sample_result(tmp_path / f"scratch{seed}", sample, "stsb", "no_pretrain", seed, lambda label: 5 - label)
+    labels = ["full", "full_seed1", "no_pretrain", "no_pretrain_seed1"]
+    files = build_report([tmp_path / name for name in ("full0", "full1", "scratch0", "scratch1")], tmp_path / "out",
+                         labels, headline=(("stsb", "primary"), ("sst2", "primary")))
+    [compared] = json.loads(files["json"].read_text())["comparisons"]
+    seeds = {entry["seed"]: entry for entry in compared["per_seed"]}
+    assert seeds[0]["difference"] == pytest.approx(150) and seeds[0]["runs"] == ["full", "no_pretrain"]
+    assert seeds[1]["difference"] == pytest.approx(50)  # STS-B: no gain for this seed, SST-2 +100
+    assert compared["headline"]["difference"] == pytest.approx(np.mean([150, 50]), abs=1)
+    text = files["markdown"].read_text()
+    assert "**Per seed**" in text and "seed 0 +150.0 [+150.0, +150.0]" in text
+    assert "validation loss 4.000 nats/token against 4.500 for an interpolated bigram" in text
+    assert "0.500 nats/token below the bigram" in text
+    assert "1,200 train tokens: books (ingest.source) 900 (75%), task text 300 (25%)" in text
+    assert "Leak check: 7 sentences removed" in text and "80% of its blocks start" in text
