@@ -235,12 +235,17 @@ def _deployment_of(plan: Plan, step: Step) -> str | None:
     return None
 
 
-def _holds_slot(plan: Plan, step: Step) -> bool:
-    """A compute step running on this machine: not on a deployment, a Slurm job or a finished output."""
+def _holds_slot(plan: Plan, step: Step) -> int:
+    """The local compute slots a step holds: one for a compute step running on this machine (not on a deployment,
+    a Slurm job or a finished output), all of them for local pre-training with `orchestration.pretrain_alone`."""
     o = plan.cfg.orchestration
     if not graph.stage(step.stage).compute or _deployment_of(plan, step) or is_done(step.out):
-        return False
-    return not (step.stage == "pretrain" and (o.pretrain_deployment or o.pretrain_launcher != "local"))
+        return 0
+    if step.stage != "pretrain":
+        return 1
+    if o.pretrain_deployment or o.pretrain_launcher != "local":
+        return 0
+    return o.finetune_concurrency if o.pretrain_alone else 1
 
 
 def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
@@ -284,7 +289,7 @@ def _start(plan: Plan, name: str, parent_run_id: str | None, compute: LocalCompu
                                                     else f"{type(f.exception()).__name__}: {f.exception()}"))
         return
     threads = None
-    if step.stage == "pretrain" and _holds_slot(plan, step) and any(
+    if step.stage == "pretrain" and _holds_slot(plan, step) == 1 and any(
             _holds_slot(plan, plan.steps[other]) for other in plan.independent_of(name)):
         threads = threads_per_process(compute.concurrency * plan.cfg.orchestration.pretrain_nproc)
     try:

@@ -295,6 +295,9 @@ class OrchestrationConfig(_Section):
         None, description="run pre-training as this deployment (its own work pool, e.g. gpt1-pretrain/gpu-node) "
                           "instead of in the flow's process")
     pretrain_nproc: int = Field(1, gt=0, description="processes per node for the DeepSpeed launcher")
+    pretrain_alone: bool = Field(
+        False, description="local pre-training holds every compute slot: it runs alone on all the cores and the "
+                           "from-scratch fine-tunes wait for it (false: they run beside it, on its share of cores)")
     pretrain_launcher: Literal["local", "slurm"] = Field(
         "local", description="local: `gpt1 pretrain` on this worker; slurm: sbatch the job in infra/multinode/slurm/"
     )

@@ -61,16 +61,19 @@ def curve_step(variant: str) -> int | None:
 
 def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
     """`cfg` with the fine-tune settings of one Table 5 variant: as configured, or one ablation of it, with the
-    seed its name carries. A curve point fine-tunes as configured, from an earlier model; it measures, so it
-    registers no model."""
+    seed its name carries (registering no model: the first seed's are the variant's). A curve point fine-tunes as
+    configured, from an earlier model; it measures, so it registers no model."""
     name, seed = unseeded(variant)
-    finetune = cfg.finetune if seed is None else cfg.finetune.model_copy(update={"seed": seed})
+    update = {}
+    if seed is not None:  # another seed's models are not registered: the first seed's are the variant's
+        update = {"finetune": cfg.finetune.model_copy(update={"seed": seed}),
+                  "tracking": cfg.tracking.model_copy(update={"register_models": False})}
+    cfg = cfg.model_copy(update=update)
     if curve_step(name) is not None:
-        return cfg.model_copy(update={"finetune": finetune,
-                                      "tracking": cfg.tracking.model_copy(update={"register_models": False})})
+        return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"register_models": False})})
     changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
                "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[name]
-    return cfg.model_copy(update={"finetune": finetune.model_copy(update=changes)})
+    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
 
 
 @dataclass

@@ -17,6 +17,9 @@ while its shards are written, must not find both slots taken by the from-scratch
 tokenizer). A step waiting on a running compute step keeps nothing: that step's own slot passes on when it ends,
 so while pre-training runs the other slot goes on running from-scratch fine-tunes rather than idling for the
 fine-tunes of the pre-trained model.
+
+A step may hold several slots (`holds_slot` returns how many; True is one): pre-training with
+`orchestration.pretrain_alone` holds them all, so it runs alone on every core and what could run beside it waits.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Callable, Mapping, Sequence
 
 class Schedule:
     def __init__(self, needs: Mapping[str, Sequence[str]], order: Sequence[str], slots: int,
-                 holds_slot: Callable[[str], bool], runs_after_failures: Callable[[str], bool] = lambda _: False,
+                 holds_slot: Callable[[str], int], runs_after_failures: Callable[[str], bool] = lambda _: False,
                  available: Callable[[str], bool] = lambda _: False):
         self.needs = needs
         self.available = available
@@ -35,7 +38,7 @@ class Schedule:
         self.holds_slot = holds_slot
         self.runs_after_failures = runs_after_failures
         self.outcome: dict[str, str | None] = {}  # step -> None when it succeeded, else why it failed
-        self.running: dict[str, bool] = {}  # step -> holds a slot
+        self.running: dict[str, int] = {}  # step -> the slots it holds
 
     @property
     def finished(self) -> bool:
@@ -44,9 +47,9 @@ class Schedule:
     def failures(self) -> dict[str, str]:
         return {name: failure for name, failure in self.outcome.items() if failure is not None}
 
-    def next_step(self) -> tuple[str, bool] | None:
-        """The first step in plan order that can start now, and whether it takes a slot; steps whose needs failed
-        are settled on the way."""
+    def next_step(self) -> tuple[str, int] | None:
+        """The first step in plan order that can start now, and the slots it takes; steps whose needs failed are
+        settled on the way."""
         for name in self.order:
             if name in self.outcome or name in self.running:
                 continue
@@ -58,8 +61,8 @@ class Schedule:
             if failed and not self.runs_after_failures(name):
                 self.outcome[name] = f"not run: {failed[0]} failed"
                 return self.next_step()
-            holds = self.holds_slot(name)
-            if holds and self.free <= self._reserved(before=name):
+            holds = int(self.holds_slot(name))
+            if holds and self.free - holds < self._reserved(before=name):
                 continue
             return name, holds
         return None
@@ -68,16 +71,15 @@ class Schedule:
         """Slots kept for compute steps ahead of `before` in plan order that wait only on running steps holding
         no slot (see the module docstring)."""
         ahead = self.order[:self.order.index(before)]
-        return sum(1 for other in ahead if other not in self.outcome and other not in self.running
-                   and self.holds_slot(other)
-                   and all(self.outcome.get(need, "pending") is None or self.running.get(need) is False
+        return sum(int(self.holds_slot(other)) for other in ahead if other not in self.outcome
+                   and other not in self.running
+                   and all(self.outcome.get(need, "pending") is None or self.running.get(need) == 0
                            for need in self.needs[other]))
 
-    def start(self, name: str, holds: bool) -> None:
+    def start(self, name: str, holds: int) -> None:
         self.free -= holds
-        self.running[name] = holds
+        self.running[name] = int(holds)
 
     def finish(self, name: str, failure: str | None) -> None:
         self.outcome[name] = failure
-        if self.running.pop(name, False):
-            self.free += 1
+        self.free += self.running.pop(name, 0)

@@ -107,3 +107,18 @@ def test_a_curve_points_fine_tunes_start_beside_pretraining_once_its_model_is_wr
     assert start_all_ready(schedule) == [] and schedule.free == 1  # the final model's wait for pre-training's end
     schedule.finish("pretrain", None)
     assert start_all_ready(schedule) == ["finetune-full-sst2", "finetune-full-rte"]
+
+
+def test_pretraining_alone_holds_every_slot_and_the_from_scratch_fine_tunes_wait_for_it(tmp_path):
+    plan = Plan.make(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]", "orchestration.ablations=[no_pretrain]",
+                                           "orchestration.pretrain_alone=true"]), tmp_path)
+    slots = plan.cfg.orchestration.finetune_concurrency
+    schedule = Schedule(plan.needs, list(plan.steps), slots,
+                        holds_slot=lambda name: (slots if name == "pretrain" else
+                                                 int(graph.stage(plan.steps[name].stage).compute)))
+    run_until(schedule, "tokenize")
+    assert start_all_ready(schedule) == []  # every slot kept for pre-training, though fine-tunes are ready
+    schedule.finish("tokenize", None)
+    assert start_all_ready(schedule) == ["pretrain"] and schedule.free == 0
+    schedule.finish("pretrain", None)
+    assert len(start_all_ready(schedule)) == slots and schedule.free == 0
