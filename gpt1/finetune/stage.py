@@ -23,7 +23,7 @@ from gpt1.io import read_json, stable_hash, write_json
 from gpt1.model.transformer import CONFIG_NAME
 from gpt1.finetune.predict import MODEL_DIR
 from gpt1.data.train_tokenizer import bpe
-from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, input_key, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, data_key, run_from_args
 from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
 
@@ -31,14 +31,6 @@ from gpt1.tasks import TASKS
 # FinetuneConfig fields that are not a fine-tune's settings: which tasks and data a run has, how many seeds it fans
 # out (each fine-tune has its own `seed`): outside every fine-tune's key.
 NOT_FINETUNE_SETTINGS = {"tasks", "data", "task_data", "seeds"}
-
-
-def data_key(data: str) -> str:
-    """The content key of a task's data: a hub reference as written (pin @revision), else its files (a path
-    with nothing there yet: its name, so a plan can be made; the fine-tune itself then names what is missing)."""
-    if data.startswith("hf:"):
-        return data
-    return input_key(data) if Path(data).exists() else stable_hash(["missing", str(Path(data).absolute())])
 
 
 @dataclass(frozen=True)

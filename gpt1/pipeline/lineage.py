@@ -27,7 +27,8 @@ def log_step(plan, step: Step, result: Result, parent_run_id: str | None) -> Non
     run.log_metrics({k.replace("[", "_").replace("]", ""): v for k, v in numbers.items()})
     for name, (key, source) in step.job.lineage_inputs().items():
         run.log_dataset(name, key, source, context="input")
-    run.log_dataset(f"{step.stage}-output", result.key, str(result.path), context="output")
+    run.log_dataset(f"{step.stage}-output", result.key, str(result.path), context="output",
+                    profile=step.job.output_profile(result))
     for record in sorted(result.path.glob("*.json")):
         run.log_artifact(record)
     run.end()

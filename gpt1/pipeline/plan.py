@@ -31,7 +31,7 @@ from gpt1.io import size_on_disk, stable_hash
 from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pretrain.inputs import FINAL, curve_point
 from gpt1.stages import graph
-from gpt1.stages.base import Ref, StageJob, Step
+from gpt1.stages.base import Ref, StageJob, Step, data_key
 
 VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
 CURVE_VARIANT = "step_"  # + N: the full run's fine-tunes of the headline tasks from the model at update N
@@ -223,14 +223,14 @@ class Plan:
             return self.cfg.finetune.task_data[task]
         if source == "sample":
             return str(self.dir("sample-data") / "tasks" / spec.folder)
-        return spec.hf_id if source == "hf" else str(Path(source) / spec.folder)
+        return spec.files_in(source)
 
     def task_data(self, task: str) -> tuple[str, str]:
         """(where a task's files are, their content key)."""
         where = self.task_source(task)
         if self.cfg.finetune.data == "sample" and task not in self.cfg.finetune.task_data:
             return where, self.ref("sample-data").inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
-        return where, finetune.data_key(where)
+        return where, data_key(where)
 
     def written_early(self, name: str) -> bool:
         """Whether a curve point's fine-tune may start while pre-training runs on: the model it starts from is

@@ -54,6 +54,14 @@ class Ref:
         return str(self.path)
 
 
+def data_key(data: str) -> str:
+    """The content key of a task's data: a hub reference as written (pin @revision), else its files (a path
+    with nothing there yet: its name, so a plan can be made; the stage reading it then names what is missing)."""
+    if data.startswith("hf:"):
+        return data
+    return input_key(data) if Path(data).exists() else stable_hash(["missing", str(Path(data).absolute())])
+
+
 def input_key(path: str | os.PathLike) -> str:
     """The content key of an input: its stage's recorded key, else a hash of its bytes."""
     path = Path(path).absolute()
@@ -127,6 +135,10 @@ class StageJob:
     def lineage_inputs(self) -> dict[str, tuple[str, Any]]:
         """Each input as (content key, dataset source) for the stage's MLflow run: its `Ref`s by default."""
         return {name: (value.key, str(value.path)) for name, value in vars(self).items() if isinstance(value, Ref)}
+
+    def output_profile(self, result: "Result") -> dict[str, Any] | None:
+        """A few numbers MLflow shows beside the stage's output dataset (e.g. what a corpus is made of)."""
+        return None
 
     def resolved_params(self, result: "Result") -> dict[str, Any]:
         """Values a finished output fixes for every later stage (e.g. the vocabulary learnt), for the parent run."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -173,6 +174,10 @@ class TaskSpec:
         if self.kind == "multiple_choice" or self.regression:
             return 1
         return len(self.labels)
+
+    def files_in(self, root: str) -> str:
+        """Where the task's files are in `root`, a folder of task folders as distributed, or `hf`: its hub id."""
+        return self.hf_id if root == "hf" else str(Path(root) / self.folder)
 
     @property
     def hf_id(self) -> str:

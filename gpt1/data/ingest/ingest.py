@@ -354,6 +354,17 @@ def summary(stats: dict, out: str | os.PathLike) -> str:
     if stats["subset"]["limit_reached"]:
         limits = {k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None}
         lines.append(f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})")
+    tasks = stats["settings"].get("task_text")
+    if tasks:
+        text = stats["origins"][TASK_TEXT_ORIGIN]
+        lines.append(f"  task text: {text['records']:,} rows ({text['characters']:,} characters) from the train files of "
+                     f"{', '.join(tasks)}")
+    leak = stats.get("leak_check")
+    if leak:
+        removed = leak["sentences_removed"]
+        lines.append(f"  leak check: {sum(removed.values()):,} sentences removed ({removed[CORPUS]:,} from the source, "
+                     f"{removed[TASK_TEXT_ORIGIN]:,} from task text) of the {leak['sentences_indexed']:,} that the "
+                     f"dev and test files of {', '.join(leak['held_out'])} hold")
     for reason, tally in stats["rejects"].items():
         lines.append(f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}")
     for encoding, tally in stats["decode_fallbacks"].items():

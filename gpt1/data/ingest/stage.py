@@ -19,8 +19,9 @@ from typing import Any, ClassVar
 from gpt1.config import IngestConfig
 from gpt1.data.ingest import ingest
 from gpt1.io import positive_int, stable_hash
-from gpt1.stages.base import StageJob, Step, add_output_args, input_key, run_from_args
+from gpt1.stages.base import StageJob, Step, add_output_args, data_key, input_key, run_from_args
 from gpt1.stages.outputs import read_marker
+from gpt1.tasks import TASKS, get as get_task
 from gpt1.tracking.runs import hub_dataset_source
 
 
@@ -76,6 +77,17 @@ class Job(StageJob):
         if self.cfg.task_text:
             inputs |= {f"task_text.{t.task}": (t.key, _dataset_source(t.where)) for t in self.tasks}
         return inputs
+
+    def output_profile(self, result) -> dict[str, Any]:
+        """The corpus's documents and characters by origin (the source, the tasks' train text) and what the leak
+        check removed."""
+        stats = result.marker["stats"]
+        profile = {f"{origin}_{what}": n for origin, counts in stats.get("origins", {}).items()
+                   for what, n in counts.items()}
+        if stats.get("leak_check"):
+            profile |= {f"leak_check_removed_{origin}": n
+                        for origin, n in stats["leak_check"]["sentences_removed"].items()}
+        return {"documents": sum(stats["documents"].values()), **profile}
 
     def check(self, out: Path) -> None:
         source = Path(self.source)
@@ -136,15 +148,34 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
                         help="subset: keep the first N documents in source order, read no further")
     parser.add_argument("--max-chars", type=positive_int, default=defaults.max_chars,
                         help="subset: keep whole documents in source order up to this many characters")
+    parser.add_argument("--max-doc-chars", type=positive_int, default=defaults.max_doc_chars,
+                        help="cut each record (a book) into documents of at most this many characters at paragraph "
+                             "boundaries, after the train/val split")
+    parser.add_argument("--tasks", nargs="+", default=[], choices=TASKS, metavar="TASK",
+                        help="the tasks of --task-text and --leak-check, read from --task-data")
+    parser.add_argument("--task-data", default="hf", metavar="DIR|hf",
+                        help="where the tasks' files are: a folder of task folders as distributed (GLUE's SST-2/, "
+                             "...), or hf for their hub datasets (default)")
+    parser.add_argument("--task-text", action="store_true",
+                        help="add the unlabelled text of the tasks' train rows, one document per row")
+    parser.add_argument("--leak-check", action="store_true",
+                        help="remove every sentence of 8 or more words that a dev or test file of the tasks holds")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
     add_output_args(parser)
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    if (args.task_text or args.leak_check) and not args.tasks:
+        raise ValueError("--task-text and --leak-check need --tasks (and --task-data)")
     cfg = IngestConfig(text_column=args.text_column, val_fraction=args.val_fraction, split_seed=args.seed,
                      min_doc_chars=args.min_doc_chars, rows_per_doc=args.rows_per_doc, unwrap_lines=args.unwrap_lines,
-                     max_documents=args.max_documents, max_chars=args.max_chars)
-    job = Job(args.source, source_key(args.source), cfg, progress=False if args.no_progress else None)
+                     max_documents=args.max_documents, max_chars=args.max_chars, max_doc_chars=args.max_doc_chars,
+                     task_text=args.task_text, leak_check=args.leak_check)
+    tasks = ()
+    if cfg.task_text or cfg.leak_check:
+        tasks = tuple(TaskFiles(task, where, data_key(where)) for task in args.tasks
+                      for where in [get_task(task).files_in(args.task_data)])
+    job = Job(args.source, source_key(args.source), cfg, tasks, progress=False if args.no_progress else None)
     result = run_from_args(job, args)
     print(ingest.summary(result.marker["stats"], result.path))
     return 0

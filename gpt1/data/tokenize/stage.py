@@ -48,6 +48,14 @@ class Job(StageJob):
                 "vocab_size": manifest["vocab_size"], "composition": manifest["composition"]}
 
 
+    def output_profile(self, result) -> dict:
+        """The train tokens by origin (the source, the tasks' train text) and the share of blocks starting a
+        document."""
+        mix = result.marker.get("composition") or {}
+        return {**{f"train_tokens_{origin}": n for origin, n in mix.get("train_tokens", {}).items()},
+                "blocks_starting_a_document": mix.get("blocks_starting_a_document")}
+
+
 def plan(p) -> list[Step]:
     t = p.cfg.tokenize
     job = Job(p.ref("ingest"), p.ref("train-tokenizer"), n_ctx=p.cfg.model.n_ctx, shard_rows=t.shard_rows,
