@@ -216,6 +216,9 @@ def _publish_report(plan: Plan, folder) -> None:
     gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean", "metric": "",
                **{k: round(c["headline"][k], 2) for k in ("difference", "low", "high")}}
               for c in report.get("comparisons") or [] if "difference" in c.get("headline", {})]
+    gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean",
+               "metric": f"seed {seed['seed']} alone", **{k: round(seed[k], 2) for k in ("difference", "low", "high")}}
+              for c in report.get("comparisons") or [] for seed in c.get("per_seed", []) if "difference" in seed]
     gains += [{"comparison": f"{point['pretrained']} - {c['from_scratch']}", "task": "headline mean",
                "metric": f"{point['tokens']:,} pre-training tokens" if point["tokens"] is not None else "",
                **{k: round(point["headline"][k], 2) for k in ("difference", "low", "high")}}

@@ -507,8 +507,9 @@ def headline_metrics(results_json: dict) -> dict[str, float]:
     """The report's numbers as MLflow metrics named alike in every run, so the compare view lines up runs and
     ablation deployments: `task/<task>/<metric>` and `glue_score`, prefixed `<variant>/` for an ablation; the
     non-neural baselines as `baseline/task/<task>/<metric>`; each comparison's differences as
-    `gain/task/<task>/<metric>` and `gain/headline_mean`, each with `/low` and `/high` (its 95% interval), prefixed
-    `<variant>/` when the pre-trained side is an ablation."""
+    `gain/task/<task>/<metric>` and `gain/headline_mean`, each with `/low` and `/high` (its 95% interval), each
+    seed's `gain/headline_mean/seed_<S>`, and its pre-training's `lm/val_loss` beside `lm/bigram_loss` and
+    `lm/unigram_loss`, prefixed `<variant>/` when the pre-trained side is an ablation."""
     found: dict[str, float] = {}
     for task, outcome in results_json.get("baselines", {}).items():
         found.update({f"baseline/task/{task}/{name}": value for name, value in outcome.get("metrics", {}).items()})
@@ -521,6 +522,12 @@ def headline_metrics(results_json: dict) -> dict[str, float]:
         for name, entry in entries:
             found.update({f"{prefix}gain/{name}": entry["difference"], f"{prefix}gain/{name}/low": entry["low"],
                           f"{prefix}gain/{name}/high": entry["high"]})
+        model = (compared.get("pretraining") or {}).get("language_model") or {}
+        found.update({f"{prefix}lm/{name}": model[name] for name in ("val_loss", "bigram_loss", "unigram_loss",
+                                                                     "beats_bigram_by") if name in model})
+        for seed in compared.get("per_seed", []):
+            if "difference" in seed:
+                found[f"{prefix}gain/headline_mean/seed_{seed['seed']}"] = seed["difference"]
         slope = compared.get("trend") or {}
         if "per_doubling" in slope:
             found.update({f"{prefix}gain/headline_mean_per_doubling{end}": slope[key]
