@@ -11,7 +11,7 @@ HOST=${GPT1_HOST:-127.0.0.1}
 POOL=gpt1-local
 # The deployments of pipelines.yaml on the local pool; the cluster ones (gpt1/full, ablations, GPU pools) are not
 # deployed here, where no worker could ever run them (`make rehearse` runs that topology on stand-in pools).
-LOCAL_DEPLOYMENTS=(smoke mini local smoke-from-checkpoint)  # `prefect deploy -n` takes their own (unique) names
+LOCAL_DEPLOYMENTS=(smoke mini mini-books local smoke-from-checkpoint)  # `prefect deploy -n` takes their own (unique) names
 
 export PREFECT_HOME=$STATE/prefect
 export PREFECT_API_URL=http://$HOST:$PREFECT_PORT/api
