@@ -68,7 +68,7 @@ from gpt1.pipeline.plan import VARIANTS, Plan, variant_config
 from gpt1.pipeline.run import run_step
 from gpt1.pipeline.schedule import Schedule
 from gpt1.report.render import REPORT_JSON, REPORT_MD
-from gpt1.runtime.processes import PARENT_PID_ENV, threads_per_process
+from gpt1.runtime.processes import stop_stage_processes, threads_per_process
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages import graph, outputs
 from gpt1.stages.base import Step
@@ -113,7 +113,7 @@ def local_compute(plan: Plan) -> Iterator[LocalCompute]:
     try:
         yield compute
     except (TerminationSignal, KeyboardInterrupt):  # cancelled, or the flow's process is being stopped
-        _stop_stage_processes()
+        stop_stage_processes(STOP_SECONDS)
         compute.workers.shutdown()  # terminates the busy ones
         for submitted in compute.submitted:  # the interrupted steps end (Cancelled) once their processes are gone
             submitted.wait(timeout=STOP_SECONDS)
@@ -385,26 +385,6 @@ def _registered_models(plan: Plan) -> list[str]:
     names = [registered_model_name(plan.variant_config(variant), task) for variant in plan.variants
              for task in plan.tasks if (plan.task_dir(task, variant) / METRICS_FILE).is_file()]
     return [name for name in names if name]
-
-
-def _stop_stage_processes() -> None:
-    """Stop the processes the steps started (gpt1.runtime.processes.parent_env marks them; pre-training runs in a
-    session of its own, with its ranks below it) and everything below them: SIGTERM, then SIGKILL for any left
-    after STOP_SECONDS. Their stage locks go with them."""
-    import psutil
-
-    me, stages = str(os.getpid()), []
-    for child in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            if child.environ().get(PARENT_PID_ENV) == me:
-                stages += [child, *child.children(recursive=True)]
-    for process in stages:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.terminate()
-    _, left = psutil.wait_procs(stages, timeout=STOP_SECONDS)
-    for process in left:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
 
 
 def _slug(text: str) -> str:

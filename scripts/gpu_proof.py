@@ -532,9 +532,7 @@ class Runner:
 
     def stop(self) -> None:
         """Out of time: the running steps are stopped (their processes terminated), the rest is not started."""
-        import psutil
-
-        from gpt1.runtime.processes import PARENT_PID_ENV
+        from gpt1.runtime.processes import stop_stage_processes
 
         self.stopped = True
         running = sorted(self.schedule.running)
@@ -543,17 +541,8 @@ class Runner:
                          f"for the report: stopping {running or 'nothing'}; not started: {len(pending)} steps")
         for name in pending:
             self.record.step(name, status="not started (budget)")
-        me = str(os.getpid())
-        stages = []
-        for child in psutil.Process().children():
-            with contextlib.suppress(psutil.Error):
-                if child.environ().get(PARENT_PID_ENV) == me:
-                    stages += [child, *child.children(recursive=True)]
-        for process in stages:
-            with contextlib.suppress(psutil.Error):
-                process.terminate()
+        stop_stage_processes(timeout=10)
         self.workers.shutdown()
-        psutil.wait_procs(stages, timeout=10)
         for name in running:
             self.threads[name].join(timeout=30)
 

@@ -12,6 +12,8 @@ flows start stages from short-lived threads; and it reaches only direct children
 
 from __future__ import annotations
 
+import contextlib
+
 import logging
 import os
 import signal
@@ -98,6 +100,26 @@ def run_stage_command(cmd: list[str], log_line: Callable[[str], None] = print,
     code = stream(cmd, log_line, {**(env or {}), **parent_env()}, new_session=True)
     if code != 0:
         raise RuntimeError(f"command failed with exit code {code}: {' '.join(cmd)}")
+
+
+def stop_stage_processes(timeout: float) -> None:
+    """Stop the processes this process's steps started (`parent_env` marks them; pre-training runs in a session of
+    its own, with its ranks below it) and everything below them: SIGTERM, then SIGKILL for any left after
+    `timeout` seconds. Their stage locks go with them."""
+    import psutil
+
+    me, stages = str(os.getpid()), []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if child.environ().get(PARENT_PID_ENV) == me:
+                stages += [child, *child.children(recursive=True)]
+    for process in stages:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.terminate()
+    _, left = psutil.wait_procs(stages, timeout=timeout)
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
 
 
 def reset_peak_rss() -> None:
