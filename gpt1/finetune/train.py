@@ -193,7 +193,7 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
     else:
         base = GPT1.from_pretrained(checkpoint_dir, transfer_layers=cfg.transfer_layers, vocab_size=vocab)
         if cfg.redraw_specials:
-            base.redraw_token_embeddings(list(new_tokens))
+            base.redraw_token_embeddings(list(new_tokens), seed=cfg.seed)
     return GPT1ForTask(base, spec.head, n_outputs(spec), cfg.clf_pdrop)
 
 

@@ -239,12 +239,13 @@ class GPT1(nn.Module):
         self.tokens_embed = nn.Embedding(n, old.size(1), _weight=weight, device=old.device, dtype=old.dtype)
         self.config = self.config.model_copy(update={"vocab_size": n})
 
-    def redraw_token_embeddings(self, ids: list[int]) -> None:
+    def redraw_token_embeddings(self, ids: list[int], seed: int) -> None:
         """Draw these rows of the token embedding afresh from N(0, init_std): tokens pre-training never saw as
-        input, whose fine-tuning starts them new (the paper's delimiter embeddings)."""
+        input, whose fine-tuning starts them new (the paper's delimiter embeddings). Drawn from their own generator,
+        so everything drawn after them (a task head) is the same with or without the redraw."""
+        rows = torch.randn(len(ids), self.config.n_embd, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            for i in ids:
-                nn.init.normal_(self.tokens_embed.weight[i], mean=0.0, std=self.config.init_std)
+            self.tokens_embed.weight[list(ids)] = (rows * self.config.init_std).to(self.tokens_embed.weight)
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
