@@ -211,9 +211,9 @@ class FinetuneConfig(_Section):
     aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")
     transfer_layers: int | None = Field(None, gt=0, description="keep only the first k pre-trained blocks")
     redraw_specials: bool = Field(
-        True, description="draw the `_delimiter_` and `_classify_` embeddings afresh before fine-tuning pre-trained "
-                          "weights, as the paper's new parameters: pre-training never has them as input, and its "
-                          "softmax only pushes their tied rows down")
+        False, description="draw the `_delimiter_` and `_classify_` embeddings afresh from N(0, init_std) before "
+                           "fine-tuning pre-trained weights, as the paper's new parameters; off, they keep the rows "
+                           "pre-training left (docs/data.md says why that is the default)")
     from_scratch: bool = Field(False, description="ablation: random init instead of the pre-trained weights")
     max_train_examples: int | None = Field(None, gt=0)
     max_eval_examples: int | None = Field(None, gt=0)

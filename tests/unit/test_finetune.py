@@ -251,14 +251,14 @@ def test_the_specials_pretraining_never_reads_are_drawn_afresh_and_nothing_else(
     saved = load_file(str(checkpoint / "gpt1.safetensors"))["tokens_embed.weight"]
     new = [tok.delimiter_id, tok.classify_id]
     torch.manual_seed(0)
-    redrawn = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(), new_tokens=new)
+    redrawn = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(redraw_specials=True),
+                          new_tokens=new)
     weight = redrawn.transformer.tokens_embed.weight
     kept = [i for i in range(len(saved)) if i not in new]
     assert torch.equal(weight[kept], saved[kept]) and not torch.equal(weight[new], saved[new])
     assert abs(float(weight[new].detach().std()) - ModelConfig().init_std) < 0.01  # drawn as at initialisation
     torch.manual_seed(0)
-    kept_all = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(redraw_specials=False),
-                           new_tokens=new)
+    kept_all = build_model(tasks.get("rte"), checkpoint, tok.vocab_size, FinetuneConfig(), new_tokens=new)
     assert torch.equal(kept_all.transformer.tokens_embed.weight, saved)
     assert torch.equal(kept_all.clf.weight, redrawn.clf.weight)  # the redraw leaves the head's draw alone
 
