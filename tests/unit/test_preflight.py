@@ -82,7 +82,8 @@ def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
     assert "storycloze has no downloadable hub copy" in text and "finetune.task_data.storycloze" in text
 
 
-def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path):
+def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)  # a shell that sourced .demo/env names one
     found = run_checks(load_config("cluster", ["ingest.source=sample", "finetune.data=sample"]), "runs")
     text = "\n".join(found.problems)
     assert "no Prefect API configured" in text and "gpt1-finetune/gpu" in text
