@@ -43,7 +43,8 @@ from pathlib import Path
 from flows.pipeline import WORKER_PRELOAD
 from gpt1.config import load_config
 from gpt1.io import read_json
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.pipeline.run import InWorker, run_step
 from gpt1.runtime.workers import WorkerPool
 from results import record
@@ -54,7 +55,7 @@ UPSTREAM = ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain")
 def run_plain(preset: str, overrides: list[str], work: Path, uri: str, subprocesses: bool = False) -> float:
     """Every stage in order without Prefect; fine-tunes sequential, in one reused worker process (as the flow
     runs them) or, with `subprocesses`, each in a fresh process of its own."""
-    plan = P.Plan.make(load_config(preset, [*overrides, f"tracking.tracking_uri={uri}"]), work)
+    plan = recipe.plan(load_config(preset, [*overrides, f"tracking.tracking_uri={uri}"]), work)
     started = time.perf_counter()
     quiet = lambda line: None  # noqa: E731 - subprocess output is not what is measured
     with contextlib.nullcontext() if subprocesses else WorkerPool(1, preload=WORKER_PRELOAD) as workers:
@@ -143,7 +144,7 @@ def main() -> None:
             if "flow-1" in runs:
                 totals["flow-1"] = run_flow(args.preset, sequential, root / "flow-1")
             if "flow-n" in runs:
-                upstream = P.Plan.make(load_config(args.preset, parallel), root / "flow-n")
+                upstream = recipe.plan(load_config(args.preset, parallel), root / "flow-n")
                 for stage in UPSTREAM:
                     source = root / "flow-1" / stage / upstream.ref(stage).key
                     if source.exists():

@@ -1,8 +1,8 @@
-"""Prefect flows: orchestration only. Each step of a plan (gpt1.pipeline.plan) is a Prefect task run named after
-it, which calls gpt1.pipeline.run.run_step.
+"""Prefect flows: orchestration only. Each step of a plan (gpt1.recipe) is a Prefect task run named after it,
+which calls gpt1.pipeline.run.run_step.
 
-- `gpt1` (deployments gpt1/smoke, gpt1/mini, gpt1/full, ablations): preflight, then every step of the plan, under
-  one MLflow parent run.
+- `gpt1` (deployments gpt1/smoke, gpt1/mini, gpt1/full, ablations): preflight, then every step of the plan
+  (gpt1.recipe), under one MLflow parent run.
 - `gpt1-pretrain` (deployment gpt1-pretrain/gpu-node): the pretrain step alone, on whole GPU nodes; `gpt1` hands it
   over when `orchestration.pretrain_deployment` is set, so the orchestrating flow itself holds no GPU.
 - `gpt1-finetune` (deployments gpt1-finetune/gpu, /local): one fine-tune step; the cluster fan-out target.
@@ -22,26 +22,25 @@ and its ranks, the worker processes), so their stage locks are released at once;
 Cancelled, not Crashed, and its MLflow parent run and the stage runs it interrupted end KILLED. What they left is
 taken up by the next run: pre-training and shards resume, a fine-tune starts its folder afresh.
 
-Local compute: `orchestration.finetune_concurrency` slots, held by the steps of compute stages (the graph's
+Local compute: `orchestration.finetune_concurrency` slots, held by the steps of compute stages (their job class's
 `compute`: pre-training and fine-tunes) while they run on this worker. A step's task run is submitted only once it
 holds its slot, so its time in the Prefect UI is its work, not its wait (which steps get one: gpt1.pipeline.schedule).
 Fine-tunes run in that many reused worker processes
 (gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
 Pre-training started while other compute steps can still run beside it (the from-scratch fine-tunes need only the
 tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child
-flow run of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), a failed one retried as
-a new child flow run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
+flow run of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), started by the step's
+task run; Prefect's task retries (the one retry layer, for every step) start a failed one again as a new child flow
+run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Annotated, Callable, Iterator, Literal
 
@@ -53,7 +52,7 @@ from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, F
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import TerminationSignal
-from prefect.runtime import deployment, flow_run
+from prefect.runtime import deployment, flow_run, task_run
 from prefect.states import Cancelled
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
@@ -64,14 +63,18 @@ from gpt1.config import PipelineConfig, available_presets, config_from_dict, loa
 from gpt1.finetune.stage import metrics_of
 from gpt1.finetune.train import METRICS_FILE, registered_model_name
 from gpt1.io import read_json
-from gpt1.pipeline.plan import VARIANTS, Plan, variant_config
+from gpt1.finetune import stage as finetune
 from gpt1.pipeline.run import run_step
 from gpt1.pipeline.schedule import Schedule
+from gpt1.pretrain import stage as pretrain
+from gpt1.recipe import Experiment, plan as plan_run
+from gpt1.recipe.experiment import VARIANTS, finetune_step, finetune_variant_task, variant_config
+from gpt1.report import stage as report
 from gpt1.report.render import REPORT_JSON, REPORT_MD
 from gpt1.runtime.processes import stop_stage_processes, threads_per_process
 from gpt1.runtime.workers import WorkerPool
-from gpt1.stages import graph, outputs
-from gpt1.stages.base import Step
+from gpt1.stages import outputs
+from gpt1.stages.base import Step, stage_jobs
 from gpt1.stages.outputs import is_done
 from gpt1.tracking.logger import RunLogger
 from gpt1.tracking.runs import describe_pipeline_run, end_running_children, start_pipeline_run
@@ -79,9 +82,10 @@ from gpt1.tracking.runs import describe_pipeline_run, end_running_children, star
 WORK_DIR = os.environ.get("GPT1_WORK_DIR", "runs")
 STEP_LINE = re.compile(r"step (\d+)/(\d+) ")  # a long step's progress lines (pre-training's)
 STOP_SECONDS = 20.0  # a cancelled run's processes get this long to exit before they are killed
+STEP_THREADS = 64  # steps in flight at once: local ones wait for a compute slot first, child flow runs for their pool
 EARLY_POLL_SECONDS = 5.0  # how often the scheduler looks for models written before their step ends
 # What a worker process imports once (torch, the task metrics, the stages that run in workers), not once per job.
-WORKER_PRELOAD = ("torch", "sklearn.metrics", *(stage.module for stage in graph.STAGES if stage.in_worker))
+WORKER_PRELOAD = ("torch", "sklearn.metrics", *(job.__module__ for job in stage_jobs().values() if job.in_worker))
 
 Preset = Literal[tuple(available_presets())]  # a dropdown in the UI; the server refuses other names
 Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+=")]
@@ -102,13 +106,13 @@ _local_compute: dict[str, LocalCompute] = {}
 
 
 @contextlib.contextmanager
-def local_compute(plan: Plan) -> Iterator[LocalCompute]:
+def local_compute(plan: Experiment) -> Iterator[LocalCompute]:
     """This flow run's LocalCompute, for the duration of the flow; its workers are started at once when a step
     will run in them, and shut down at the end."""
     n = plan.cfg.orchestration.finetune_concurrency
     compute = LocalCompute(n, WorkerPool(n, preload=WORKER_PRELOAD))
     _local_compute[str(flow_run.id)] = compute
-    if any(graph.stage(step.stage).in_worker and _holds_slot(plan, step) for step in plan.steps.values()):
+    if any(step.job.in_worker and _holds_slot(plan, step) for step in plan.steps.values()):
         compute.workers.start()
     try:
         yield compute
@@ -123,8 +127,9 @@ def local_compute(plan: Plan) -> Iterator[LocalCompute]:
         compute.workers.shutdown()
 
 
-def _retrying(t, cfg: PipelineConfig, stage: str):
-    n = cfg.orchestration.retries.get(stage, graph.stage(stage).retries)
+def _retrying(t, cfg: PipelineConfig, step: Step):
+    """The task with the retries of the step's stage: `orchestration.retries`, else its job class's."""
+    n = cfg.orchestration.retries.get(step.stage, step.job.retries)
     return t.with_options(retries=n, retry_delay_seconds=exponential_backoff(cfg.orchestration.retry_delay_seconds)
                           if n else 0)
 
@@ -143,11 +148,13 @@ def preflight_task(cfg: PipelineConfig, work_dir: str) -> None:
 
 
 @task(name="step", task_run_name="{name}", persist_result=False)
-def step_task(plan: Plan, name: str, parent_run_id: str | None, threads: str | None = None) -> str:
+def step_task(plan: Experiment, name: str, parent_run_id: str | None, threads: str | None = None) -> str:
     """One step: here (in a reused worker process when its stage runs in one), or on its deployment."""
     step = plan.steps[name]
     o = plan.cfg.orchestration
-    if step.stage == "pretrain" and o.pretrain_deployment and not is_done(step.out):
+    if (target := _deployment_of(plan, step)) is not None:
+        return _run_on_deployment(plan, step, target, parent_run_id)
+    if isinstance(step.job, pretrain.Job) and o.pretrain_deployment and not is_done(step.out):
         run = wait_for(_pretrain_run(plan, parent_run_id).id)
         if not run.state.is_completed():
             raise RuntimeError(f"pre-training ({o.pretrain_deployment}, flow run {run.name}): "
@@ -161,7 +168,7 @@ def step_task(plan: Plan, name: str, parent_run_id: str | None, threads: str | N
         if _cancelling():  # its processes were stopped because the flow run is being cancelled
             return Cancelled(message=f"{name}: stopped, its flow run was cancelled")
         raise
-    if step.stage == "report":
+    if isinstance(step.job, report.Job):
         _publish_report(plan, result.path)
     return str(result.path)
 
@@ -195,7 +202,7 @@ def _progress_log(name: str) -> Callable[[str], None]:
     return log_line
 
 
-def _publish_report(plan: Plan, folder) -> None:
+def _publish_report(plan: Experiment, folder) -> None:
     """The results table as artifacts of the flow run: markdown, and a table of every score."""
     key = f"results-{_slug(plan.cfg.preset)}"
     create_markdown_artifact((folder / REPORT_MD).read_text(encoding="utf-8"), key=key,
@@ -230,37 +237,36 @@ def _publish_report(plan: Plan, folder) -> None:
 
 
 # -- running a plan ------------------------------------------------------------------------------------------------
-def _deployment_of(plan: Plan, step: Step) -> str | None:
+def _deployment_of(plan: Experiment, step: Step) -> str | None:
     """The deployment a step is handed to as a child flow run of its own (None: it runs in this flow run)."""
     o = plan.cfg.orchestration
-    if step.stage == "finetune" and o.fanout == "deployment":
+    if isinstance(step.job, finetune.Job) and o.fanout == "deployment":
         return o.finetune_deployment
     return None
 
 
-def _holds_slot(plan: Plan, step: Step) -> int:
+def _holds_slot(plan: Experiment, step: Step) -> int:
     """The local compute slots a step holds: one for a compute step running on this machine (not on a deployment,
     a Slurm job or a finished output), all of them for local pre-training with `orchestration.pretrain_alone`."""
     o = plan.cfg.orchestration
-    if not graph.stage(step.stage).compute or _deployment_of(plan, step) or is_done(step.out):
+    if not step.job.compute or _deployment_of(plan, step) or is_done(step.out):
         return 0
-    if step.stage != "pretrain":
+    if not isinstance(step.job, pretrain.Job):
         return 1
     if o.pretrain_deployment or o.pretrain_launcher != "local":
         return 0
     return o.finetune_concurrency if o.pretrain_alone else 1
 
 
-def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
+def _execute(plan: Experiment, parent_run_id: str | None) -> dict[str, str]:
     """Run every step of the plan (gpt1.pipeline.schedule decides which starts next); returns the failures by step
     name."""
     compute = _local_compute[str(flow_run.id)]
     schedule = Schedule(plan.needs, list(plan.steps), compute.concurrency,
                         holds_slot=lambda name: _holds_slot(plan, plan.steps[name]),
-                        runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures,
-                        available=plan.written_early)
+                        runs_after_failures=lambda name: plan.steps[name].job.after_failures,
+                        available=plan.ready_early)
     changed = threading.Condition()
-    deployments = ThreadPoolExecutor(max(1, len(plan.steps)), thread_name_prefix="deployment")
 
     def finished(name: str, failure: str | None) -> None:
         with changed:
@@ -275,28 +281,20 @@ def _execute(plan: Plan, parent_run_id: str | None) -> dict[str, str]:
                     changed.wait(timeout=EARLY_POLL_SECONDS)
                 continue
             schedule.start(*ready)
-        _start(plan, ready[0], parent_run_id, compute, deployments, finished)
-    deployments.shutdown(wait=False)
+        _start(plan, ready[0], parent_run_id, compute, finished)
     return schedule.failures()
 
 
-def _start(plan: Plan, name: str, parent_run_id: str | None, compute: LocalCompute, deployments: ThreadPoolExecutor,
+def _start(plan: Experiment, name: str, parent_run_id: str | None, compute: LocalCompute,
            finished: Callable[[str, str | None], None]) -> None:
     """Submit one step; `finished(name, failure)` is called when it ends."""
     step = plan.steps[name]
-    if (target := _deployment_of(plan, step)) is not None:
-        # In this flow run's context: run_deployment and flow_run.id (the idempotency keys) read it.
-        future: Future = deployments.submit(contextvars.copy_context().run, _run_on_deployment, plan, step, target,
-                                            parent_run_id)
-        future.add_done_callback(lambda f: finished(name, f.result() if f.exception() is None
-                                                    else f"{type(f.exception()).__name__}: {f.exception()}"))
-        return
     threads = None
-    if step.stage == "pretrain" and _holds_slot(plan, step) == 1 and any(
+    if isinstance(step.job, pretrain.Job) and _holds_slot(plan, step) == 1 and any(
             _holds_slot(plan, plan.steps[other]) for other in plan.independent_of(name)):
         threads = threads_per_process(compute.concurrency * plan.cfg.orchestration.pretrain_nproc)
     try:
-        submitted = _retrying(step_task, plan.cfg, step.stage).submit(plan, name, parent_run_id, threads)
+        submitted = _retrying(step_task, plan.cfg, step).submit(plan, name, parent_run_id, threads)
     except Exception as err:  # noqa: BLE001 - reported as this step's failure
         finished(name, f"not submitted: {type(err).__name__}: {err}")
         return
@@ -318,14 +316,14 @@ def wait_for(flow_run_id, poll_seconds: float = 5.0):
     return run
 
 
-def _pretrain_run(plan: Plan, parent_run_id: str | None):
+def _pretrain_run(plan: Experiment, parent_run_id: str | None):
     """The pre-training flow run for this plan's stage key: one already in flight (another flow run, e.g. an
     ablation started beside `full`, needs the same weights) is waited for instead of holding a second set of GPU
     nodes; else a new one. Runs are tagged with the key so they can be found; the look-up and the start hold a
     lock on the shared volume, so two parents arriving together start one run."""
-    o, key = plan.cfg.orchestration, plan.ref("pretrain").key
+    o, key = plan.cfg.orchestration, plan.model.key
     tag = f"gpt1-pretrain-key:{key}"
-    submitting = outputs.lock(plan.dir("pretrain").with_name(f"{key}.submit"), wait=True)
+    submitting = outputs.lock(plan.model.path.with_name(f"{key}.submit"), wait=True)
     try:
         with get_client(sync_client=True) as client:
             in_flight = client.read_flow_runs(flow_run_filter=FlowRunFilter(
@@ -343,29 +341,22 @@ def _pretrain_run(plan: Plan, parent_run_id: str | None):
     return in_flight[0]
 
 
-def _run_on_deployment(plan: Plan, step: Step, target: str, parent_run_id: str | None) -> str | None:
-    """A fine-tune as a child flow run of `target`, retried as a new child flow run; returns its failure or None."""
-    o = plan.cfg.orchestration
-    attempts = 1 + o.retries.get(step.stage, graph.stage(step.stage).retries)
-    variant, task_name = step.name.removeprefix("finetune-").split("-", 1)
-    message = None
-    for attempt in range(attempts):
-        suffix = f"-retry{attempt}" if attempt else ""
-        parameters = {"config": plan.cfg.model_dump(mode="json"), "task_name": task_name, "variant": variant,
-                      "work_dir": str(plan.work), "parent_run_id": parent_run_id,
-                      "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
-                      "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None}
-        run = run_deployment(target, parameters=parameters, idempotency_key=f"{flow_run.id}-{step.name}{suffix}",
-                             flow_run_name=f"{step.name}{suffix}", timeout=None,
-                             job_variables=o.finetune_job_variables.get(task_name) or None)
-        if run.state.is_completed():
-            return None
-        message = str(run.state.message or run.state.name)
-        if attempt + 1 < attempts:
-            get_run_logger().warning("%s failed (attempt %d of %d): %s; retrying", step.name, attempt + 1, attempts,
-                                     message)
-            time.sleep(o.retry_delay_seconds * 2**attempt)
-    return message
+def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id: str | None) -> str:
+    """A fine-tune as a child flow run of `target`, one per attempt of its task run (`-retry<k>` from the second
+    on, each with its own idempotency key); returns its folder, or raises with the child's failure."""
+    variant, task_name = finetune_variant_task(step.name)
+    attempt = task_run.run_count - 1
+    suffix = f"-retry{attempt}" if attempt > 0 else ""
+    parameters = {"config": plan.cfg.model_dump(mode="json"), "task_name": task_name, "variant": variant,
+                  "work_dir": str(plan.work), "parent_run_id": parent_run_id,
+                  "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
+                  "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None}
+    run = run_deployment(target, parameters=parameters, idempotency_key=f"{flow_run.id}-{step.name}{suffix}",
+                         flow_run_name=f"{step.name}{suffix}", timeout=None,
+                         job_variables=plan.cfg.orchestration.finetune_job_variables.get(task_name) or None)
+    if not run.state.is_completed():
+        raise RuntimeError(f"{step.name} (flow run {run.name}): {run.state.message or run.state.name}")
+    return str(step.out)
 
 
 # -- MLflow parent run -------------------------------------------------------------------------------------------
@@ -380,7 +371,7 @@ def _parent_run(cfg: PipelineConfig) -> RunLogger:
     return run
 
 
-def _registered_models(plan: Plan) -> list[str]:
+def _registered_models(plan: Experiment) -> list[str]:
     """The Model Registry names of the task models this run fine-tuned."""
     names = [registered_model_name(plan.variant_config(variant), task) for variant in plan.variants
              for task in plan.tasks if (plan.task_dir(task, variant) / METRICS_FILE).is_file()]
@@ -392,7 +383,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "run"
 
 
-def _run_plan(plan: Plan) -> str:
+def _run_plan(plan: Experiment) -> str:
     """Every step of `plan` under one MLflow parent run; fails, after the others have finished and the report is
     written, when any step failed. Returns the report folder."""
     for name, why in plan.missing_data().items():
@@ -422,14 +413,14 @@ def _run_plan(plan: Plan) -> str:
 
 
 # -- flows -------------------------------------------------------------------------------------------------------
-@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True,
+@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS), log_prints=True,
       result_serializer="json")
 def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = None, variant: Variant = "full",
                   work_dir: str = WORK_DIR) -> str:
     """The whole GPT-1 recipe for one preset + overrides, its fine-tunes as `variant` (the ablation deployments:
     a run's own preset and overrides never undo it); returns the report directory."""
     cfg = variant_config(load_config(preset, overrides), variant)  # bad values fail here, before any stage runs
-    plan = Plan.make(cfg, work_dir)
+    plan = plan_run(cfg, work_dir)
     if cfg.orchestration.preflight:
         preflight_task(cfg, work_dir)
     return _run_plan(plan)
@@ -439,8 +430,9 @@ def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = N
 def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | None = None) -> str:
     """Pre-training of one resolved config, in this flow run's pod (one process per GPU): the GPU-node deployment
     `gpt1` hands pre-training to. Returns the stage folder (its `final/` holds the weights)."""
-    plan = Plan.make(config_from_dict(config), work_dir)
-    return str(run_step(plan, "pretrain", parent_run_id, log_line=_progress_log("pretrain")).path)
+    plan = plan_run(config_from_dict(config), work_dir)
+    name = next(name for name, step in plan.steps.items() if isinstance(step.job, pretrain.Job))
+    return str(run_step(plan, name, parent_run_id, log_line=_progress_log(name)).path)
 
 
 @flow(name="gpt1-finetune", log_prints=True, result_serializer="json")
@@ -449,16 +441,16 @@ def finetune_one(config: dict, task_name: str, work_dir: str = WORK_DIR, variant
                  tokenizer_dir: str | None = None) -> dict:
     """One task, in this process: the unit the cluster fan-out runs on its own GPU. `checkpoint`: the parent
     fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training."""
-    plan = Plan.make(config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir)
-    result = run_step(plan, f"finetune-{variant}-{task_name}", parent_run_id, log_line=get_run_logger().info)
+    plan = plan_run(config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir)
+    result = run_step(plan, finetune_step(variant, task_name), parent_run_id, log_line=get_run_logger().info)
     return metrics_of(result.path)
 
 
-@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=16), log_prints=True,
+@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS), log_prints=True,
       result_serializer="json")
 def finetune_all(checkpoint: str, tokenizer_dir: str | None = None, preset: Preset = "paper",
                  overrides: list[Override] | None = None, work_dir: str = WORK_DIR) -> str:
     """Re-run the fine-tunes and the report from an existing pre-trained checkpoint (and its tokenizer:
     `tokenizer_dir`, else the checkpoint's own tokenizer.json)."""
-    return _run_plan(Plan.make(load_config(preset, overrides), work_dir, checkpoint=checkpoint,
-                               tokenizer=tokenizer_dir))
+    return _run_plan(plan_run(load_config(preset, overrides), work_dir, checkpoint=checkpoint,
+                              tokenizer=tokenizer_dir))

@@ -2,7 +2,7 @@
 held, every problem at once (exit 2); exit 0 prints what the run will do. The `gpt1` flow runs the same checks as
 its first task, on the CPU pool.
 
-The checks of data, settings, work dir, disk and MLflow are gpt1.pipeline.preflight's; this module adds the
+The checks of data, settings, work dir, disk and MLflow are gpt1.recipe.preflight's; this module adds the
 orchestrator's, through Prefect's own client (its settings, profiles and credentials): the deployments the run hands
 work to exist, each one's work pool exists and has a worker online, its image is not the placeholder the pool
 templates ship with, and pre-training's processes per node fit the GPUs its pool gives a job.
@@ -14,8 +14,8 @@ import argparse
 import os
 
 from gpt1.config import PipelineConfig, load_config
-from gpt1.pipeline import preflight
-from gpt1.pipeline.preflight import Context, Findings
+from gpt1.recipe import preflight
+from gpt1.recipe.preflight import Context, Findings
 
 PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.json ship with
 
@@ -30,7 +30,7 @@ def wanted_deployments(ctx: Context) -> dict[str, str]:
     o, wanted = ctx.cfg.orchestration, {}
     if o.fanout == "deployment":
         wanted[o.finetune_deployment] = "fine-tunes"
-    if o.pretrain_deployment and "pretrain" in ctx.plan.steps:
+    if o.pretrain_deployment and ctx.plan.writes(ctx.plan.model):
         wanted[o.pretrain_deployment] = "pre-training"
     return wanted
 

@@ -1,7 +1,7 @@
 """`gpt1 <command> ...`: every pipeline stage by hand, and the tools around them.
 
-A stage's command is its name in the stage graph (gpt1.stages.graph), run by its module: the same job the
-pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and `run_cli(args)` and is
+A stage's command is its name (each stage job of the recipe, gpt1.recipe), run by the module that defines its
+job: the same job the pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and `run_cli(args)` and is
 imported only when its command runs, so `gpt1 --help` stays fast and a broken optional dependency only affects its
 own command. `preflight` is the orchestrator's (flows/preflight.py: it checks Prefect deployments and pools too).
 Errors follow gpt1.errors: bad input is one line and exit 2 (`gpt1 --debug COMMAND ...` adds its traceback).
@@ -17,7 +17,6 @@ import sys
 
 from gpt1.errors import DEBUG_ENV, OneLineParser, exit_code
 from gpt1.runtime.processes import exit_with_parent
-from gpt1.stages import graph
 
 TOOLS: dict[str, tuple[str, str]] = {
     "preflight": ("flows.preflight", "check a run's data, services, pools and disk before it starts"),
@@ -29,8 +28,11 @@ TOOLS: dict[str, tuple[str, str]] = {
 
 
 def commands() -> dict[str, tuple[str, str]]:
-    """Command -> (module, summary): every stage of the graph, then the tools."""
-    return {**{stage.name: (stage.module, stage.summary) for stage in graph.STAGES}, **TOOLS}
+    """Command -> (module, summary): every stage of the recipe, then the tools."""
+    import gpt1.recipe  # noqa: F401 - defines (registers) every stage job the recipe wires
+    from gpt1.stages.base import stage_jobs
+
+    return {**{name: (job.__module__, job.summary) for name, job in stage_jobs().items()}, **TOOLS}
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

@@ -218,7 +218,7 @@ def gpu_wheels(into: Path, python_version: str) -> list[str]:
 
 def prepare(out: Path, data: Path, work: Path, cpu: bool, python_version: str, wheels: bool) -> int:
     from gpt1.config import load_config
-    from gpt1.pipeline.plan import Plan
+    from gpt1 import recipe
     from gpt1.pipeline.run import run_step
 
     books = sorted(data.glob("books/*.txt")) + sorted(data.glob("books-more/*.txt"))
@@ -245,7 +245,7 @@ def prepare(out: Path, data: Path, work: Path, cpu: bool, python_version: str, w
     settings = [f"ingest.source={source}", f"finetune.data={work / 'glue'}",
                 f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}"]
     cfg = load_config(PRESET, [*settings, *overrides])
-    plan = Plan.make(cfg, work / "pipeline")
+    plan = recipe.plan(cfg, work / "pipeline")
     for name in ("ingest", "train-tokenizer"):
         print(f"prepare: {name}", flush=True)
         result = run_step(plan, name, log_line=lambda line: print(f"  {line}", flush=True))
@@ -372,11 +372,10 @@ def environment(cpu: bool, work: Path, site: Path | None) -> None:
 def holds_slots(plan, name: str) -> int:
     """The compute slots a step holds (as the flows count them): a fine-tune one, local pre-training all of them
     with `orchestration.pretrain_alone`, anything finished or not computing none."""
-    from gpt1.stages import graph
     from gpt1.stages.outputs import is_done
 
     step, o = plan.steps[name], plan.cfg.orchestration
-    if not graph.stage(step.stage).compute or is_done(step.out):
+    if not step.job.compute or is_done(step.out):
         return 0
     if step.stage != "pretrain":
         return 1
@@ -387,7 +386,7 @@ def proof_order(plan) -> list[str]:
     """The plan's steps but the report, in plan order, except that the fine-tunes go seed by seed (every task and
     variant of the first seed before the second's): a run stopped early still has paired comparisons. Within a
     seed the plan's order stays (the longest tasks first)."""
-    from gpt1.pipeline.plan import unseeded
+    from gpt1.recipe.experiment import unseeded
 
     names = [name for name, step in plan.steps.items() if step.stage != "report"]
 
@@ -413,15 +412,15 @@ class Runner:
     def __init__(self, plan, record: Record, budget: gpu_check.Budget, stop_at: float, cpu: bool):
         from gpt1.pipeline.schedule import Schedule
         from gpt1.runtime.workers import WorkerPool
-        from gpt1.stages import graph
+        from gpt1.stages.base import stage_jobs
 
         self.plan, self.record, self.budget, self.stop_at, self.cpu = plan, record, budget, stop_at, cpu
         self.slots = plan.cfg.orchestration.finetune_concurrency
         self.order = proof_order(plan)
         self.schedule = Schedule(plan.needs, self.order, self.slots, holds_slot=lambda n: holds_slots(plan, n),
-                                 runs_after_failures=lambda n: graph.stage(plan.steps[n].stage).after_failures,
-                                 available=plan.written_early)
-        preload = ("torch", "sklearn.metrics", *(s.module for s in graph.STAGES if s.in_worker))
+                                 runs_after_failures=lambda n: plan.steps[n].job.after_failures,
+                                 available=plan.ready_early)
+        preload = ("torch", "sklearn.metrics", *(job.__module__ for job in stage_jobs().values() if job.in_worker))
         self.workers = WorkerPool(self.slots, preload=preload)
         self.changed = threading.Condition()
         self.threads: dict[str, threading.Thread] = {}
@@ -583,7 +582,7 @@ class Runner:
                 if final and len(ran) == len(finished):
                     path = run_step(self.plan, "report", log_line=self.record.line).path
                 else:
-                    step = self.plan.planned["report"]
+                    step = self.plan.steps["report"]
                     job = report_stage.Job(tuple(self.plan.variant_dir(v) for v in ran), tuple(ran),
                                            step.job.not_run, step.job.headline, tracking_uri=step.job.tracking_uri)
                     path = job.run(step.out, wait=True, force=True, log_line=self.record.line).path
@@ -644,7 +643,7 @@ def run(prepared: Path, out: Path, work: Path, cpu: bool, budget_seconds: float 
     record.update(environment={**found, "cpus": os.cpu_count()})
     from gpt1.config import load_config
     from gpt1.data.ingest import stage as ingest_stage
-    from gpt1.pipeline.plan import Plan
+    from gpt1 import recipe
 
     glue = work / "data" / "glue"
     with tarfile.open(prepared / "tasks.tar.xz") as tar:
@@ -656,7 +655,7 @@ def run(prepared: Path, out: Path, work: Path, cpu: bool, budget_seconds: float 
                                f"tracking.tracking_uri=sqlite:///{work / 'mlflow.db'}", *meta["overrides"]])
     # The books are not on this host: the one value of the plan that reads them, their content key, is prepare's.
     with mock.patch.object(ingest_stage, "source_key", lambda spec: meta["source_key"]):
-        plan = Plan.make(cfg, pipeline)
+        plan = recipe.plan(cfg, pipeline)
     planned = {name: plan.ref(name).key for name in meta["keys"]}
     if planned != meta["keys"]:
         record.line(f"setup: FAIL the plan here keys ingest/tokenizer as {planned}, prepare recorded {meta['keys']}: "

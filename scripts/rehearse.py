@@ -159,7 +159,8 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, FlowRunFilterStartTime
 
     from gpt1.config import load_config
-    from gpt1.pipeline.plan import Plan, variant_config
+    from gpt1 import recipe
+    from gpt1.recipe.experiment import variant_config
     from gpt1.stages.outputs import DONE
 
     cfg = load_config("rehearse")
@@ -223,7 +224,7 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
 
     variants = {"gpt1/full": "full", "gpt1/ablation-no-aux-lm": "no_aux_lm"}
     for name, run in parents.items():
-        plan = Plan.make(variant_config(load_config("rehearse", overrides), variants[name]), work)
+        plan = recipe.plan(variant_config(load_config("rehearse", overrides), variants[name]), work)
         results = plan.report_dir() / "results.json"
         reported = json.loads(results.read_text())["runs"] if results.exists() else {}
         scored = {t for run in reported.values() for t, r in run["tasks"].items() if r.get("metrics")}

@@ -23,7 +23,7 @@ from gpt1.io import read_json, stable_hash, write_json
 from gpt1.model.transformer import CONFIG_NAME
 from gpt1.finetune.predict import MODEL_DIR
 from gpt1.data.train_tokenizer import bpe
-from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, data_key, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, add_output_args, data_key, run_from_args
 from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
 
@@ -36,6 +36,12 @@ NOT_FINETUNE_SETTINGS = {"tasks", "data", "task_data", "seeds"}
 @dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "finetune"
+    summary: ClassVar[str] = "fine-tune and evaluate one task from a checkpoint"
+    section: ClassVar[str] = "finetune"
+    retries: ClassVar[int] = 1
+    compute: ClassVar[bool] = True
+    in_worker: ClassVar[bool] = True
+    logs_itself: ClassVar[bool] = True
     mode: ClassVar[str] = "restart"
     record_failure: ClassVar[bool] = True  # the report lists failed tasks with their error
     task: str
@@ -100,19 +106,6 @@ def write_random_init(start: Ref, model_config: dict) -> None:
 
 def metrics_of(out: Path) -> dict:
     return read_json(out / METRICS_FILE)
-
-
-def plan(p) -> list[Step]:
-    """One job per task and variant, the likely longest tasks first. A variant from a random init needs only the
-    tokenizer (it runs beside pre-training); one from a given checkpoint needs neither."""
-    steps = []
-    for task in p.tasks_heaviest_first():
-        for variant in (v for v in p.variants if task in p.variant_tasks(v)):
-            needs = (("sample-data",) if p.checkpoint is not None else
-                     ("train-tokenizer", "sample-data") if p.from_random_init(variant) else None)
-            steps.append(Step(f"finetune-{variant}-{task}", p.finetune_job(variant, task), p.task_dir(task, variant),
-                              needs))
-    return steps
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------

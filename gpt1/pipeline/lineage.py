@@ -6,23 +6,23 @@ so every run shows every stage."""
 from __future__ import annotations
 
 from gpt1.config import flatten
-from gpt1.stages import graph
+from gpt1.pipeline.plan import Plan
 from gpt1.stages.base import Result, Step
 from gpt1.tracking.logger import RunLogger
 from gpt1.tracking.runs import stage_tags
 
 
-def log_step(plan, step: Step, result: Result, parent_run_id: str | None) -> None:
-    stage = graph.stage(step.stage)
-    if stage.logs_itself:
+def log_step(plan: Plan, step: Step, result: Result, parent_run_id: str | None) -> None:
+    section = step.job.section
+    if step.job.logs_itself:
         step.job.log_reuse(result, parent_run_id)
         return
     cfg = plan.cfg
     run = RunLogger(step.name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri,
                     parent_run_id=parent_run_id,
                     tags=stage_tags(step.stage, key=result.key, preset=cfg.preset, cached=result.cached))
-    if stage.section:
-        run.log_params({f"{stage.section}.{k}": v for k, v in flatten(getattr(cfg, stage.section).model_dump()).items()})
+    if section:
+        run.log_params({f"{section}.{k}": v for k, v in flatten(getattr(cfg, section).model_dump()).items()})
     numbers = {k: v for k, v in flatten(result.marker).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     run.log_metrics({k.replace("[", "_").replace("]", ""): v for k, v in numbers.items()})
     for name, (key, source) in step.job.lineage_inputs().items():

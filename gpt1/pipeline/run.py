@@ -3,7 +3,7 @@
     result = run_step(plan, "train-tokenizer", parent_run_id)
 
 The step's job decides whether there is work to do (gpt1.stages.base); a second run needing the same output waits
-for the first and then reuses it. A stage that runs in a worker process (`in_worker` in the graph: the fine-tunes)
+for the first and then reuses it. A stage that runs in a worker process (its job class's `in_worker`: the fine-tunes)
 is handed to `workers` when given, so the flow's own process never trains.
 """
 
@@ -19,7 +19,6 @@ from gpt1.io import read_json
 from gpt1.pipeline.lineage import log_step
 from gpt1.pipeline.plan import Plan
 from gpt1.runtime.workers import JobFailed, WorkerDied, WorkerPool
-from gpt1.stages import graph
 from gpt1.stages.base import Result, StageJob
 from gpt1.stages.outputs import ERROR, read_marker
 from gpt1.tracking import logger
@@ -49,9 +48,9 @@ def run_step(plan: Plan, name: str, parent_run_id: str | None = None, *, workers
     """Run step `name` (waiting for a concurrent writer of its output), then record it in MLflow under
     `parent_run_id`. `threads`: OMP_NUM_THREADS of the processes a stage launches beside other work. A failure
     names its cause (a stage's error.json when it left one)."""
-    step = plan.planned[name]
+    step = plan.steps[name]
     job = step.job.with_context(parent_run_id=parent_run_id, log_line=log_line, threads=threads)
-    if workers is not None and graph.stage(step.stage).in_worker:
+    if workers is not None and step.job.in_worker:
         started = time.time()
         try:
             workers.run(InWorker(job, step.out, name, step.force), lambda line: log_line(f"[{name}] {line}"))

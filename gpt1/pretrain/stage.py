@@ -39,7 +39,7 @@ from gpt1.tracking.runs import stage_tags
 from gpt1.runtime import processes
 from gpt1.pretrain import slurm
 from gpt1.stages import outputs
-from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,11 @@ class Job(StageJob):
     decide the weights (the key); how and where it runs does not."""
 
     stage: ClassVar[str] = "pretrain"
+    summary: ClassVar[str] = "pre-train with DeepSpeed (launches workers)"
+    section: ClassVar[str] = "pretrain"
+    retries: ClassVar[int] = 2
+    compute: ClassVar[bool] = True
+    logs_itself: ClassVar[bool] = True
     mode: ClassVar[str] = "resume"
     shards: Ref
     tokenizer: Ref | None
@@ -156,16 +161,6 @@ class Job(StageJob):
         if uri:
             env["MLFLOW_TRACKING_URI"] = uri  # the workers' tracking server when the config names none
         return slurm.run_job(slurm.script(), out, self.nnodes, env, self.log_line)
-
-
-def plan(p) -> list[Step]:
-    """Pre-training of the plan's model on its shards, unless the plan fine-tunes a given checkpoint."""
-    if p.checkpoint is not None:
-        return []
-    o = p.cfg.orchestration
-    job = Job(p.ref("tokenize"), p.ref("train-tokenizer"), p.cfg, task_data=p.probe_data(), resume="auto",
-              nproc=o.pretrain_nproc, nnodes=o.pretrain_nnodes, launcher=o.pretrain_launcher)
-    return [Step(job.stage, job, p.folder(job))]
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from gpt1.config import headline_metric
 from gpt1.io import stable_hash
 from gpt1.report import baselines, comparison
 from gpt1.report.render import build_report, log_to_run, task_dirs
-from gpt1.stages.base import Result, StageJob, Step, add_output_args, run_from_args
+from gpt1.stages.base import Result, StageJob, add_output_args, run_from_args
 from gpt1.stages.outputs import ERROR, read_marker
 
 
@@ -44,6 +44,11 @@ class Job(StageJob):
     """The report of `results` (folders of task outputs, one per run), keyed by what they hold when it runs."""
 
     stage: ClassVar[str] = "report"
+    summary: ClassVar[str] = "results table beside the paper's numbers (markdown + PNG)"
+    section: ClassVar[str] = "report"
+    retries: ClassVar[int] = 1
+    logs_itself: ClassVar[bool] = True
+    after_failures: ClassVar[bool] = True
     mode: ClassVar[str] = "restart"  # MLflow uploads (and retries) the files from their final place
     results: tuple[Path, ...]
     labels: tuple[str, ...] | None = None
@@ -78,13 +83,6 @@ class Job(StageJob):
         """Found finished by an earlier run: its files and headline metrics on this run's parent too."""
         if parent_run_id and result.cached:
             log_to_run(result.path, parent_run_id, self.tracking_uri)
-
-
-def plan(p) -> list[Step]:
-    """One report of every variant's fine-tunes, after all of them (failed ones are reported as failed)."""
-    job = Job(tuple(p.variant_dir(v) for v in p.variants), tuple(p.variants), tuple(sorted(p.missing_data().items())),
-              p.cfg.report.headline(), tracking_uri=p.cfg.tracking.tracking_uri)
-    return [Step(job.stage, job, p.report_dir(), force=True)]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

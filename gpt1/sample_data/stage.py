@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpt1.sample_data import GENERATOR_VERSION, write_sample_data
-from gpt1.stages.base import StageJob, Step, add_output_args, run_from_args
+from gpt1.stages.base import StageJob, add_output_args, run_from_args
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "sample-data"
+    summary: ClassVar[str] = "write the offline sample corpus and the tasks in their official layouts"
+    section: ClassVar[str] = "sample_data"
     seed: int = 0
 
     def identity(self) -> dict:
@@ -27,14 +29,6 @@ class Job(StageJob):
 
     def build(self, out: Path) -> dict:
         return {"summary": write_sample_data(out, seed=self.seed)}
-
-
-def plan(p) -> list[Step]:
-    """Written when the corpus or the task files are the sample data."""
-    if "sample" not in (p.cfg.ingest.source, p.cfg.finetune.data):
-        return []
-    job = Job(seed=p.cfg.sample_data.seed)
-    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -1,11 +1,16 @@
 """What every stage shares: its inputs as keyed references, its one content key, and how it is run.
 
-A stage is a job dataclass (in its component's `stage.py`, listed in gpt1.stages.graph): the inputs it reads (`Ref`s) and the settings that
-decide its output. Its key hashes exactly those, and it is the same key whoever runs it:
+A stage is a job dataclass (in its component's `stage.py`, wired into the run by gpt1.recipe): the inputs it reads
+(`Ref`s) and the settings that decide its output. Its key hashes exactly those, and it is the same key whoever runs
+it:
 
-    job = Job(corpus=Ref.to("runs/corpus"), cfg=cfg.train_tokenizer)         # the CLI: keys read from the inputs
-    job = Job(corpus=plan.ref("train-tokenizer"), cfg=cfg.train_tokenizer)   # gpt1.pipeline: keys planned ahead
-    result = job.run(out, wait=True)                                         # skip, resume or build; then marked
+    job = Job(corpus=Ref.to("runs/corpus"), cfg=cfg.train_tokenizer)   # the CLI: keys read from the inputs
+    job = Job(corpus=plan.add(ingest_job), cfg=cfg.train_tokenizer)    # the recipe: keys planned ahead
+    result = job.run(out, wait=True)                                   # skip, resume or build; then marked
+
+The job class also declares how the pipeline runs it (its name, retries, whether it holds a compute slot, ...):
+every defined stage job with a `summary` is registered by its name (`stage_jobs()`), which is how the CLI offers
+its command.
 
 An input's key is the key the stage that wrote it recorded in its `.done` marker (for a folder inside a stage's
 output, e.g. pre-training's `final/`, a hash of that key and the relative path); anything else (a user's data
@@ -88,11 +93,25 @@ class Result:
 
 
 class StageJob:
-    """Base of the stage jobs. Subclasses are dataclasses that set `stage` and implement `identity` and `build`."""
+    """Base of the stage jobs. Subclasses are dataclasses that set `stage` and `summary` and implement `identity`
+    and `build`; the module that defines one also defines its command: `add_cli_args(parser)`, `run_cli(args)`."""
 
-    stage: ClassVar[str]
+    stage: ClassVar[str]  # the CLI command, the work folder, the MLflow and Prefect run name
+    summary: ClassVar[str]  # one line, for `gpt1 --help`
     mode: ClassVar[str] = "atomic"  # how the output is written: atomic | resume | restart (gpt1.stages.outputs)
     record_failure: ClassVar[bool] = False  # a failure leaves error.json in the output folder (for the report)
+    # How the pipeline runs it:
+    section: ClassVar[str | None] = None  # its settings in gpt1.config.PipelineConfig, logged with its MLflow run
+    retries: ClassVar[int] = 0  # how often the flow retries a failed job (orchestration.retries overrides)
+    compute: ClassVar[bool] = False  # holds one of the flow's local compute slots while it runs (training)
+    in_worker: ClassVar[bool] = False  # runs in one of the flow's reused worker processes, not the flow's own
+    logs_itself: ClassVar[bool] = False  # logs its own MLflow run (else the pipeline logs a child run for it)
+    after_failures: ClassVar[bool] = False  # runs once its inputs have ended, even if some failed (the report)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "stage" in cls.__dict__ and "summary" in cls.__dict__:  # a stage with a command (a job without a
+            _STAGE_JOBS[cls.stage] = cls                                # summary runs only from Python)
 
     def identity(self) -> dict[str, Any]:
         """The input keys and settings that decide the output (what the key hashes)."""
@@ -154,14 +173,22 @@ class StageJob:
         return replace(self, **{k: v for k, v in context.items() if k in own})
 
 
+_STAGE_JOBS: dict[str, type[StageJob]] = {}
+
+
+def stage_jobs() -> dict[str, type[StageJob]]:
+    """Every stage job class defined so far, by stage name, in the order they were defined (gpt1.recipe imports
+    the pipeline's)."""
+    return dict(_STAGE_JOBS)
+
+
 @dataclass(frozen=True)
 class Step:
-    """One job of a pipeline plan: `job.run(out)` once the plan's steps of the stages it `needs` are finished."""
+    """One job of a pipeline plan: `job.run(out)` once the steps whose outputs it reads are finished."""
 
     name: str  # unique in its plan: the stage's name, or e.g. "finetune-full-sst2" for one of many
     job: StageJob
     out: Path
-    needs: tuple[str, ...] | None = None  # stage names it waits for; None: its stage's inputs in the graph
     force: bool = False  # replace an output of other inputs in `out` (a folder named before its inputs exist)
 
     @property

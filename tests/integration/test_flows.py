@@ -35,7 +35,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.config import PretrainConfig, load_config
 from gpt1.runtime.processes import free_port
 from gpt1.io import read_json, sha256_file, sha256_tree
@@ -66,8 +67,8 @@ def overrides(uri: str, extra: list[str] = ()) -> list[str]:
     return [*TINY, f"tracking.tracking_uri={uri}", *extra]
 
 
-def plan_for(work: Path, extra: list[str] = ()) -> P.Plan:
-    return P.Plan.make(load_config("smoke", [*TINY, *extra]), work)
+def plan_for(work: Path, extra: list[str] = ()) -> P.Experiment:
+    return recipe.plan(load_config("smoke", [*TINY, *extra]), work)
 
 
 def run_flow(work: Path, uri: str, extra: list[str] = ()):
@@ -369,10 +370,10 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
     for name in ("checkpoint", "other"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text(name)
-    given = P.Plan.make(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
+    given = recipe.plan(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
     assert not given.from_random_init("no_pretrain")
     assert given.variant_dir("no_pretrain") != plan_for(tmp_path, BASE).variant_dir("no_pretrain")
-    assert given.variant_dir("no_pretrain") != P.Plan.make(
+    assert given.variant_dir("no_pretrain") != recipe.plan(
         load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
 
@@ -455,7 +456,7 @@ def test_the_no_pretrain_deployment_runs_no_pretraining(base):
     from flows.pipeline import gpt1_pipeline
 
     extra = [*BASE, "pretrain.max_steps=31"]
-    plan = P.Plan.make(P.variant_config(load_config("smoke", [*TINY, *extra]), "no_pretrain"), base.work)
+    plan = recipe.plan(P.variant_config(load_config("smoke", [*TINY, *extra]), "no_pretrain"), base.work)
     assert not plan.dir("pretrain").exists()
     state = gpt1_pipeline(preset="smoke", overrides=overrides(base.uri, extra), variant="no_pretrain",
                           work_dir=str(base.work), return_state=True)

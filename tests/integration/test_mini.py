@@ -21,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gpt1.finetune.stage import metrics_of
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.pipeline.run import run_step
 from gpt1.config import load_config
 from gpt1.runtime.workers import WorkerPool
@@ -71,7 +72,7 @@ def test_mini_recipe_runs_end_to_end_on_complete_mrpc_files_at_reduced_budgets(t
                                f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *REDUCED])
     assert cfg.model.n_layer == 4 and cfg.model.n_embd == 128 and cfg.finetune.epochs == 3  # the preset's own
     assert cfg.ingest.task_text and cfg.ingest.leak_check and cfg.tokenize.align_documents and cfg.finetune.seeds == 2
-    plan = P.Plan.make(cfg, tmp_path / "work")
+    plan = recipe.plan(cfg, tmp_path / "work")
     assert plan.tasks == ["mrpc"] and sorted(plan.missing_data()) == sorted(NOT_RUN)
     assert plan.variants == VARIANTS
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from gpt1.config import FinetuneConfig, PretrainConfig, flatten, load_config
-from gpt1.pipeline.plan import Plan, variant_config
+from gpt1 import recipe
+from gpt1.recipe.experiment import variant_config
 from conftest import REPO
 
 HEADLINE = ["sst2", "mrpc", "stsb"]
@@ -41,7 +42,7 @@ def test_mini_pretrains_on_books_and_task_text_and_fine_tunes_the_headline_tasks
         assert getattr(cfg.pretrain, name) == getattr(paper_pt, name), name
     # the fine-tunes the verdict needs: both variants, two seeds each, sharing every setting but the start
     assert cfg.finetune.aux_lm_weight == 0 and cfg.finetune.seeds == 2 and cfg.pretrain.curve_steps == []
-    plan = Plan.make(cfg, "work")
+    plan = recipe.plan(cfg, "work")
     assert plan.variants == ["full", "full_seed1", "no_pretrain", "no_pretrain_seed1"]
     for seed in ("", "_seed1"):
         twin = variant_config(cfg, f"no_pretrain{seed}").finetune
@@ -58,7 +59,7 @@ def test_mini_names_public_sources_at_pinned_revisions_and_its_headline_tasks():
     assert cfg.ingest.source.startswith("hf:deepmind/pg19@") and cfg.finetune.data == "hf"
     settings = flatten(cfg.model_dump())
     assert not [key for key, value in settings.items() if isinstance(value, str) and value.startswith(("/", "~", "."))]
-    plan = Plan.make(cfg, "w")
+    plan = recipe.plan(cfg, "w")
     assert [plan.task_source(task) for task in HEADLINE] == [f"hf:glue/{task}@{GLUE_REVISION}" for task in HEADLINE]
     assert [t.where for t in plan.steps["ingest"].job.tasks] == [plan.task_source(task) for task in HEADLINE]
     assert cfg.report.headline() == (("stsb", "primary"), ("sst2", "primary"), ("mrpc", "accuracy"))

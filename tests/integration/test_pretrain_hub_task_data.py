@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpt1.config import load_config
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.pipeline.run import run_step
 
 TINY = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=128", "model.n_ctx=32",
@@ -64,7 +65,7 @@ def test_pretraining_with_hub_task_data_runs_its_probes_on_the_hub_tasks(tmp_pat
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the tasks without a stand-in fail at once instead of waiting
     cfg = load_config("smoke", [*TINY, f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
     assert cfg.finetune.data == "hf"
-    plan = P.Plan.make(cfg, tmp_path / "work")
+    plan = recipe.plan(cfg, tmp_path / "work")
     for name in plan.steps:  # the data stages, then pre-training, as the flow runs them
         run_step(plan, name, threads="1")
         if name == "pretrain":

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.pipeline.run import run_step
 from gpt1.config import ConfigError, load_config
 from gpt1.runtime.processes import free_port
@@ -80,8 +81,8 @@ fi
 """
 
 
-def plan_for(work: Path, extra: list[str] = ()) -> P.Plan:
-    return P.Plan.make(load_config("smoke", [*TINY, *extra]), work)
+def plan_for(work: Path, extra: list[str] = ()) -> P.Experiment:
+    return recipe.plan(load_config("smoke", [*TINY, *extra]), work)
 
 
 def slurm_job(shards_ref: Ref, tokenizer_ref: Ref, extra: list[str] = (), **kwargs) -> pretrain.Job:

@@ -23,7 +23,7 @@ from gpt1.data.ingest.corpus import iter_texts, split_files
 from corpora import book, rows, write
 from gpt1.config import IngestConfig
 from gpt1.io import InputError, OutputError, read_json
-from gpt1.pipeline.plan import Plan
+from gpt1 import recipe
 from gpt1.data.ingest import stage as ingest_stage
 from gpt1.stages.outputs import DONE
 
@@ -549,7 +549,7 @@ def test_unwrap_lines_setting_in_the_stage_cli_stats_and_pipeline_keys(tmp_path,
     assert sorted(r["text"] for r in rows(tmp_path / "off")) == sorted([f"CHAPTER I\n\n{wrapped}\n\n{VERSE}",
                                                                         textwrap.fill(NAMES, 66)])
     # in the pipeline the setting is part of the ingest key, so changing it re-runs ingestion and what follows
-    plans = [Plan.make(load_config("smoke", [f"ingest.unwrap_lines={value}"]), tmp_path / "work")
+    plans = [recipe.plan(load_config("smoke", [f"ingest.unwrap_lines={value}"]), tmp_path / "work")
              for value in ("true", "false")]
     assert plans[0].ref("sample-data").key == plans[1].ref("sample-data").key
     assert all(plans[0].ref(s).key != plans[1].ref(s).key for s in ("ingest", "tokenize"))

@@ -12,14 +12,15 @@ from tests.conftest import REPO
 # gpt1's components from the bottom up: a module may import its own component and the ones before it.
 LAYERS = [
     {"gpt1.io", "gpt1.errors", "gpt1.progress"},  # small helpers
-    {"gpt1.stages"},  # the stage kit and the stage graph
+    {"gpt1.stages"},  # the stage kit: a job, its key, its output folder
     {"gpt1.tasks"},
     {"gpt1.config"},
     {"gpt1.tracking", "gpt1.runtime"},
     {"gpt1.data", "gpt1.sample_data"},
     {"gpt1.model"},
     {"gpt1.pretrain", "gpt1.finetune", "gpt1.report"},
-    {"gpt1.pipeline"},
+    {"gpt1.pipeline"},  # a generic DAG: plan, schedule, run, lineage
+    {"gpt1.recipe"},  # the GPT-1 run: its recipe, its design, its preflight
     {"gpt1.cli", "gpt1.tokenizer"},  # the command line; the encoder's public name
 ]
 

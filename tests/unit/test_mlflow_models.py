@@ -17,7 +17,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from gpt1.pipeline import plan as P
+from gpt1 import recipe
+from gpt1.recipe import experiment as P
 from gpt1.pipeline.lineage import log_step
 from gpt1.tracking import logger, models, runs
 from gpt1.pretrain import outputs as pretrain_outputs
@@ -168,7 +169,7 @@ def test_pipeline_logs_cached_finetunes_once_and_the_values_used_on_the_parent(w
     client = MlflowClient(store)
     cfg = load_config("smoke", ["finetune.tasks=[sst2]", f"tracking.tracking_uri={store}",
                                 f"tracking.experiment={EXPERIMENT}"])
-    plan = P.Plan.make(cfg, work / "plan")
+    plan = recipe.plan(cfg, work / "plan")
     parent = runs.start_pipeline_run(cfg, flow="gpt1", flow_run="cached-run")
 
     # the tokenizer stage (finished earlier): its child run, and on the parent the vocabulary and merges learnt
@@ -268,7 +269,7 @@ def test_the_corpus_lineage_names_each_tasks_train_text_and_what_the_corpus_is_m
     cfg = load_config("smoke", ["finetune.tasks=[sst2,rte]", f"finetune.data={sample_tasks}",
                                 "ingest.task_text=true", "ingest.leak_check=true", f"ingest.source={sample_tasks.parent}/books",
                                 f"tracking.tracking_uri={store}", f"tracking.experiment={EXPERIMENT}"])
-    plan = P.Plan.make(cfg, work / "lineage")
+    plan = recipe.plan(cfg, work / "lineage")
     parent = runs.start_pipeline_run(cfg, flow="gpt1", flow_run="lineage-run")
     result = plan.steps["ingest"].job.run(plan.dir("ingest"), wait=False)
     log_step(plan, plan.steps["ingest"], result, parent.run_id)

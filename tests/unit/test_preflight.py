@@ -26,7 +26,7 @@ def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offlin
     out = capsys.readouterr().out
     problems = [line for line in out.splitlines() if line.startswith("problem: ")]
     assert code == 2 and "nothing was started" in out
-    assert sum(str(missing) in p for p in problems) == 12  # every task, one line each
+    assert sum(str(missing) in p for p in problems) == len(load_config("paper").finetune.tasks)  # one line each
     assert any("hf:bookcorpus/bookcorpus" in p and "unreachable" in p for p in problems)  # and the corpus too
     assert "note: ingest.source: hf:bookcorpus/bookcorpus has no pinned @revision" in out
 
@@ -80,6 +80,21 @@ def test_settings_that_cannot_work_together_are_problems(offline, tmp_path):
     assert "not divisible by the world size 3" in text
     assert "finetune.transfer_layers=9 but the model has model.n_layer=3" in text
     assert "storycloze has no downloadable hub copy" in text and "finetune.task_data.storycloze" in text
+
+
+def test_a_task_the_sample_data_does_not_hold_is_refused_before_the_run(offline, tmp_path, monkeypatch):
+    """A task registered without a sample writer would pass the plan and fail at run time: preflight says so."""
+    from gpt1.recipe import preflight
+
+    kept, left_out = preflight.SAMPLE_TASKS[1:], preflight.SAMPLE_TASKS[0]
+    monkeypatch.setattr(preflight, "SAMPLE_TASKS", kept)
+    found = run_checks(load_config("smoke"), tmp_path / "w", services=False)
+    assert [p for p in found.problems if "the sample data has no" in p] == [
+        p for p in found.problems if f"has no {left_out} " in p and f"finetune.task_data.{left_out}=PATH" in p]
+    assert len([p for p in found.problems if "the sample data has no" in p]) == 1
+    given = run_checks(load_config("smoke", [f"finetune.task_data.{left_out}={tmp_path}/nowhere"]), tmp_path / "w",
+                       services=False)
+    assert not [p for p in given.problems if "the sample data has no" in p]
 
 
 def test_the_cluster_preset_needs_its_deployments_and_a_shared_work_dir(offline, tmp_path, monkeypatch):

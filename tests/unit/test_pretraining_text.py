@@ -20,7 +20,7 @@ from gpt1.data.ingest.task_text import held_out_splits, texts
 from gpt1.data.tokenize import tokenize_corpus
 from gpt1.data.tokenize.write import _block_order
 from gpt1.data.train_tokenizer import bpe
-from gpt1.pipeline.plan import Plan
+from gpt1 import recipe
 from tests.conftest import shared_path
 
 TEXT_TASKS = ("sst2", "rte", "race")  # one of each example shape: a text, a pair, a multiple choice
@@ -126,8 +126,8 @@ def test_a_book_is_held_out_whole_before_it_is_cut_into_documents(tmp_path, book
 
 
 def test_the_run_reads_its_own_tasks_files_and_its_key_says_so(tmp_path):
-    plain = Plan.make(load_config("smoke"), tmp_path)
-    mixed = Plan.make(load_config("smoke", ["ingest.task_text=true", "ingest.leak_check=true",
+    plain = recipe.plan(load_config("smoke"), tmp_path)
+    mixed = recipe.plan(load_config("smoke", ["ingest.task_text=true", "ingest.leak_check=true",
                                             "finetune.tasks=[sst2,rte]"]), tmp_path)
     job = mixed.steps["ingest"].job
     assert [t.task for t in job.tasks] == ["sst2", "rte"] and plain.steps["ingest"].job.tasks == ()

@@ -144,7 +144,7 @@ def test_report_cli_logs_to_the_parent_run(tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "results.json").read_text())
     [compared] = summary["comparisons"]
     assert logged.data.metrics["gain/headline_mean"] == pytest.approx(compared["headline"]["difference"])
-    assert len(compared["headline"]["tasks"]) == 12 and compared["headline"]["missing"] == []
+    assert len(compared["headline"]["tasks"]) == len(ALL) and compared["headline"]["missing"] == []
     assert not [name for name in logged.data.metrics if name.startswith("report/")]
     assert logged.info.status == "RUNNING"  # the report attaches to the pipeline's run; it does not end it
 

@@ -1,19 +1,18 @@
 """gpt1.pipeline.schedule on a real plan's steps: which step starts next with two compute slots."""
 
 from gpt1.config import load_config
-from gpt1.pipeline.plan import Plan
+from gpt1 import recipe
 from gpt1.pipeline.schedule import Schedule
-from gpt1.stages import graph
 
 TASKS = ["sst2", "stsb", "rte"]
 
 
 def make_schedule(tmp_path, slots: int = 2) -> Schedule:
-    plan = Plan.make(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]",
+    plan = recipe.plan(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]",
                                            "orchestration.ablations=[no_pretrain]"]), tmp_path)
     return Schedule(plan.needs, list(plan.steps), slots,
-                    holds_slot=lambda name: graph.stage(plan.steps[name].stage).compute,
-                    runs_after_failures=lambda name: graph.stage(plan.steps[name].stage).after_failures)
+                    holds_slot=lambda name: plan.steps[name].job.compute,
+                    runs_after_failures=lambda name: plan.steps[name].job.after_failures)
 
 
 def run_until(schedule: Schedule, stop: str) -> None:
@@ -83,11 +82,11 @@ def test_a_failed_need_settles_its_dependents_and_the_report_still_runs(tmp_path
 
 
 def test_a_curve_points_fine_tunes_start_beside_pretraining_once_its_model_is_written(tmp_path):
-    plan = Plan.make(load_config("smoke", ["finetune.tasks=[sst2,rte]", "orchestration.ablations=[no_pretrain]",
+    plan = recipe.plan(load_config("smoke", ["finetune.tasks=[sst2,rte]", "orchestration.ablations=[no_pretrain]",
                                            "pretrain.curve_steps=[500]", "report.headline_tasks=[sst2]"]), tmp_path)
     schedule = Schedule(plan.needs, list(plan.steps), 2,
-                        holds_slot=lambda name: graph.stage(plan.steps[name].stage).compute,
-                        available=plan.written_early)
+                        holds_slot=lambda name: plan.steps[name].job.compute,
+                        available=plan.ready_early)
     run_until(schedule, "pretrain")
     for name in [n for n in schedule.running if n != "pretrain"]:
         schedule.finish(name, None)
@@ -110,12 +109,12 @@ def test_a_curve_points_fine_tunes_start_beside_pretraining_once_its_model_is_wr
 
 
 def test_pretraining_alone_holds_every_slot_and_the_from_scratch_fine_tunes_wait_for_it(tmp_path):
-    plan = Plan.make(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]", "orchestration.ablations=[no_pretrain]",
+    plan = recipe.plan(load_config("smoke", [f"finetune.tasks=[{','.join(TASKS)}]", "orchestration.ablations=[no_pretrain]",
                                            "orchestration.pretrain_alone=true"]), tmp_path)
     slots = plan.cfg.orchestration.finetune_concurrency
     schedule = Schedule(plan.needs, list(plan.steps), slots,
                         holds_slot=lambda name: (slots if name == "pretrain" else
-                                                 int(graph.stage(plan.steps[name].stage).compute)))
+                                                 int(plan.steps[name].job.compute)))
     run_until(schedule, "tokenize")
     assert start_all_ready(schedule) == []  # every slot kept for pre-training, though fine-tunes are ready
     schedule.finish("tokenize", None)

@@ -22,7 +22,7 @@ import pytest
 from gpt1.cli import main as cli
 from gpt1.config import load_config
 from gpt1.io import read_json
-from gpt1.pipeline.plan import Plan
+from gpt1 import recipe
 from gpt1.pipeline.run import run_step
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, StageJob, input_key
@@ -197,12 +197,12 @@ def test_editing_a_local_dataset_folder_reruns_ingestion_through_the_cli_and_the
     argv = ["ingest", "--source", source, "--out", str(out), "--no-progress", "--val-fraction", "0.1"]
     assert cli(argv) == 0
     first = read_json(out / DONE)
-    plan = Plan.make(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
+    plan = recipe.plan(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
     assert plan.ref("ingest").key == first["key"]  # one fingerprint everywhere
     assert not run_step(plan, "ingest").cached and run_step(plan, "ingest").cached
 
     save_local_hub_dataset(data, [*books, "A new chapter, added after the first ingestion."])
-    edited = Plan.make(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
+    edited = recipe.plan(load_config("smoke", [f"ingest.source={source}", "ingest.val_fraction=0.1"]), tmp_path / "work")
     assert edited.ref("ingest").key != first["key"]
     result = run_step(edited, "ingest")  # what the flow's ingest task runs
     assert not result.cached and sum(result.marker["stats"]["documents"].values()) == 41
@@ -213,7 +213,7 @@ def test_editing_a_local_dataset_folder_reruns_ingestion_through_the_cli_and_the
 
 def test_the_tokenizer_stage_writes_its_stats_whoever_runs_it(tmp_path):
     """Before, only the CLI wrote tokenizer_stats.json, so a flow run never logged them."""
-    plan = Plan.make(load_config("smoke", ["train_tokenizer.merges=100"]), tmp_path / "work")
+    plan = recipe.plan(load_config("smoke", ["train_tokenizer.merges=100"]), tmp_path / "work")
     for stage in ("sample-data", "ingest"):
         run_step(plan, stage)
     result = run_step(plan, "train-tokenizer")

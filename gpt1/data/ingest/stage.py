@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from gpt1.config import IngestConfig
 from gpt1.data.ingest import ingest
 from gpt1.io import positive_int, stable_hash
-from gpt1.stages.base import StageJob, Step, add_output_args, data_key, input_key, run_from_args
+from gpt1.stages.base import Ref, StageJob, add_output_args, data_key, input_key, run_from_args
 from gpt1.stages.outputs import read_marker
 from gpt1.tasks import TASKS, get as get_task
 from gpt1.tracking.runs import hub_dataset_source
@@ -46,11 +46,21 @@ class TaskFiles:
 @dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "ingest"
+    summary: ClassVar[str] = "clean, dedup and split a corpus into Parquet documents + stats.json"
+    section: ClassVar[str] = "ingest"
+    retries: ClassVar[int] = 2
     source: str
     source_key: str
     cfg: IngestConfig
     tasks: tuple[TaskFiles, ...] = ()  # the run's tasks: read when task_text or leak_check is on
     progress: bool | None = field(default=None, compare=False)  # None: a bar when stderr is a terminal
+
+    @classmethod
+    def of(cls, cfg: IngestConfig, books: Ref | None, tasks: list[TaskFiles]) -> "Job":
+        """The configured source, or `books` (the sample books, for `ingest.source: sample`), with the files of
+        the run's tasks when their text is mixed in or checked against."""
+        source, key = (str(books.path), books.key) if books is not None else (cfg.source, source_key(cfg.source))
+        return cls(source, key, cfg, tuple(tasks) if cfg.task_text or cfg.leak_check else ())
 
     def identity(self) -> dict:
         d = self.cfg
@@ -113,19 +123,6 @@ def _dataset_source(where: str) -> Any:
     hub = ingest.HFSource(where)
     return str(hub.folder.resolve()) if hub.local else hub_dataset_source(hub.id, split=hub.split,
                                                                           revision=hub.revision)
-
-
-def plan(p) -> list[Step]:
-    """The configured source, or the sample books (`ingest.source: sample`), with the files of the run's tasks
-    when their text is mixed in or checked against."""
-    d = p.cfg.ingest
-    tasks = tuple(TaskFiles(task, *p.task_data(task)) for task in p.tasks) if d.task_text or d.leak_check else ()
-    if d.source == "sample":
-        books = p.ref("sample-data").inside("books")
-        job = Job(str(books.path), books.key, d, tasks)
-    else:
-        job = Job(d.source, source_key(d.source), d, tasks)
-    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

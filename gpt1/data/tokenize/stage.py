@@ -17,12 +17,15 @@ from typing import ClassVar
 from gpt1.config import load_config
 from gpt1.data.tokenize import load_manifest, tokenize_corpus
 from gpt1.io import positive_int
-from gpt1.stages.base import Ref, StageJob, Step, add_output_args, run_from_args
+from gpt1.stages.base import Ref, StageJob, add_output_args, run_from_args
 
 
 @dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "tokenize"
+    summary: ClassVar[str] = "tokenize and pack a corpus into Arrow shards + manifest.json"
+    section: ClassVar[str] = "tokenize"
+    retries: ClassVar[int] = 2
     mode: ClassVar[str] = "resume"
     corpus: Ref
     tokenizer: Ref
@@ -54,13 +57,6 @@ class Job(StageJob):
         mix = result.marker.get("composition") or {}
         return {**{f"train_tokens_{origin}": n for origin, n in mix.get("train_tokens", {}).items()},
                 "blocks_starting_a_document": mix.get("blocks_starting_a_document")}
-
-
-def plan(p) -> list[Step]:
-    t = p.cfg.tokenize
-    job = Job(p.ref("ingest"), p.ref("train-tokenizer"), n_ctx=p.cfg.model.n_ctx, shard_rows=t.shard_rows,
-              align_documents=t.align_documents, workers=t.workers)
-    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from gpt1.data.train_tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
 from gpt1.data.ingest.corpus import iter_texts, split_files
 from gpt1.io import InputError, write_json
-from gpt1.stages.base import Ref, Result, StageJob, Step, add_output_args, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Job(StageJob):
     stage: ClassVar[str] = "train-tokenizer"
+    summary: ClassVar[str] = "train the GPT-1 BPE tokenizer on an ingested corpus"
+    section: ClassVar[str] = "train_tokenizer"
+    retries: ClassVar[int] = 1
     corpus: Ref
     cfg: TrainTokenizerConfig
 
@@ -72,11 +75,6 @@ class Job(StageJob):
         return {"resolved.train_tokenizer.merges": stats["merges"],
                 "resolved.train_tokenizer.vocab_size": stats["vocab_size"],
                 "resolved.model.vocab_size": stats["vocab_size"]}
-
-
-def plan(p) -> list[Step]:
-    job = Job(p.ref("ingest"), p.cfg.train_tokenizer)
-    return [Step(job.stage, job, p.folder(job))]
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
