@@ -59,7 +59,7 @@ def main() -> None:
     import ftfy
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
 
     vocab = SHARED / "openai-gpt1"
     ours = bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")

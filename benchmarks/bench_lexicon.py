@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.sample_data import lexicon as lex
 from gpt1.model.transformer import GPT1
 from results import record

@@ -84,7 +84,7 @@ def repeat_corpus(one: Path, out: Path, copies: int) -> Path:
 
 def gpt1_tokenizer(corpus_dir: Path):
     """The original GPT-1 vocabulary when the shared files exist, else 2,000 merges trained on the corpus."""
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.data.ingest.corpus import iter_texts
 
     vocab = SHARED / "openai-gpt1"
@@ -117,7 +117,7 @@ def child(args: argparse.Namespace) -> dict:
             started, cpu = time.perf_counter(), cpu_seconds()
             tokens = sum(len(e.ids) for e in encoder.encode_batch_fast(texts))
         else:
-            from gpt1.data.train_tokenizer import bpe
+            from gpt1.tokenizer import bpe
 
             encoder = bpe.load(args.tokenizer)
             started, cpu = time.perf_counter(), cpu_seconds()
@@ -125,7 +125,7 @@ def child(args: argparse.Namespace) -> dict:
         seconds, cpu = time.perf_counter() - started, cpu_seconds() - cpu
         chars = sum(map(len, texts))
     else:
-        from gpt1.data.train_tokenizer import bpe
+        from gpt1.tokenizer import bpe
         from gpt1.data.tokenize import tokenize_corpus
 
         out = Path(args.out)

@@ -64,7 +64,7 @@ def vm_hwm_bytes() -> int:
 
 
 def child(corpus: str, tokenizer_dir: str, out: str, encode_chars: int) -> None:
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.data.tokenize import tokenize_corpus
 
     tok = bpe.load(tokenizer_dir)

@@ -61,7 +61,7 @@ def throughput(args: argparse.Namespace) -> dict:
     import ftfy
     from tokenizers import Tokenizer, normalizers, pre_tokenizers
 
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
 
     texts = sample_paragraphs(args.books, args.chars)
     few = texts[::10]
@@ -160,7 +160,7 @@ def mismatch_class(chunk: str) -> str:
 def parity(args: argparse.Namespace) -> dict:
     import ftfy
 
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
 
     books = sorted(args.books.glob("*.txt"))
     paragraphs = [p for book in books for p in book_paragraphs(book)][:: args.every]

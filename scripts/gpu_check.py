@@ -278,7 +278,7 @@ def hf_parity(mode: Mode, prepared: Path, run: Path, budget: Budget) -> tuple[st
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.model.transformer import GPT1
 
     final = run / "parity-device" / "final"

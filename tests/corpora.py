@@ -13,8 +13,8 @@ import pytest
 
 from gpt1.data.ingest import corpus
 from gpt1.data.ingest.corpus import split_files
-from gpt1.data.train_tokenizer import bpe
-from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
+from gpt1.tokenizer import bpe
+from gpt1.tokenizer.bpe import GPT1Tokenizer
 from gpt1.io import write_json
 
 

@@ -32,7 +32,7 @@ def closed_port_uri() -> str:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Sample books -> corpus (paragraphs as documents) -> tokenizer (300 merges) -> 32-token shards; sample tasks."""
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.data.ingest import corpus
     from gpt1.data.tokenize import tokenize_corpus
     from gpt1.sample_data import write_sample_data

@@ -36,7 +36,7 @@ import torch
 from tqdm import tqdm
 
 from gpt1 import tasks
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.errors import Diverged
 from gpt1.io import InputError, atomic_dir, positive_int, read_json, sha256_file, write_json, write_text
 from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights

@@ -22,7 +22,7 @@ from gpt1.finetune.train import (METRICS_FILE, PREDICTIONS_DIR, ablation_name, f
 from gpt1.io import read_json, stable_hash, write_json
 from gpt1.model.transformer import CONFIG_NAME
 from gpt1.finetune.predict import MODEL_DIR
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.stages.base import Ref, Result, StageJob, add_output_args, data_key, run_from_args
 from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS

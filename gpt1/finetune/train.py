@@ -65,7 +65,7 @@ from tqdm import tqdm
 
 from gpt1.model import optim
 from gpt1 import tasks
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.errors import Diverged
 from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
@@ -80,7 +80,7 @@ from gpt1.runtime.devices import torch_device
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.finetune.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
-from gpt1.data.train_tokenizer.bpe import TOKENIZER_FILE
+from gpt1.tokenizer.bpe import TOKENIZER_FILE
 from gpt1.tracking.runs import hub_dataset_source, monitor_system, stage_tags
 from gpt1.tracking.models import register_model
 from gpt1.tracking.logger import RunLogger, start_run

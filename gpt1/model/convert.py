@@ -41,11 +41,11 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
 from gpt1.io import InputError, atomic_dir, read_json, write_text
 from gpt1.model.transformer import GPT1, save_weights
-from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
+from gpt1.tokenizer.bpe import GPT1Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -83,7 +83,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.model.transformer import GPT1
 
     checkpoint = Path(args.checkpoint)

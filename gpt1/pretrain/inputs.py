@@ -17,7 +17,7 @@ import logging
 import os
 from pathlib import Path
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.pretrain.checkpoint import CheckpointManager, files_problem, read_meta, refusal
 from gpt1.config import PipelineConfig, PretrainConfig
 

@@ -32,7 +32,7 @@ out = lambda fx, work: work / "out"  # noqa: E731
 
 def other_tokenizer(fx, work: Path) -> Path:
     """A tokenizer of other settings (50 merges on one sample book): not the one the shards were made with."""
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
 
     tokenizer = bpe.train([p.read_text(encoding="utf-8") for p in sorted((fx.sample / "books").glob("*.txt"))[:1]],
                           merges=50, show_progress=False)

@@ -118,7 +118,7 @@ def test_outputs_that_are_not_the_stages_own_are_never_replaced(data, tmp_path, 
 
 
 def test_an_unwritable_output_is_refused_before_training_the_tokenizer(data, tmp_path, capsys, monkeypatch):  # noqa: F811
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("training started")

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gpt1.config import FinetuneConfig, ModelConfig
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.finetune.train import finetune
 from gpt1.model.transformer import GPT1
 

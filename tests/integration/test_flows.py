@@ -394,7 +394,7 @@ def test_the_fan_out_submits_the_likely_longest_fine_tunes_first(tmp_path):
 @pytest.mark.slow
 def test_no_pretrain_finetunes_run_beside_pretraining_in_its_free_slots(base):
     from gpt1.model.transformer import CONFIG_NAME, load_model_config
-    from gpt1.data.train_tokenizer.bpe import load as load_tokenizer
+    from gpt1.tokenizer.bpe import load as load_tokenizer
 
     plan = base.plan
     info = lambda path: read_json(path / DONE)  # noqa: E731

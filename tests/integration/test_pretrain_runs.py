@@ -36,7 +36,7 @@ def reference(data, tmp_path_factory):
 
 
 def test_cli_run_trains_logs_and_exports(reference, data):
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.model.transformer import GPT1
 
     out, uri = reference

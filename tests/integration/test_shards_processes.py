@@ -16,7 +16,7 @@ import pytest
 from corpora import corpus_dir, docs, make_docs, shard_bytes, tokenizer, tricky_text, write_corpus  # noqa: F401
 from fs_faults import file_size_limit
 from gpt1.data.tokenize import load_manifest, tokenize_corpus
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 
 
 def test_bytes_do_not_depend_on_workers_or_partitioning(tmp_path, corpus_dir, tokenizer):

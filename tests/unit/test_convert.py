@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.cli import main
 from gpt1.config import ModelConfig
 from gpt1.model.convert import from_hf_state_dict, load_openai_release, release_config, to_hf_state_dict

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from conftest import shared_path
 from gpt1 import cli, tasks
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune.train import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
 from gpt1.model.transformer import GPT1

@@ -11,7 +11,7 @@ import ftfy
 import pytest
 import torch
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
 from gpt1.model.convert import save_hf_folder
 from gpt1.model.generate import continue_text, generate

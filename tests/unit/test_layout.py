@@ -15,13 +15,14 @@ LAYERS = [
     {"gpt1.stages"},  # the stage kit: a job, its key, its output folder
     {"gpt1.tasks"},
     {"gpt1.config"},
+    {"gpt1.tokenizer"},  # the text encoder every stage that reads token ids loads
     {"gpt1.tracking", "gpt1.runtime"},
     {"gpt1.data", "gpt1.sample_data"},
     {"gpt1.model"},
     {"gpt1.pretrain", "gpt1.finetune", "gpt1.report"},
     {"gpt1.pipeline"},  # a generic DAG: plan, schedule, run, lineage
     {"gpt1.recipe"},  # the GPT-1 run: its recipe, its design, its preflight
-    {"gpt1.cli", "gpt1.tokenizer"},  # the command line; the encoder's public name
+    {"gpt1.cli"},  # the command line
 ]
 
 

@@ -23,7 +23,7 @@ from gpt1.pipeline.lineage import log_step
 from gpt1.tracking import logger, models, runs
 from gpt1.pretrain import outputs as pretrain_outputs
 from gpt1 import tasks
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import FinetuneConfig, ModelConfig, load_config
 from gpt1.finetune.train import finetune
 from gpt1.finetune.train import log_finished as log_finished_finetune

@@ -14,7 +14,7 @@ import torch
 
 from gpt1 import cli, tasks
 from gpt1.config import FinetuneConfig, ModelConfig
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.finetune.predict import LABEL_NAMES, TaskPredictor, n_outputs, save_task_model
 from gpt1.finetune.train import build_model
 from gpt1.model.transformer import GPT1

@@ -322,7 +322,7 @@ def test_cli_rejects_bad_input_before_launch(tmp_path, capsys):
 
 
 def test_generate_cli_continues_a_prompt_with_the_checkpoint_tokenizer(tmp_path, capsys):
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.cli import main
 
     tok = bpe.train(["the cat sat on the mat .", "the dog ran to the cat ."] * 20, merges=30,

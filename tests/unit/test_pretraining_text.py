@@ -19,7 +19,7 @@ from gpt1.data.ingest.leaks import MIN_WORDS, LeakIndex, normalize, sentences
 from gpt1.data.ingest.task_text import held_out_splits, texts
 from gpt1.data.tokenize import tokenize_corpus
 from gpt1.data.tokenize.write import _block_order
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1 import recipe
 from tests.conftest import shared_path
 

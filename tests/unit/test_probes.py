@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
-    from gpt1.data.train_tokenizer import bpe
+    from gpt1.tokenizer import bpe
     from gpt1.sample_data import write_sample_data
 
     root = tmp_path_factory.mktemp("sample")

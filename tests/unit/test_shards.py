@@ -13,7 +13,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.cli import main as cli
 from gpt1.data.ingest import corpus
 from conftest import SHARED_DATA
@@ -25,7 +25,7 @@ from gpt1.data.tokenize import (BlockReader, StreamEncoder, document_pieces, loa
                                 prepare_tokenization, token_dtype, tokenize_corpus, tokenize_partition)
 from gpt1.data.tokenize import ENCODE_CHARS
 from gpt1.io import InputError, sha256_file, sha256_tree
-from gpt1.data.train_tokenizer.bpe import GPT1Tokenizer
+from gpt1.tokenizer.bpe import GPT1Tokenizer
 
 
 def widened(tokenizer: GPT1Tokenizer, extra: int) -> GPT1Tokenizer:

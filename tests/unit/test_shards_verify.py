@@ -12,7 +12,7 @@ import pytest
 from fs_faults import read_only
 from corpora import make_docs, write_corpus
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.data.tokenize import BlockReader, load_manifest, shard_schema, tokenize_corpus, verify_shards
 from gpt1.io import InputError, read_json, sha256_file, write_json
 

@@ -11,11 +11,11 @@ import ftfy
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.cli import main as cli
 from gpt1.config import SPECIAL_TOKENS
 from gpt1.io import InputError, sha256_file
-from gpt1.data.train_tokenizer.bpe import END_OF_WORD, GPT1Tokenizer, fix_text, standardize
+from gpt1.tokenizer.bpe import END_OF_WORD, GPT1Tokenizer, fix_text, standardize
 
 from conftest import shared_path
 from gpt1_oracle import OracleEncoder, book_paragraphs

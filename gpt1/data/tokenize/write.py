@@ -211,7 +211,7 @@ class Plan:
 
 def _load_tokenizer(tokenizer):
     if isinstance(tokenizer, (str, os.PathLike)):
-        from gpt1.data.train_tokenizer import bpe  # the reader side never needs the tokenizer
+        from gpt1.tokenizer import bpe  # the reader side never needs the tokenizer
 
         return bpe.load(tokenizer)
     return tokenizer

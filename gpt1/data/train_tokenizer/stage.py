@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpt1.data.train_tokenizer import bpe
+from gpt1.tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
 from gpt1.data.ingest.corpus import iter_texts, split_files
 from gpt1.io import InputError, write_json
