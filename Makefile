@@ -18,7 +18,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 # machines) every process (servers, worker, stages) would compile torch, mlflow, prefect... from source at each start.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: venv venv-servers venv-demo test test-unit test-integration test-e2e battery demo watch rehearse down clean \
+.PHONY: venv venv-servers venv-demo lint test test-unit test-integration test-e2e battery demo watch rehearse down clean \
 	bench-demo wheelhouse install-offline gpu-check-prepare gpu-check gpu-check-cpu
 
 venv: $(STAMP) $(COMPOSE)
@@ -80,7 +80,12 @@ $(COMPOSE): | $(STAMP)
 
 # Three tiers (tests/README.md): unit (in-process, tiny models; minutes), integration (real processes and flows),
 # e2e (real Prefect and MLflow servers, shared by the tier's tests). `make test` runs all three, as CI does.
-test: venv
+# ruff (pyproject.toml): the library and the flows formatted and linted; `make test` runs it first.
+lint: venv
+	$(BIN)/ruff format --check
+	$(BIN)/ruff check
+
+test: venv lint
 	$(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
 
 test-unit: venv

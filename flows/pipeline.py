@@ -41,14 +41,24 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Callable, Iterator, Literal
+from typing import Annotated, Literal
 
 from prefect import flow, get_client, get_run_logger, task
-from prefect.artifacts import (create_link_artifact, create_markdown_artifact, create_progress_artifact,
-                               create_table_artifact, update_progress_artifact)
-from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType,
-                                            FlowRunFilterTags)
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    FlowRunFilterTags,
+)
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import TerminationSignal
@@ -60,14 +70,15 @@ from pydantic import StringConstraints
 
 from flows.preflight import run_checks
 from gpt1.config import PipelineConfig, available_presets, config_from_dict, load_config
+from gpt1.finetune import stage as finetune
 from gpt1.finetune.stage import metrics_of
 from gpt1.finetune.train import METRICS_FILE, registered_model_name
 from gpt1.io import read_json
-from gpt1.finetune import stage as finetune
 from gpt1.pipeline.run import run_step
 from gpt1.pipeline.schedule import Schedule
 from gpt1.pretrain import stage as pretrain
-from gpt1.recipe import Experiment, plan as plan_run
+from gpt1.recipe import Experiment
+from gpt1.recipe import plan as plan_run
 from gpt1.recipe.experiment import VARIANTS, finetune_step, finetune_variant_task, variant_config
 from gpt1.report import stage as report
 from gpt1.report.render import REPORT_JSON, REPORT_MD
@@ -85,11 +96,16 @@ STOP_SECONDS = 20.0  # a cancelled run's processes get this long to exit before 
 STEP_THREADS = 64  # steps in flight at once: local ones wait for a compute slot first, child flow runs for their pool
 EARLY_POLL_SECONDS = 5.0  # how often the scheduler looks for models written before their step ends
 # What a worker process imports once (torch, the task metrics, the stages that run in workers), not once per job.
-WORKER_PRELOAD = ("torch", "sklearn.metrics", *(job.__module__ for job in stage_jobs().values() if job.in_worker))
+WORKER_PRELOAD = (
+    "torch",
+    "sklearn.metrics",
+    *(job.__module__ for job in stage_jobs().values() if job.in_worker),
+)
 
 Preset = Literal[tuple(available_presets())]  # a dropdown in the UI; the server refuses other names
 Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+=")]
-Variant = Literal[VARIANTS]  # the ablation a deployment runs as its main result, whatever preset and overrides
+# the ablation a deployment runs as its main result, whatever preset and overrides
+Variant = Literal[VARIANTS]
 
 
 @dataclass
@@ -116,10 +132,15 @@ def local_compute(plan: Experiment) -> Iterator[LocalCompute]:
         compute.workers.start()
     try:
         yield compute
-    except (TerminationSignal, KeyboardInterrupt):  # cancelled, or the flow's process is being stopped
+    except (
+        TerminationSignal,
+        KeyboardInterrupt,
+    ):  # cancelled, or the flow's process is being stopped
         stop_stage_processes(STOP_SECONDS)
         compute.workers.shutdown()  # terminates the busy ones
-        for submitted in compute.submitted:  # the interrupted steps end (Cancelled) once their processes are gone
+        for submitted in (
+            compute.submitted
+        ):  # the interrupted steps end (Cancelled) once their processes are gone
             submitted.wait(timeout=STOP_SECONDS)
         raise
     finally:
@@ -130,8 +151,10 @@ def local_compute(plan: Experiment) -> Iterator[LocalCompute]:
 def _retrying(t, cfg: PipelineConfig, step: Step):
     """The task with the retries of the step's stage: `orchestration.retries`, else its job class's."""
     n = cfg.orchestration.retries.get(step.stage, step.job.retries)
-    return t.with_options(retries=n, retry_delay_seconds=exponential_backoff(cfg.orchestration.retry_delay_seconds)
-                          if n else 0)
+    return t.with_options(
+        retries=n,
+        retry_delay_seconds=exponential_backoff(cfg.orchestration.retry_delay_seconds) if n else 0,
+    )
 
 
 # -- tasks ------------------------------------------------------------------------------------------------------
@@ -143,12 +166,16 @@ def preflight_task(cfg: PipelineConfig, work_dir: str) -> None:
     for line in [*found.plan, *(f"note: {n}" for n in found.notes)]:
         logger.info(line)
     if found.problems:
-        raise RuntimeError(f"preflight: {len(found.problems)} problem(s), nothing was started:\n  "
-                           + "\n  ".join(found.problems))
+        raise RuntimeError(
+            f"preflight: {len(found.problems)} problem(s), nothing was started:\n  "
+            + "\n  ".join(found.problems)
+        )
 
 
 @task(name="step", task_run_name="{name}", persist_result=False)
-def step_task(plan: Experiment, name: str, parent_run_id: str | None, threads: str | None = None) -> str:
+def step_task(
+    plan: Experiment, name: str, parent_run_id: str | None, threads: str | None = None
+) -> str:
     """One step: here (in a reused worker process when its stage runs in one), or on its deployment."""
     step = plan.steps[name]
     o = plan.cfg.orchestration
@@ -157,13 +184,21 @@ def step_task(plan: Experiment, name: str, parent_run_id: str | None, threads: s
     if isinstance(step.job, pretrain.Job) and o.pretrain_deployment and not is_done(step.out):
         run = wait_for(_pretrain_run(plan, parent_run_id).id)
         if not run.state.is_completed():
-            raise RuntimeError(f"pre-training ({o.pretrain_deployment}, flow run {run.name}): "
-                               f"{run.state.message or run.state.name}")
+            raise RuntimeError(
+                f"pre-training ({o.pretrain_deployment}, flow run {run.name}): "
+                f"{run.state.message or run.state.name}"
+            )
         return str(step.out)
     compute = _local_compute.get(str(flow_run.id))
     try:
-        result = run_step(plan, name, parent_run_id, workers=compute.workers if compute else None, threads=threads,
-                          log_line=_progress_log(name))
+        result = run_step(
+            plan,
+            name,
+            parent_run_id,
+            workers=compute.workers if compute else None,
+            threads=threads,
+            log_line=_progress_log(name),
+        )
     except Exception:
         if _cancelling():  # its processes were stopped because the flow run is being cancelled
             return Cancelled(message=f"{name}: stopped, its flow run was cancelled")
@@ -193,8 +228,13 @@ def _progress_log(name: str) -> Callable[[str], None]:
         logger.info(line)
         if step := STEP_LINE.search(line):
             if not progress:
-                progress.append(create_progress_artifact(0.0, key=_slug(f"{name}-{flow_run.id}"),
-                                                         description=f"{name}: updates done of the total"))
+                progress.append(
+                    create_progress_artifact(
+                        0.0,
+                        key=_slug(f"{name}-{flow_run.id}"),
+                        description=f"{name}: updates done of the total",
+                    )
+                )
             if (done := 100.0 * int(step[1]) / int(step[2])) >= last[0] + 1:
                 last[0] = done
                 update_progress_artifact(progress[0], done)
@@ -205,35 +245,88 @@ def _progress_log(name: str) -> Callable[[str], None]:
 def _publish_report(plan: Experiment, folder) -> None:
     """The results table as artifacts of the flow run: markdown, and a table of every score."""
     key = f"results-{_slug(plan.cfg.preset)}"
-    create_markdown_artifact((folder / REPORT_MD).read_text(encoding="utf-8"), key=key,
-                             description=f"GPT-1 results of {plan.cfg.preset} beside the paper's ({folder})")
+    create_markdown_artifact(
+        (folder / REPORT_MD).read_text(encoding="utf-8"),
+        key=key,
+        description=f"GPT-1 results of {plan.cfg.preset} beside the paper's ({folder})",
+    )
     report = read_json(folder / REPORT_JSON)
-    rows = [{"run": label, "task": task, **{k: round(v, 2) for k, v in (entry.get("metrics") or {}).items()}}
-            for label, run in report["runs"].items()
-            for task, entry in run["tasks"].items()]
-    rows += [{"run": f"baseline: {baseline['method']}", "task": task,
-              **{k: round(v, 2) for k, v in baseline["metrics"].items()}}
-             for task, baseline in (report.get("baselines") or {}).items() if "metrics" in baseline]
+    rows = [
+        {
+            "run": label,
+            "task": task,
+            **{k: round(v, 2) for k, v in (entry.get("metrics") or {}).items()},
+        }
+        for label, run in report["runs"].items()
+        for task, entry in run["tasks"].items()
+    ]
+    rows += [
+        {
+            "run": f"baseline: {baseline['method']}",
+            "task": task,
+            **{k: round(v, 2) for k, v in baseline["metrics"].items()},
+        }
+        for task, baseline in (report.get("baselines") or {}).items()
+        if "metrics" in baseline
+    ]
     if rows:
-        create_table_artifact(rows, key=f"{key}-table", description="metrics per task: every run, then the "
-                                                                  "non-neural baselines on the same rows")
-    gains = [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": task, "metric": t["metric"],
-              **{k: round(t[k], 2) for k in ("difference", "low", "high")}}
-             for c in report.get("comparisons") or [] for task, t in c["tasks"].items() if "difference" in t]
-    gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean", "metric": "",
-               **{k: round(c["headline"][k], 2) for k in ("difference", "low", "high")}}
-              for c in report.get("comparisons") or [] if "difference" in c.get("headline", {})]
-    gains += [{"comparison": f"{c['pretrained']} - {c['from_scratch']}", "task": "headline mean",
-               "metric": f"seed {seed['seed']} alone", **{k: round(seed[k], 2) for k in ("difference", "low", "high")}}
-              for c in report.get("comparisons") or [] for seed in c.get("per_seed", []) if "difference" in seed]
-    gains += [{"comparison": f"{point['pretrained']} - {c['from_scratch']}", "task": "headline mean",
-               "metric": f"{point['tokens']:,} pre-training tokens" if point["tokens"] is not None else "",
-               **{k: round(point["headline"][k], 2) for k in ("difference", "low", "high")}}
-              for c in report.get("comparisons") or [] for point in c.get("curve", [])
-              if "difference" in point["headline"]]
+        create_table_artifact(
+            rows,
+            key=f"{key}-table",
+            description="metrics per task: every run, then the "
+            "non-neural baselines on the same rows",
+        )
+    gains = [
+        {
+            "comparison": f"{c['pretrained']} - {c['from_scratch']}",
+            "task": task,
+            "metric": t["metric"],
+            **{k: round(t[k], 2) for k in ("difference", "low", "high")},
+        }
+        for c in report.get("comparisons") or []
+        for task, t in c["tasks"].items()
+        if "difference" in t
+    ]
+    gains += [
+        {
+            "comparison": f"{c['pretrained']} - {c['from_scratch']}",
+            "task": "headline mean",
+            "metric": "",
+            **{k: round(c["headline"][k], 2) for k in ("difference", "low", "high")},
+        }
+        for c in report.get("comparisons") or []
+        if "difference" in c.get("headline", {})
+    ]
+    gains += [
+        {
+            "comparison": f"{c['pretrained']} - {c['from_scratch']}",
+            "task": "headline mean",
+            "metric": f"seed {seed['seed']} alone",
+            **{k: round(seed[k], 2) for k in ("difference", "low", "high")},
+        }
+        for c in report.get("comparisons") or []
+        for seed in c.get("per_seed", [])
+        if "difference" in seed
+    ]
+    gains += [
+        {
+            "comparison": f"{point['pretrained']} - {c['from_scratch']}",
+            "task": "headline mean",
+            "metric": f"{point['tokens']:,} pre-training tokens"
+            if point["tokens"] is not None
+            else "",
+            **{k: round(point["headline"][k], 2) for k in ("difference", "low", "high")},
+        }
+        for c in report.get("comparisons") or []
+        for point in c.get("curve", [])
+        if "difference" in point["headline"]
+    ]
     if gains:
-        create_table_artifact(gains, key=f"{key}-gains", description="pre-trained minus from-scratch, with "
-                                                                     "paired-bootstrap 95% intervals")
+        create_table_artifact(
+            gains,
+            key=f"{key}-gains",
+            description="pre-trained minus from-scratch, with paired-bootstrap 95% intervals",
+        )
 
 
 # -- running a plan ------------------------------------------------------------------------------------------------
@@ -262,10 +355,14 @@ def _execute(plan: Experiment, parent_run_id: str | None) -> dict[str, str]:
     """Run every step of the plan (gpt1.pipeline.schedule decides which starts next); returns the failures by step
     name."""
     compute = _local_compute[str(flow_run.id)]
-    schedule = Schedule(plan.needs, list(plan.steps), compute.concurrency,
-                        holds_slot=lambda name: _holds_slot(plan, plan.steps[name]),
-                        runs_after_failures=lambda name: plan.steps[name].job.after_failures,
-                        available=plan.ready_early)
+    schedule = Schedule(
+        plan.needs,
+        list(plan.steps),
+        compute.concurrency,
+        holds_slot=lambda name: _holds_slot(plan, plan.steps[name]),
+        runs_after_failures=lambda name: plan.steps[name].job.after_failures,
+        available=plan.ready_early,
+    )
     changed = threading.Condition()
 
     def finished(name: str, failure: str | None) -> None:
@@ -277,7 +374,9 @@ def _execute(plan: Experiment, parent_run_id: str | None) -> dict[str, str]:
         with changed:
             ready = schedule.next_step()
             if ready is None:
-                if not schedule.finished:  # a step's end wakes it; a model written early is seen within seconds
+                if (
+                    not schedule.finished
+                ):  # a step's end wakes it; a model written early is seen within seconds
                     changed.wait(timeout=EARLY_POLL_SECONDS)
                 continue
             schedule.start(*ready)
@@ -285,19 +384,28 @@ def _execute(plan: Experiment, parent_run_id: str | None) -> dict[str, str]:
     return schedule.failures()
 
 
-def _start(plan: Experiment, name: str, parent_run_id: str | None, compute: LocalCompute,
-           finished: Callable[[str, str | None], None]) -> None:
+def _start(
+    plan: Experiment,
+    name: str,
+    parent_run_id: str | None,
+    compute: LocalCompute,
+    finished: Callable[[str, str | None], None],
+) -> None:
     """Submit one step; `finished(name, failure)` is called when it ends."""
     step = plan.steps[name]
     threads = None
-    if isinstance(step.job, pretrain.Job) and _holds_slot(plan, step) == 1 and any(
-            _holds_slot(plan, plan.steps[other]) for other in plan.independent_of(name)):
+    if (
+        isinstance(step.job, pretrain.Job)
+        and _holds_slot(plan, step) == 1
+        and any(_holds_slot(plan, plan.steps[other]) for other in plan.independent_of(name))
+    ):
         threads = threads_per_process(compute.concurrency * plan.cfg.orchestration.pretrain_nproc)
     try:
         submitted = _retrying(step_task, plan.cfg, step).submit(plan, name, parent_run_id, threads)
     except Exception as err:  # noqa: BLE001 - reported as this step's failure
         finished(name, f"not submitted: {type(err).__name__}: {err}")
         return
+
     def settle(future) -> None:
         future.wait()  # done already; this records its final state, which `state` would otherwise ask the API for
         state = future.state
@@ -326,18 +434,34 @@ def _pretrain_run(plan: Experiment, parent_run_id: str | None):
     submitting = outputs.lock(plan.model.path.with_name(f"{key}.submit"), wait=True)
     try:
         with get_client(sync_client=True) as client:
-            in_flight = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-                tags=FlowRunFilterTags(all_=[tag]),
-                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[
-                    StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]))), limit=1)
+            in_flight = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    tags=FlowRunFilterTags(all_=[tag]),
+                    state=FlowRunFilterState(
+                        type=FlowRunFilterStateType(
+                            any_=[StateType.SCHEDULED, StateType.PENDING, StateType.RUNNING]
+                        )
+                    ),
+                ),
+                limit=1,
+            )
         if not in_flight:
-            return run_deployment(o.pretrain_deployment, parameters={
-                "config": plan.cfg.model_dump(mode="json"), "work_dir": str(plan.work),
-                "parent_run_id": parent_run_id}, flow_run_name=f"pretrain-{key}", tags=[tag], timeout=0)
+            return run_deployment(
+                o.pretrain_deployment,
+                parameters={
+                    "config": plan.cfg.model_dump(mode="json"),
+                    "work_dir": str(plan.work),
+                    "parent_run_id": parent_run_id,
+                },
+                flow_run_name=f"pretrain-{key}",
+                tags=[tag],
+                timeout=0,
+            )
     finally:
         submitting.release()
-    get_run_logger().info("pre-training %s is already running as flow run %s: waiting for it", key,
-                          in_flight[0].name)
+    get_run_logger().info(
+        "pre-training %s is already running as flow run %s: waiting for it", key, in_flight[0].name
+    )
     return in_flight[0]
 
 
@@ -347,34 +471,60 @@ def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id:
     variant, task_name = finetune_variant_task(step.name)
     attempt = task_run.run_count - 1
     suffix = f"-retry{attempt}" if attempt > 0 else ""
-    parameters = {"config": plan.cfg.model_dump(mode="json"), "task_name": task_name, "variant": variant,
-                  "work_dir": str(plan.work), "parent_run_id": parent_run_id,
-                  "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
-                  "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None}
-    run = run_deployment(target, parameters=parameters, idempotency_key=f"{flow_run.id}-{step.name}{suffix}",
-                         flow_run_name=f"{step.name}{suffix}", timeout=None,
-                         job_variables=plan.cfg.orchestration.finetune_job_variables.get(task_name) or None)
+    parameters = {
+        "config": plan.cfg.model_dump(mode="json"),
+        "task_name": task_name,
+        "variant": variant,
+        "work_dir": str(plan.work),
+        "parent_run_id": parent_run_id,
+        "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
+        "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None,
+    }
+    run = run_deployment(
+        target,
+        parameters=parameters,
+        idempotency_key=f"{flow_run.id}-{step.name}{suffix}",
+        flow_run_name=f"{step.name}{suffix}",
+        timeout=None,
+        job_variables=plan.cfg.orchestration.finetune_job_variables.get(task_name) or None,
+    )
     if not run.state.is_completed():
-        raise RuntimeError(f"{step.name} (flow run {run.name}): {run.state.message or run.state.name}")
+        raise RuntimeError(
+            f"{step.name} (flow run {run.name}): {run.state.message or run.state.name}"
+        )
     return str(step.out)
 
 
 # -- MLflow parent run -------------------------------------------------------------------------------------------
 def _parent_run(cfg: PipelineConfig) -> RunLogger:
     """The flow run's MLflow parent run (gpt1.tracking.runs.start_pipeline_run), linked from its artifacts tab."""
-    run = start_pipeline_run(cfg, flow=flow_run.flow_name, deployment=deployment.name, flow_run=flow_run.name,
-                             flow_run_id=str(flow_run.id))
-    if run.run_id and run.uri.startswith("http"):  # a server's UI: a link on the flow run's artifacts tab
-        create_link_artifact(f"{run.uri.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}",
-                             link_text=f"MLflow run {run.name}", key="mlflow-parent-run",
-                             description="this flow run's MLflow parent run (stages and tasks nested under it)")
+    run = start_pipeline_run(
+        cfg,
+        flow=flow_run.flow_name,
+        deployment=deployment.name,
+        flow_run=flow_run.name,
+        flow_run_id=str(flow_run.id),
+    )
+    if run.run_id and run.uri.startswith(
+        "http"
+    ):  # a server's UI: a link on the flow run's artifacts tab
+        create_link_artifact(
+            f"{run.uri.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}",
+            link_text=f"MLflow run {run.name}",
+            key="mlflow-parent-run",
+            description="this flow run's MLflow parent run (stages and tasks nested under it)",
+        )
     return run
 
 
 def _registered_models(plan: Experiment) -> list[str]:
     """The Model Registry names of the task models this run fine-tuned."""
-    names = [registered_model_name(plan.variant_config(variant), task) for variant in plan.variants
-             for task in plan.tasks if (plan.task_dir(task, variant) / METRICS_FILE).is_file()]
+    names = [
+        registered_model_name(plan.variant_config(variant), task)
+        for variant in plan.variants
+        for task in plan.tasks
+        if (plan.task_dir(task, variant) / METRICS_FILE).is_file()
+    ]
     return [name for name in names if name]
 
 
@@ -403,23 +553,38 @@ def _run_plan(plan: Experiment) -> str:
         run.log_dict(failures, "failures.json")
         run.set_tags({"gpt1.failed_steps": ",".join(sorted(failures))})
     if (plan.report_dir() / REPORT_MD).is_file():
-        describe_pipeline_run(run, plan.cfg, (plan.report_dir() / REPORT_MD).read_text(encoding="utf-8"),
-                              _registered_models(plan))
+        describe_pipeline_run(
+            run,
+            plan.cfg,
+            (plan.report_dir() / REPORT_MD).read_text(encoding="utf-8"),
+            _registered_models(plan),
+        )
     run.end("FAILED" if failures else "FINISHED")
     if failures:
         lines = "\n".join(f"  {k}: {v}" for k, v in sorted(failures.items()))
-        raise RuntimeError(f"{len(failures)} step(s) failed (the others completed and were logged):\n{lines}")
+        raise RuntimeError(
+            f"{len(failures)} step(s) failed (the others completed and were logged):\n{lines}"
+        )
     return str(plan.report_dir())
 
 
 # -- flows -------------------------------------------------------------------------------------------------------
-@flow(name="gpt1", task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS), log_prints=True,
-      result_serializer="json")
-def gpt1_pipeline(preset: Preset = "smoke", overrides: list[Override] | None = None, variant: Variant = "full",
-                  work_dir: str = WORK_DIR) -> str:
+@flow(
+    name="gpt1",
+    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),
+    log_prints=True,
+    result_serializer="json",
+)
+def gpt1_pipeline(
+    preset: Preset = "smoke",
+    overrides: list[Override] | None = None,
+    variant: Variant = "full",
+    work_dir: str = WORK_DIR,
+) -> str:
     """The whole GPT-1 recipe for one preset + overrides, its fine-tunes as `variant` (the ablation deployments:
     a run's own preset and overrides never undo it); returns the report directory."""
-    cfg = variant_config(load_config(preset, overrides), variant)  # bad values fail here, before any stage runs
+    # bad values fail here, before any stage runs
+    cfg = variant_config(load_config(preset, overrides), variant)
     plan = plan_run(cfg, work_dir)
     if cfg.orchestration.preflight:
         preflight_task(cfg, work_dir)
@@ -436,21 +601,43 @@ def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | N
 
 
 @flow(name="gpt1-finetune", log_prints=True, result_serializer="json")
-def finetune_one(config: dict, task_name: str, work_dir: str = WORK_DIR, variant: str = "full",
-                 parent_run_id: str | None = None, checkpoint: str | None = None,
-                 tokenizer_dir: str | None = None) -> dict:
+def finetune_one(
+    config: dict,
+    task_name: str,
+    work_dir: str = WORK_DIR,
+    variant: str = "full",
+    parent_run_id: str | None = None,
+    checkpoint: str | None = None,
+    tokenizer_dir: str | None = None,
+) -> dict:
     """One task, in this process: the unit the cluster fan-out runs on its own GPU. `checkpoint`: the parent
     fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training."""
-    plan = plan_run(config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir)
-    result = run_step(plan, finetune_step(variant, task_name), parent_run_id, log_line=get_run_logger().info)
+    plan = plan_run(
+        config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir
+    )
+    result = run_step(
+        plan, finetune_step(variant, task_name), parent_run_id, log_line=get_run_logger().info
+    )
     return metrics_of(result.path)
 
 
-@flow(name="gpt1-finetune-all", task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS), log_prints=True,
-      result_serializer="json")
-def finetune_all(checkpoint: str, tokenizer_dir: str | None = None, preset: Preset = "paper",
-                 overrides: list[Override] | None = None, work_dir: str = WORK_DIR) -> str:
+@flow(
+    name="gpt1-finetune-all",
+    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),
+    log_prints=True,
+    result_serializer="json",
+)
+def finetune_all(
+    checkpoint: str,
+    tokenizer_dir: str | None = None,
+    preset: Preset = "paper",
+    overrides: list[Override] | None = None,
+    work_dir: str = WORK_DIR,
+) -> str:
     """Re-run the fine-tunes and the report from an existing pre-trained checkpoint (and its tokenizer:
     `tokenizer_dir`, else the checkpoint's own tokenizer.json)."""
-    return _run_plan(plan_run(load_config(preset, overrides), work_dir, checkpoint=checkpoint,
-                              tokenizer=tokenizer_dir))
+    return _run_plan(
+        plan_run(
+            load_config(preset, overrides), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir
+        )
+    )

@@ -22,7 +22,9 @@ PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.
 
 def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool = True) -> Findings:
     """gpt1's checks and, with `services`, Prefect's."""
-    return preflight.run_checks(cfg, work, services=services, extra_checks=[check_prefect] if services else [])
+    return preflight.run_checks(
+        cfg, work, services=services, extra_checks=[check_prefect] if services else []
+    )
 
 
 def wanted_deployments(ctx: Context) -> dict[str, str]:
@@ -43,7 +45,9 @@ def check_prefect(ctx: Context) -> None:
     if not wanted:
         return
     if not PREFECT_API_URL.value():
-        ctx.problem(f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}")
+        ctx.problem(
+            f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}"
+        )
         return
     with get_client(sync_client=True) as client:
         if (down := client.api_healthcheck()) is not None:
@@ -59,7 +63,9 @@ def check_deployment(ctx: Context, client, name: str, what: str) -> None:
     try:
         deployment = client.read_deployment_by_name(name)
     except ObjectNotFound:
-        ctx.problem(f"{what}: deployment {name} does not exist (prefect deploy --prefect-file pipelines.yaml --all)")
+        ctx.problem(
+            f"{what}: deployment {name} does not exist (prefect deploy --prefect-file pipelines.yaml --all)"
+        )
         return
     pool_name = deployment.work_pool_name
     try:
@@ -73,17 +79,23 @@ def check_deployment(ctx: Context, client, name: str, what: str) -> None:
     job_variables = deployment.job_variables or {}
     image = job_variables.get("image", template.get("image", {}).get("default"))
     if isinstance(image, str) and PLACEHOLDER_IMAGE in image:
-        ctx.problem(f"{what}: work pool {pool_name} runs the placeholder image {image!r}: set `image` in its base job "
-                    "template (infra/k8s/work-pools/) or as a job variable of the deployment")
+        ctx.problem(
+            f"{what}: work pool {pool_name} runs the placeholder image {image!r}: set `image` in its base job "
+            "template (infra/k8s/work-pools/) or as a job variable of the deployment"
+        )
     workers = client.read_workers_for_work_pool(pool_name)
     if not any(str(getattr(w.status, "value", w.status)).upper() == "ONLINE" for w in workers):
-        ctx.problem(f"{what}: work pool {pool_name} has no worker online: its runs would wait as Late (start one: "
-                    f"prefect worker start --pool {pool_name})")
+        ctx.problem(
+            f"{what}: work pool {pool_name} has no worker online: its runs would wait as Late (start one: "
+            f"prefect worker start --pool {pool_name})"
+        )
     if what == "pre-training":
         gpus = job_variables.get("gpus", template.get("gpus", {}).get("default"))
         nproc = ctx.cfg.orchestration.pretrain_nproc
         if isinstance(gpus, int) and nproc > gpus:
-            ctx.problem(f"orchestration.pretrain_nproc={nproc} processes per node but {name} gives a job {gpus} GPUs")
+            ctx.problem(
+                f"orchestration.pretrain_nproc={nproc} processes per node but {name} gives a job {gpus} GPUs"
+            )
         elif isinstance(gpus, int) and nproc < gpus:
             ctx.note(f"pre-training uses {nproc} of the {gpus} GPUs {name} holds per node")
     ctx.found.plan.append(f"{what}: deployment {name} on work pool {pool_name}")
@@ -91,16 +103,31 @@ def check_deployment(ctx: Context, client, name: str, what: str) -> None:
 
 # -- CLI ------------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override (repeatable)")
-    parser.add_argument("--work", default=os.environ.get("GPT1_WORK_DIR", "runs"),
-                        help="the run's work dir (default: $GPT1_WORK_DIR, else ./runs)")
-    parser.add_argument("--no-services", action="store_true", help="skip the MLflow and Prefect checks")
+    parser.add_argument(
+        "--preset", default="paper", help="preset name or YAML file (default: paper)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override (repeatable)",
+    )
+    parser.add_argument(
+        "--work",
+        default=os.environ.get("GPT1_WORK_DIR", "runs"),
+        help="the run's work dir (default: $GPT1_WORK_DIR, else ./runs)",
+    )
+    parser.add_argument(
+        "--no-services", action="store_true", help="skip the MLflow and Prefect checks"
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    found = run_checks(load_config(args.preset, args.overrides), args.work, services=not args.no_services)
+    found = run_checks(
+        load_config(args.preset, args.overrides), args.work, services=not args.no_services
+    )
     for note in found.notes:
         print(f"note: {note}")
     if found.problems:

@@ -1,10 +1,11 @@
 """`gpt1 <command> ...`: every pipeline stage by hand, and the tools around them.
 
-A stage's command is its name (each stage job of the recipe, gpt1.recipe), run by the module that defines its
-job: the same job the pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and `run_cli(args)` and is
-imported only when its command runs, so `gpt1 --help` stays fast and a broken optional dependency only affects its
-own command. `preflight` is the orchestrator's (flows/preflight.py: it checks Prefect deployments and pools too).
-Errors follow gpt1.errors: bad input is one line and exit 2 (`gpt1 --debug COMMAND ...` adds its traceback).
+A stage's command is its name (each stage job of the recipe, gpt1.recipe), run by the module that defines its job:
+the same job the pipeline runs. The tools are listed below. Each module defines `add_cli_args(parser)` and
+`run_cli(args)` and is imported only when its command runs, so `gpt1 --help` stays fast and a broken optional
+dependency only affects its own command. `preflight` is the orchestrator's (flows/preflight.py: it checks Prefect
+deployments and pools too). Errors follow gpt1.errors: bad input is one line and exit 2 (`gpt1 --debug COMMAND ...`
+adds its traceback).
 """
 
 from __future__ import annotations
@@ -19,11 +20,20 @@ from gpt1.errors import DEBUG_ENV, OneLineParser, exit_code
 from gpt1.runtime.processes import exit_with_parent
 
 TOOLS: dict[str, tuple[str, str]] = {
-    "preflight": ("flows.preflight", "check a run's data, services, pools and disk before it starts"),
+    "preflight": (
+        "flows.preflight",
+        "check a run's data, services, pools and disk before it starts",
+    ),
     "generate": ("gpt1.model.generate", "continue a prompt with a checkpoint"),
     "predict": ("gpt1.finetune.predict", "score raw task inputs with a fine-tuned model"),
-    "convert": ("gpt1.model.convert", "weight interop: HF transformers openai-gpt, original OpenAI release"),
-    "replay-spool": ("gpt1.pipeline.replay", "deliver the MLflow calls a run could not (its spool files) to the server"),
+    "convert": (
+        "gpt1.model.convert",
+        "weight interop: HF transformers openai-gpt, original OpenAI release",
+    ),
+    "replay-spool": (
+        "gpt1.pipeline.replay",
+        "deliver the MLflow calls a run could not (its spool files) to the server",
+    ),
 }
 
 
@@ -38,7 +48,9 @@ def commands() -> dict[str, tuple[str, str]]:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="gpt1", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    parser.add_argument("--debug", action="store_true", help="print the traceback of an error (also in workers)")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of an error (also in workers)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in commands().items():
         p = sub.add_parser(name, help=help_text, description=help_text)
@@ -53,13 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in argv if a in commands()), None)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if "--debug" in argv[: argv.index(command) if command else len(argv)]:
-        os.environ[DEBUG_ENV] = "1"  # before parsing, so its errors too; the processes it starts inherit it
+        os.environ[DEBUG_ENV] = (
+            "1"  # before parsing, so its errors too; the processes it starts inherit it
+        )
 
     def run() -> int:
         args = build_parser(command).parse_args(argv)
-        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        logging.getLogger("huggingface_hub").propagate = False  # it has a handler of its own: no line twice
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        # it has a handler of its own: no line twice
+        logging.getLogger("huggingface_hub").propagate = False
         if not args.command:
             build_parser().print_help()
             raise ValueError("no command given (the commands are listed above)")

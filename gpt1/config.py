@@ -15,9 +15,20 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from gpt1.tasks.registry import REGISTRY, TASKS  # the one list of tasks (gpt1.tasks never imports config)
+from gpt1.tasks.registry import (
+    REGISTRY,
+    TASKS,
+)  # the one list of tasks (gpt1.tasks never imports config)
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -46,7 +57,9 @@ AdamBetas = Annotated[tuple[float, float], AfterValidator(_adam_betas)]
 class ModelConfig(_Section):
     """The transformer (paper section 4.1 and the released code)."""
 
-    vocab_size: int = Field(40478 + len(SPECIAL_TOKENS), gt=0, description="BPE vocab + the 3 specials")
+    vocab_size: int = Field(
+        40478 + len(SPECIAL_TOKENS), gt=0, description="BPE vocab + the 3 specials"
+    )
     n_ctx: int = Field(512, gt=0)
     n_layer: int = Field(12, gt=0)
     n_head: int = Field(12, gt=0)
@@ -61,11 +74,13 @@ class ModelConfig(_Section):
     attention: Literal["auto", "sdpa", "manual"] = "auto"
     activation_checkpointing: bool = False
     compile: bool | Literal["auto"] = Field(
-        "auto", description="torch.compile the transformer blocks for training (true/false); auto: on CUDA, when "
-                            "a C compiler is there for Triton (gpt1/model/transformer.py)")
+        "auto",
+        description="torch.compile the transformer blocks for training (true/false); auto: on CUDA, when "
+        "a C compiler is there for Triton (gpt1/model/transformer.py)",
+    )
 
     @model_validator(mode="after")
-    def _heads_divide_width(self) -> "ModelConfig":
+    def _heads_divide_width(self) -> ModelConfig:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         return self
@@ -86,30 +101,46 @@ class IngestConfig(_Section):
     )
     text_column: str = "text"
     rows_per_doc: int | None = Field(
-        None, ge=1, description="rows joined per document for row sources; None = 1000 for hub BooksCorpus, else 1"
+        None,
+        ge=1,
+        description="rows joined per document for row sources; None = 1000 for hub BooksCorpus, else 1",
     )
-    val_fraction: float = Field(0.01, ge=0, lt=1, description="share of documents held out for validation")
+    val_fraction: float = Field(
+        0.01, ge=0, lt=1, description="share of documents held out for validation"
+    )
     split_seed: int = 0
     min_doc_chars: int = Field(1, ge=0)
     unwrap_lines: bool = Field(
-        True, description="join the lines of hard-wrapped prose paragraphs; verse, lists and headings keep theirs"
+        True,
+        description="join the lines of hard-wrapped prose paragraphs; verse, lists and headings keep theirs",
     )
     max_documents: int | None = Field(
-        None, gt=0, description="subset: the first N documents (after cleaning and dedup) in source order; the "
-        "source is read no further"
+        None,
+        gt=0,
+        description="subset: the first N documents (after cleaning and dedup) in source order; the "
+        "source is read no further",
     )
     max_chars: int | None = Field(
-        None, gt=0, description="subset: whole documents in source order up to this many characters in all"
+        None,
+        gt=0,
+        description="subset: whole documents in source order up to this many characters in all",
     )
     max_doc_chars: int | None = Field(
-        None, gt=0, description="cut each record (a book) into documents of at most this many characters at "
-                                "paragraph boundaries, after the train/val split (None: a record is a document)")
+        None,
+        gt=0,
+        description="cut each record (a book) into documents of at most this many characters at "
+        "paragraph boundaries, after the train/val split (None: a record is a document)",
+    )
     task_text: bool = Field(
-        False, description="add the unlabelled text of the train split of every task the run fine-tunes "
-                           "(finetune.tasks, from finetune.data) to the corpus, one document per row")
+        False,
+        description="add the unlabelled text of the train split of every task the run fine-tunes "
+        "(finetune.tasks, from finetune.data) to the corpus, one document per row",
+    )
     leak_check: bool = Field(
-        False, description="remove from the corpus and the task text every sentence of 8 or more words that is "
-                           "also in a dev or test file of a task the run fine-tunes; counted in stats.json")
+        False,
+        description="remove from the corpus and the task text every sentence of 8 or more words that is "
+        "also in a dev or test file of a task the run fine-tunes; counted in stats.json",
+    )
 
 
 class TrainTokenizerConfig(_Section):
@@ -117,8 +148,12 @@ class TrainTokenizerConfig(_Section):
 
     merges: int = Field(40000, gt=0, description="BPE merges to learn (paper: 40,000)")
     min_frequency: int = Field(2, ge=1)
-    max_train_chars: int | None = Field(None, gt=0, description="cap on corpus characters fed to BPE training")
-    limit_alphabet: int = Field(1000, gt=0, description="base alphabet: the most frequent characters, rest -> <unk>")
+    max_train_chars: int | None = Field(
+        None, gt=0, description="cap on corpus characters fed to BPE training"
+    )
+    limit_alphabet: int = Field(
+        1000, gt=0, description="base alphabet: the most frequent characters, rest -> <unk>"
+    )
 
 
 class TokenizeConfig(_Section):
@@ -127,8 +162,10 @@ class TokenizeConfig(_Section):
     shard_rows: int = Field(8192, gt=0, description="packed blocks per Arrow shard")
     workers: int = Field(2, gt=0, description="tokenizer processes; changes speed, never the bytes")
     align_documents: bool = Field(
-        False, description="start every document of at least one block at a block's first position (its "
-                           "`_start_` where fine-tuning has it); the shorter rest of each document packed together")
+        False,
+        description="start every document of at least one block at a block's first position (its "
+        "`_start_` where fine-tuning has it); the shorter rest of each document packed together",
+    )
 
 
 class PretrainConfig(_Section):
@@ -139,8 +176,12 @@ class PretrainConfig(_Section):
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     epochs: int = Field(100, gt=0)
     max_steps: int | None = Field(None, gt=0, description="stop after this many optimizer updates")
-    global_batch_size: int = Field(64, gt=0, description="sequences per optimizer update, all ranks")
-    micro_batch_size: int | None = Field(None, gt=0, description="per rank per forward; default: global / world")
+    global_batch_size: int = Field(
+        64, gt=0, description="sequences per optimizer update, all ranks"
+    )
+    micro_batch_size: int | None = Field(
+        None, gt=0, description="per rank per forward; default: global / world"
+    )
     weight_decay: float = Field(0.01, ge=0)
     adam_betas: AdamBetas = (0.9, 0.999)
     adam_eps: float = Field(1e-8, gt=0)
@@ -149,8 +190,12 @@ class PretrainConfig(_Section):
     zero_stage: int = Field(1, ge=0, le=3)
     offload_optimizer: bool = False
     seed: int = 0
-    log_every: int = Field(10, gt=0, description="updates per logged window: the loop waits for the device at its end "
-                                                 "(and before evaluations, probes and checkpoints), not each update")
+    log_every: int = Field(
+        10,
+        gt=0,
+        description="updates per logged window: the loop waits for the device at its end "
+        "(and before evaluations, probes and checkpoints), not each update",
+    )
     eval_every: int = Field(1000, gt=0)
     eval_batches: int = Field(50, gt=0)
     probe_every: int = Field(1000, gt=0)
@@ -158,13 +203,21 @@ class PretrainConfig(_Section):
     save_every: int = Field(1000, gt=0)
     keep_last: int = Field(3, gt=0)
     curve_steps: list[int] = Field(
-        default_factory=list, description="updates at which the whole model is also written (OUT/curve/step-N), "
-                                          "each fine-tuned on the headline tasks: the report's gain against "
-                                          "pre-training tokens")
+        default_factory=list,
+        description="updates at which the whole model is also written (OUT/curve/step-N), "
+        "each fine-tuned on the headline tasks: the report's gain against "
+        "pre-training tokens",
+    )
     # GPU speed: minutes instead of updates (gpt1/pretrain/cadence.py), checked at the log_every boundaries
-    eval_every_minutes: float | None = Field(None, gt=0, description="evaluate every this many minutes instead")
-    probe_every_minutes: float | None = Field(None, gt=0, description="run the probes every this many minutes instead")
-    save_every_minutes: float | None = Field(None, gt=0, description="checkpoint every this many minutes instead")
+    eval_every_minutes: float | None = Field(
+        None, gt=0, description="evaluate every this many minutes instead"
+    )
+    probe_every_minutes: float | None = Field(
+        None, gt=0, description="run the probes every this many minutes instead"
+    )
+    save_every_minutes: float | None = Field(
+        None, gt=0, description="checkpoint every this many minutes instead"
+    )
 
     @field_validator("curve_steps")
     @classmethod
@@ -174,11 +227,13 @@ class PretrainConfig(_Section):
         return steps
 
     @model_validator(mode="after")
-    def _curve_before_the_end(self) -> "PretrainConfig":
+    def _curve_before_the_end(self) -> PretrainConfig:
         late = [step for step in self.curve_steps if self.max_steps and step >= self.max_steps]
         if late:
-            raise ValueError(f"curve_steps {late}: not before max_steps {self.max_steps} (the final model is the "
-                             "curve's last point already)")
+            raise ValueError(
+                f"curve_steps {late}: not before max_steps {self.max_steps} (the final model is the "
+                "curve's last point already)"
+            )
         return self
 
 
@@ -186,20 +241,33 @@ class FinetuneConfig(_Section):
     """Supervised fine-tuning (paper 4.1 "Fine-tuning details")."""
 
     tasks: list[str] = Field(default_factory=lambda: list(TASKS))
-    data: str = Field("hf", description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs")
+    data: str = Field(
+        "hf",
+        description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs",
+    )
     missing_data: Literal["error", "skip"] = Field(
-        "error", description="a task whose files are not found: an error (preflight, fine-tune), or skipped and "
-                             "listed in the report as not run")
+        "error",
+        description="a task whose files are not found: an error (preflight, fine-tune), or skipped and "
+        "listed in the report as not run",
+    )
     task_data: dict[str, str] = Field(
-        default_factory=dict, description="per task, where its files are instead (a folder, a file or hf:<id>), "
-                                          "e.g. storycloze: the manual download while the rest come from the hub")
+        default_factory=dict,
+        description="per task, where its files are instead (a folder, a file or hf:<id>), "
+        "e.g. storycloze: the manual download while the rest come from the hub",
+    )
     lr: float = Field(6.25e-5, gt=0)
     batch_size: int = Field(32, gt=0)
     micro_batch_size: int | None = Field(
-        None, gt=0, description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)")
+        None,
+        gt=0,
+        description="examples per forward; batch_size is reached by gradient accumulation (RACE at GPT-1 shape)",
+    )
     forward_sequences: int = Field(
-        64, gt=0, description="most sequences per forward (an example is 1, a similarity pair 2, a K-way choice K); a "
-                              "batch with more is split and its gradients accumulated: bounds memory (RACE: 32 x 4)")
+        64,
+        gt=0,
+        description="most sequences per forward (an example is 1, a similarity pair 2, a K-way choice K); a "
+        "batch with more is split and its gradients accumulated: bounds memory (RACE: 32 x 4)",
+    )
     epochs: int = Field(3, gt=0)
     warmup_fraction: float = Field(0.002, ge=0, lt=1)
     weight_decay: float = Field(0.01, ge=0)
@@ -207,25 +275,42 @@ class FinetuneConfig(_Section):
     adam_eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, ge=0)
     clf_pdrop: float = Field(0.1, ge=0, lt=1)
-    aux_lm_weight: float = Field(0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables")
-    transfer_layers: int | None = Field(None, gt=0, description="keep only the first k pre-trained blocks")
+    aux_lm_weight: float = Field(
+        0.5, ge=0, description="lambda in L3 = L2 + lambda * L1; 0 disables"
+    )
+    transfer_layers: int | None = Field(
+        None, gt=0, description="keep only the first k pre-trained blocks"
+    )
     redraw_specials: bool = Field(
-        False, description="draw the `_delimiter_` and `_classify_` embeddings afresh from N(0, init_std) before "
-                           "fine-tuning pre-trained weights, as the paper's new parameters; off, they keep the rows "
-                           "pre-training left (docs/data.md says why that is the default)")
-    from_scratch: bool = Field(False, description="ablation: random init instead of the pre-trained weights")
+        False,
+        description="draw the `_delimiter_` and `_classify_` embeddings afresh from N(0, init_std) before "
+        "fine-tuning pre-trained weights, as the paper's new parameters; off, they keep the rows "
+        "pre-training left (docs/data.md says why that is the default)",
+    )
+    from_scratch: bool = Field(
+        False, description="ablation: random init instead of the pre-trained weights"
+    )
     max_train_examples: int | None = Field(None, gt=0)
     max_eval_examples: int | None = Field(None, gt=0)
     eval_batch_size: int = Field(64, gt=0)
-    max_bad_row_fraction: float = Field(0.01, ge=0, le=1, description="malformed rows tolerated per file")
+    max_bad_row_fraction: float = Field(
+        0.01, ge=0, le=1, description="malformed rows tolerated per file"
+    )
     allow_eval_on_train: bool = Field(
-        False, description="score a held-out split that is the training data (a single file as the data) instead "
-                           "of refusing; the score is labelled as on training rows")
+        False,
+        description="score a held-out split that is the training data (a single file as the data) instead "
+        "of refusing; the score is labelled as on training rows",
+    )
     precision: Literal["auto", "fp32", "bf16"] = Field(
-        "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU")
+        "auto", description="auto: bf16 autocast with TF32 matmuls on CUDA, fp32 on a CPU"
+    )
     seed: int = 0
-    seeds: int = Field(1, gt=0, description="fine-tunes of each task and variant, with seeds seed, seed + 1, ...; "
-                                            "the report averages them inside each bootstrap resample")
+    seeds: int = Field(
+        1,
+        gt=0,
+        description="fine-tunes of each task and variant, with seeds seed, seed + 1, ...; "
+        "the report averages them inside each bootstrap resample",
+    )
 
 
 def headline_metric(item: str) -> tuple[str, str]:
@@ -245,8 +330,10 @@ class ReportConfig(_Section):
     """The `report` stage: which tasks make the run's verdict on pre-training."""
 
     headline_tasks: list[str] | None = Field(
-        None, description="the tasks whose mean pre-trained minus from-scratch difference is the headline, each "
-                          "`task` (its primary metric) or `task:metric` (e.g. mrpc:accuracy); None: every task run")
+        None,
+        description="the tasks whose mean pre-trained minus from-scratch difference is the headline, each "
+        "`task` (its primary metric) or `task:metric` (e.g. mrpc:accuracy); None: every task run",
+    )
 
     @field_validator("headline_tasks")
     @classmethod
@@ -257,7 +344,11 @@ class ReportConfig(_Section):
 
     def headline(self) -> tuple[tuple[str, str], ...] | None:
         """The headline tasks as (task, metric) pairs; None: every task the run fine-tunes, on its primary metric."""
-        return None if self.headline_tasks is None else tuple(headline_metric(item) for item in self.headline_tasks)
+        return (
+            None
+            if self.headline_tasks is None
+            else tuple(headline_metric(item) for item in self.headline_tasks)
+        )
 
 
 # MLflow tracking stores by URI scheme (a dialect may follow: postgresql+psycopg2://); a scheme MLflow does not
@@ -267,49 +358,79 @@ TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "
 
 class TrackingConfig(_Section):
     experiment: str = "gpt1"
-    tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI, else local sqlite")
+    tracking_uri: str | None = Field(
+        None, description="default: $MLFLOW_TRACKING_URI, else local sqlite"
+    )
 
     @field_validator("tracking_uri")
     @classmethod
     def _known_scheme(cls, uri: str | None) -> str | None:
         scheme = uri.split("://", 1)[0].split("+", 1)[0] if uri and "://" in uri else None
         if scheme is not None and scheme not in TRACKING_SCHEMES:
-            raise ValueError(f"{uri}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})")
+            raise ValueError(
+                f"{uri}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})"
+            )
         return uri
-    upload_checkpoints: bool = Field(False, description="upload large checkpoints instead of logging references")
-    register_models: bool = Field(True, description="register fine-tuned task models in the Model Registry")
+
+    upload_checkpoints: bool = Field(
+        False, description="upload large checkpoints instead of logging references"
+    )
+    register_models: bool = Field(
+        True, description="register fine-tuned task models in the Model Registry"
+    )
 
 
 class OrchestrationConfig(_Section):
     """How the stages are run (Prefect): never changes what is computed, so it is not part of any cache key."""
 
-    finetune_concurrency: int = Field(2, gt=0, description="local fan-out: fine-tunes running at once")
+    finetune_concurrency: int = Field(
+        2, gt=0, description="local fan-out: fine-tunes running at once"
+    )
     fanout: Literal["local", "deployment"] = Field(
-        "local", description="local: subprocesses on this worker; deployment: one flow run per task on a work pool"
+        "local",
+        description="local: subprocesses on this worker; deployment: one flow run per task on a work pool",
     )
     finetune_deployment: str = Field("gpt1-finetune/gpu", description="used when fanout=deployment")
     finetune_job_variables: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="fanout=deployment: work-pool job variables per task (e.g. more memory)")
-    pretrain_deployment: str | None = Field(
-        None, description="run pre-training as this deployment (its own work pool, e.g. gpt1-pretrain/gpu-node) "
-                          "instead of in the flow's process")
-    pretrain_nproc: int = Field(1, gt=0, description="processes per node for the DeepSpeed launcher")
-    pretrain_alone: bool = Field(
-        False, description="local pre-training holds every compute slot: it runs alone on all the cores and the "
-                           "from-scratch fine-tunes wait for it (false: they run beside it, on its share of cores)")
-    pretrain_launcher: Literal["local", "slurm"] = Field(
-        "local", description="local: `gpt1 pretrain` on this worker; slurm: sbatch the job in infra/multinode/slurm/"
+        default_factory=dict,
+        description="fanout=deployment: work-pool job variables per task (e.g. more memory)",
     )
-    pretrain_nnodes: int = Field(1, gt=0, description="nodes of the Slurm job (pretrain_launcher=slurm)")
+    pretrain_deployment: str | None = Field(
+        None,
+        description="run pre-training as this deployment (its own work pool, e.g. gpt1-pretrain/gpu-node) "
+        "instead of in the flow's process",
+    )
+    pretrain_nproc: int = Field(
+        1, gt=0, description="processes per node for the DeepSpeed launcher"
+    )
+    pretrain_alone: bool = Field(
+        False,
+        description="local pre-training holds every compute slot: it runs alone on all the cores and the "
+        "from-scratch fine-tunes wait for it (false: they run beside it, on its share of cores)",
+    )
+    pretrain_launcher: Literal["local", "slurm"] = Field(
+        "local",
+        description="local: `gpt1 pretrain` on this worker; slurm: sbatch the job in infra/multinode/slurm/",
+    )
+    pretrain_nnodes: int = Field(
+        1, gt=0, description="nodes of the Slurm job (pretrain_launcher=slurm)"
+    )
     ablations: list[Literal["no_pretrain", "no_aux_lm", "transfer_layers"]] = Field(
-        default_factory=list, description="extra fine-tune fan-outs beside the full run (paper Table 5)"
+        default_factory=list,
+        description="extra fine-tune fan-outs beside the full run (paper Table 5)",
     )
     ablation_transfer_layers: int = Field(6, gt=0)
     retries: dict[str, int] = Field(
-        default_factory=dict, description="per stage name: how often a failed job is retried (default: its job "
-                                          "class's `retries`)")
-    retry_delay_seconds: float = Field(10.0, ge=0, description="first retry delay; doubles each retry")
-    preflight: bool = Field(True, description="check data, services, pools and disk before any stage runs")
+        default_factory=dict,
+        description="per stage name: how often a failed job is retried (default: its job "
+        "class's `retries`)",
+    )
+    retry_delay_seconds: float = Field(
+        10.0, ge=0, description="first retry delay; doubles each retry"
+    )
+    preflight: bool = Field(
+        True, description="check data, services, pools and disk before any stage runs"
+    )
 
 
 class PipelineConfig(_Section):
@@ -326,9 +447,12 @@ class PipelineConfig(_Section):
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
     @model_validator(mode="after")
-    def _known_tasks(self) -> "PipelineConfig":
-        for field, names in (("finetune.tasks", self.finetune.tasks), ("finetune.task_data", self.finetune.task_data),
-                             ("orchestration.finetune_job_variables", self.orchestration.finetune_job_variables)):
+    def _known_tasks(self) -> PipelineConfig:
+        for field, names in (
+            ("finetune.tasks", self.finetune.tasks),
+            ("finetune.task_data", self.finetune.task_data),
+            ("orchestration.finetune_job_variables", self.orchestration.finetune_job_variables),
+        ):
             unknown = sorted(set(names) - set(TASKS))
             if unknown:
                 raise ValueError(f"{field}: unknown task(s) {unknown}; known: {list(TASKS)}")
@@ -387,7 +511,11 @@ def _format_errors(err: ValidationError, origin: str) -> str:
     problems = []
     for e in err.errors():
         where = f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else ""
-        got = f" (got {e['input']!r:.60})" if "input" in e and not isinstance(e["input"], dict) else ""
+        got = (
+            f" (got {e['input']!r:.60})"
+            if "input" in e and not isinstance(e["input"], dict)
+            else ""
+        )
         problems.append(f"{where}{e['msg'].removeprefix('Value error, ')}{got}")
     return f"invalid config ({origin}): " + "; ".join(problems)
 
@@ -413,9 +541,17 @@ def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
     base = data.pop("extends", None)
     if base is not None:
         if base in _seen or base == name_or_path:
-            raise ConfigError(f"{path}: `extends: {base}` makes a cycle ({' -> '.join((*_seen, name_or_path, base))})")
-        data = merge({k: v for k, v in load_preset_dict(base, (*_seen, name_or_path)).items() if k != "preset"},
-                     data)
+            raise ConfigError(
+                f"{path}: `extends: {base}` makes a cycle ({' -> '.join((*_seen, name_or_path, base))})"
+            )
+        data = merge(
+            {
+                k: v
+                for k, v in load_preset_dict(base, (*_seen, name_or_path)).items()
+                if k != "preset"
+            },
+            data,
+        )
     return data
 
 

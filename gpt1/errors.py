@@ -21,7 +21,7 @@ import errno
 import os
 import sys
 import traceback
-from typing import Callable
+from collections.abc import Callable
 
 USAGE = 2  # bad input: the message says what to fix
 BUG = 1  # anything else: the traceback is for us
@@ -52,9 +52,16 @@ def _offline_errors() -> tuple[type[BaseException], ...]:
     found: list[type[BaseException]] = [ConnectionError, TimeoutError]
     hub = sys.modules.get("huggingface_hub.errors")
     if hub is not None:
-        found += [getattr(hub, name) for name in ("LocalEntryNotFoundError", "OfflineModeIsEnabled",
-                                                   "RepositoryNotFoundError", "RevisionNotFoundError")
-                  if hasattr(hub, name)]
+        found += [
+            getattr(hub, name)
+            for name in (
+                "LocalEntryNotFoundError",
+                "OfflineModeIsEnabled",
+                "RepositoryNotFoundError",
+                "RevisionNotFoundError",
+            )
+            if hasattr(hub, name)
+        ]
     datasets_errors = sys.modules.get("datasets.exceptions")
     if datasets_errors is not None and hasattr(datasets_errors, "DatasetNotFoundError"):
         found.append(datasets_errors.DatasetNotFoundError)
@@ -94,7 +101,10 @@ def first_line(err: BaseException) -> str:
 
 def one_line(err: BaseException) -> str:
     """The whole message on one line (a multi-line message's lines joined)."""
-    return " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip()) or type(err).__name__
+    return (
+        " ".join(line.strip() for line in str(err).strip().splitlines() if line.strip())
+        or type(err).__name__
+    )
 
 
 def debugging() -> bool:

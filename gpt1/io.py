@@ -12,8 +12,9 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from gpt1.errors import NO_SPACE, first_line
 
@@ -86,10 +87,14 @@ def read_json(path: str | os.PathLike) -> Any:
         with open(path, encoding="utf-8") as fh:
             return json.load(fh)
     except json.JSONDecodeError as err:
-        raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno) from None
+        raise InputError(
+            f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno
+        ) from None
     except UnicodeDecodeError as err:
-        raise InputError(f"not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 1]!r})",
-                         file=path) from None
+        raise InputError(
+            f"not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r})",
+            file=path,
+        ) from None
 
 
 def parquet_file(path: str | os.PathLike):
@@ -139,8 +144,14 @@ def stable_hash(obj: Any, length: int = 16) -> str:
 class InputError(ValueError):
     """Bad user input, located: `InputError("bad score", file="dev.tsv", line=12, field="score")`."""
 
-    def __init__(self, message: str, *, file: str | os.PathLike | None = None, line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | os.PathLike | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ):
         self.file, self.line, self.field = (str(file) if file else None), line, field
         where = ":".join(str(x) for x in (self.file, line) if x is not None)
         if field:

@@ -28,21 +28,30 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from gpt1 import tasks
-from gpt1.tokenizer import bpe
 from gpt1.errors import Diverged
-from gpt1.io import InputError, atomic_dir, positive_int, read_json, sha256_file, write_json, write_text
+from gpt1.io import (
+    InputError,
+    atomic_dir,
+    positive_int,
+    read_json,
+    sha256_file,
+    write_json,
+    write_text,
+)
 from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights
 from gpt1.runtime.devices import torch_device
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
+from gpt1.tokenizer import bpe
 
 log = logging.getLogger(__name__)
 
@@ -57,14 +66,25 @@ def n_outputs(spec: TaskSpec) -> int:
     return spec.n_choices if spec.kind == "multiple_choice" else spec.n_outputs
 
 
-def save_task_model(model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike) -> Path:
+def save_task_model(
+    model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike
+) -> Path:
     """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
     with atomic_dir(directory) as tmp:
         model.transformer.save_pretrained(tmp)
-        save_weights({k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()}, tmp / HEAD_NAME)
+        save_weights(
+            {k: v.detach().contiguous().cpu() for k, v in model.clf.state_dict().items()},
+            tmp / HEAD_NAME,
+        )
         tokenizer.save(tmp)
-        write_json(tmp / TASK_FILE, {**info, "weights_sha256": sha256_file(tmp / WEIGHTS_NAME),
-                                     "head_sha256": sha256_file(tmp / HEAD_NAME)})
+        write_json(
+            tmp / TASK_FILE,
+            {
+                **info,
+                "weights_sha256": sha256_file(tmp / WEIGHTS_NAME),
+                "head_sha256": sha256_file(tmp / HEAD_NAME),
+            },
+        )
     return Path(directory)
 
 
@@ -76,28 +96,41 @@ def resolve_model_dir(path: str | os.PathLike) -> Path:
             return candidate
     if not path.exists():
         raise FileNotFoundError(f"model folder {path} does not exist")
-    raise FileNotFoundError(f"{path}: not a fine-tuned model folder (no {TASK_FILE}; expected the `model/` folder "
-                            f"written by `gpt1 finetune`)")
+    raise FileNotFoundError(
+        f"{path}: not a fine-tuned model folder (no {TASK_FILE}; expected the `model/` folder "
+        f"written by `gpt1 finetune`)"
+    )
 
 
-def load_task_model(model_dir: str | os.PathLike, device: str | torch.device = "cpu"
-                    ) -> tuple[GPT1ForTask, Any, dict]:
+def load_task_model(
+    model_dir: str | os.PathLike, device: str | torch.device = "cpu"
+) -> tuple[GPT1ForTask, Any, dict]:
     """(model in eval mode, tokenizer, task.json) from a folder written by `save_task_model`."""
     model_dir = resolve_model_dir(model_dir)
     info = read_json(model_dir / TASK_FILE)
     for key in ("task", "head", "n_outputs"):
         if key not in info:
             raise InputError("missing field", file=model_dir / TASK_FILE, field=key)
-    model = GPT1ForTask(GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0))
+    model = GPT1ForTask(
+        GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0)
+    )
     head = load_weights(model_dir / HEAD_NAME, record_key="head_sha256")
     try:
         model.clf.load_state_dict(head)
     except RuntimeError as err:
-        raise InputError(f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME) from None
+        raise InputError(
+            f"head weights do not match task.json: {err}", file=model_dir / HEAD_NAME
+        ) from None
     tokenizer = bpe.load(model_dir)
-    if info.get("tokenizer_sha256") not in (None, tokenizer.sha256):  # folders written before the hash was kept
-        raise InputError(f"tokenizer.json (sha256 {tokenizer.sha256[:12]}) is not the one the model was fine-tuned "
-                         f"with (task.json: {info['tokenizer_sha256'][:12]})", file=model_dir)
+    if info.get("tokenizer_sha256") not in (
+        None,
+        tokenizer.sha256,
+    ):  # folders written before the hash was kept
+        raise InputError(
+            f"tokenizer.json (sha256 {tokenizer.sha256[:12]}) is not the one the model was fine-tuned "
+            f"with (task.json: {info['tokenizer_sha256'][:12]})",
+            file=model_dir,
+        )
     return model.to(device).eval(), tokenizer, info
 
 
@@ -111,14 +144,22 @@ def autocast(device: torch.device, precision: str):
 
 
 @torch.no_grad()
-def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: int, device: torch.device,
-                   precision: str = "fp32", desc: str = "predict") -> np.ndarray:
+def predict_logits(
+    model: GPT1ForTask,
+    encoded: Sequence[Encoded],
+    batch_size: int,
+    device: torch.device,
+    precision: str = "fp32",
+    desc: str = "predict",
+) -> np.ndarray:
     """Head outputs for every example, (N, n_outputs) or (N, K); batches of similar length to limit padding."""
     model.eval()
     order = sorted(range(len(encoded)), key=lambda i: -max(map(len, encoded[i].input_ids)))
     logits: list[np.ndarray | None] = [None] * len(encoded)
-    for start in tqdm(range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False):
-        index = order[start:start + batch_size]
+    for start in tqdm(
+        range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False
+    ):
+        index = order[start : start + batch_size]
         batch = to_tensors(tasks.collate([encoded[i] for i in index]), device)
         with autocast(device, precision):
             out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
@@ -126,9 +167,13 @@ def predict_logits(model: GPT1ForTask, encoded: Sequence[Encoded], batch_size: i
             logits[i] = row
     result = np.stack(logits)
     bad = ~np.isfinite(result).all(axis=1)
-    if bad.any():  # softmax/argmax of NaN would still "predict" class 0: no metric or prediction from these
-        raise Diverged(f"{desc}: the model's outputs are not finite (NaN or inf) for {int(bad.sum())} of "
-                       f"{len(result)} examples; its weights are damaged (a diverged fine-tune?)")
+    if (
+        bad.any()
+    ):  # softmax/argmax of NaN would still "predict" class 0: no metric or prediction from these
+        raise Diverged(
+            f"{desc}: the model's outputs are not finite (NaN or inf) for {int(bad.sum())} of "
+            f"{len(result)} examples; its weights are damaged (a diverged fine-tune?)"
+        )
     return result
 
 
@@ -142,8 +187,12 @@ def decode(spec: TaskSpec, logits: np.ndarray) -> tuple[list, np.ndarray | None]
 
 
 # Tasks whose files write their classes as digits: the names Hugging Face's GLUE datasets give them, in class order.
-LABEL_NAMES = {"cola": ("unacceptable", "acceptable"), "sst2": ("negative", "positive"),
-               "mrpc": ("not_equivalent", "equivalent"), "qqp": ("not_duplicate", "duplicate")}
+LABEL_NAMES = {
+    "cola": ("unacceptable", "acceptable"),
+    "sst2": ("negative", "positive"),
+    "mrpc": ("not_equivalent", "equivalent"),
+    "qqp": ("not_duplicate", "duplicate"),
+}
 
 
 def readable_prediction(spec: TaskSpec, example, value) -> str | float:
@@ -161,8 +210,9 @@ def label_name(spec: TaskSpec, value) -> str | float:
     return float(value) if spec.regression else spec.labels[int(value)]
 
 
-def prediction_records(spec: TaskSpec, examples: Sequence, predictions: list, probabilities: np.ndarray | None
-                       ) -> list[dict]:
+def prediction_records(
+    spec: TaskSpec, examples: Sequence, predictions: list, probabilities: np.ndarray | None
+) -> list[dict]:
     records = []
     for i, (example, prediction) in enumerate(zip(examples, predictions)):
         record: dict[str, Any] = {"id": example.id, "prediction": label_name(spec, prediction)}
@@ -184,15 +234,22 @@ def input_columns(spec: TaskSpec) -> tuple[str, ...]:
 
 
 def missing_field(spec: TaskSpec, record: dict, name: str, source: str, line: int) -> InputError:
-    return InputError(f"no field {name!r}: {spec.name} takes the fields {', '.join(input_columns(spec))} (this "
-                      f"row has {', '.join(map(str, record)) or 'none'})", file=source, line=line, field=name)
+    return InputError(
+        f"no field {name!r}: {spec.name} takes the fields {', '.join(input_columns(spec))} (this "
+        f"row has {', '.join(map(str, record)) or 'none'})",
+        file=source,
+        line=line,
+        field=name,
+    )
 
 
 def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = "input"):
     """A raw input record -> the task's example type; `id` (or `idx`) is kept when present, else the row index."""
     fields = ", ".join(input_columns(spec))
     if not isinstance(record, dict):
-        raise InputError(f"expected an object with the fields {fields}", file=source, line=index + 1)
+        raise InputError(
+            f"expected an object with the fields {fields}", file=source, line=index + 1
+        )
     example_id = str(record.get("id", record.get("idx", index)))
 
     def text(name: str, optional: bool = False) -> str:
@@ -202,8 +259,12 @@ def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = 
         if value is None:
             raise missing_field(spec, record, name, source, index + 1)
         if not isinstance(value, str):
-            raise InputError(f"expected a string, got {type(value).__name__}", file=source, line=index + 1,
-                             field=name)
+            raise InputError(
+                f"expected a string, got {type(value).__name__}",
+                file=source,
+                line=index + 1,
+                field=name,
+            )
         return value.strip()
 
     if spec.kind != "multiple_choice":
@@ -212,16 +273,26 @@ def example_from_record(spec: TaskSpec, record: dict, index: int, source: str = 
     if isinstance(options, np.ndarray):
         options = options.tolist()
     if not isinstance(options, (list, tuple)) or len(options) != spec.n_choices:
-        raise InputError(f"expected a list of {spec.n_choices} answer options", file=source, line=index + 1,
-                         field="options")
-    return ChoiceExample(example_id, text("context"), text("question", optional=True),
-                         tuple(str(o).strip() for o in options))
+        raise InputError(
+            f"expected a list of {spec.n_choices} answer options",
+            file=source,
+            line=index + 1,
+            field="options",
+        )
+    return ChoiceExample(
+        example_id,
+        text("context"),
+        text("question", optional=True),
+        tuple(str(o).strip() for o in options),
+    )
 
 
 class TaskPredictor:
     """A fine-tuned model folder ready to score raw inputs: tokenizer + input transformation + model + head."""
 
-    def __init__(self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64):
+    def __init__(
+        self, model_dir: str | os.PathLike, device: str | None = None, batch_size: int = 64
+    ):
         self.device = torch_device(device, "prediction")
         self.model, self.tokenizer, self.info = load_task_model(model_dir, self.device)
         self.spec = tasks.get(self.info["task"])
@@ -239,7 +310,9 @@ class TaskPredictor:
         encoded = [self.spec.encode(ex, self.tokenizer, self.max_len) for ex in examples]
         return decode(self.spec, predict_logits(self.model, encoded, self.batch_size, self.device))
 
-    def records(self, examples: Sequence, predictions: list, probabilities: np.ndarray | None) -> list[dict]:
+    def records(
+        self, examples: Sequence, predictions: list, probabilities: np.ndarray | None
+    ) -> list[dict]:
         """One record per example: id, prediction and (when the example has one) label in words
         (`readable_prediction`), probabilities (per label/candidate, in task.json's order)."""
         records = prediction_records(self.spec, examples, predictions, probabilities)
@@ -253,7 +326,9 @@ class TaskPredictor:
         return self.records(examples, *self.decide(examples))
 
     def predict_records(self, records: Iterable[dict], source: str = "input") -> list[dict]:
-        return self.predict([example_from_record(self.spec, r, i, source) for i, r in enumerate(records)])
+        return self.predict(
+            [example_from_record(self.spec, r, i, source) for i, r in enumerate(records)]
+        )
 
 
 def read_jsonl(path: Path) -> list:
@@ -274,7 +349,11 @@ def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") ->
     the task takes."""
     path = Path(path)
     records = read_jsonl(path) if path.suffix == ".jsonl" and path.is_file() else None
-    if records and isinstance(records[0], dict) and set(input_columns(spec)) - {"question"} <= records[0].keys():
+    if (
+        records
+        and isinstance(records[0], dict)
+        and set(input_columns(spec)) - {"question"} <= records[0].keys()
+    ):
         return [example_from_record(spec, r, i, str(path)) for i, r in enumerate(records)]
     try:
         return list(tasks.load(spec.name, path, split))
@@ -289,18 +368,32 @@ def raw_inputs(spec: TaskSpec, example) -> dict:
     """An example back as the raw input record `gpt1 predict` and the MLflow model take (inverse of
     `example_from_record`)."""
     if isinstance(example, ChoiceExample):
-        return {"context": example.context, "question": example.question, "options": list(example.options)}
+        return {
+            "context": example.context,
+            "question": example.question,
+            "options": list(example.options),
+        }
     texts = (example.text,) if len(spec.hf_text) == 1 else (example.text_a, example.text_b)
     return dict(zip(spec.hf_text, texts))
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, type=Path, help="fine-tuned model folder (OUT/model of finetune)")
-    parser.add_argument("--task", choices=TASKS, help="the model's task (checked against the model)")
-    parser.add_argument("--input", required=True, type=Path,
-                        help="jsonl of raw inputs (e.g. {\"premise\", \"hypothesis\"}) or a task file/folder")
-    parser.add_argument("--split", default="test", help="split to read when --input is a task folder")
+    parser.add_argument(
+        "--model", required=True, type=Path, help="fine-tuned model folder (OUT/model of finetune)"
+    )
+    parser.add_argument(
+        "--task", choices=TASKS, help="the model's task (checked against the model)"
+    )
+    parser.add_argument(
+        "--input",
+        required=True,
+        type=Path,
+        help='jsonl of raw inputs (e.g. {"premise", "hypothesis"}) or a task file/folder',
+    )
+    parser.add_argument(
+        "--split", default="test", help="split to read when --input is a task folder"
+    )
     parser.add_argument("--out", type=Path, help="output jsonl (default: stdout)")
     parser.add_argument("--batch-size", type=positive_int, default=64)
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
@@ -309,7 +402,9 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     predictor = TaskPredictor(args.model, device=args.device, batch_size=args.batch_size)
     if args.task and args.task != predictor.spec.name:
-        raise ValueError(f"--task {args.task}: the model in {args.model} was fine-tuned for {predictor.spec.name}")
+        raise ValueError(
+            f"--task {args.task}: the model in {args.model} was fine-tuned for {predictor.spec.name}"
+        )
     examples = read_inputs(predictor.spec, args.input, args.split)
     started = time.perf_counter()
     predictions, probabilities = predictor.decide(examples)
@@ -320,8 +415,12 @@ def run_cli(args: argparse.Namespace) -> int:
         write_text(args.out, text)
     else:
         sys.stdout.write(text)
-    log.info("predicted %d examples in %.1fs (%.1f examples/s)", len(records), seconds,
-             len(records) / max(seconds, 1e-9))
+    log.info(
+        "predicted %d examples in %.1fs (%.1f examples/s)",
+        len(records),
+        seconds,
+        len(records) / max(seconds, 1e-9),
+    )
     if examples and all(ex.label is not None for ex in examples):
         scores = tasks.evaluate(predictor.spec.name, examples, predictions)
         print(", ".join(f"{k} {v:.2f}" for k, v in scores.items()), file=sys.stderr)

@@ -36,25 +36,45 @@ def sources_digest(sources: list[str]) -> str:
     return stable_hash([(Path(f).name, sha256_file(f)) for f in files] or sources, length=64)
 
 
-def check_not_training_rows(spec: TaskSpec, split, train, path: str | os.PathLike, allowed: bool) -> None:
+def check_not_training_rows(
+    spec: TaskSpec, split, train, path: str | os.PathLike, allowed: bool
+) -> None:
     """Count the training examples of held-out `split` (a gpt1.finetune.train.Split, as is `train`); refuse it when
     it is the training data (module docstring), or with `allowed` warn and mark it `on_training_rows`."""
     in_train = [hash(tasks.content(ex)) in train.contents for ex in split.examples]
     split.training_rows = sum(in_train)
     groups = {ex.group for ex in split.examples}
-    whole_group = any(all(hit for ex, hit in zip(split.examples, in_train) if ex.group == group) for group in groups)
-    same_files = split.digest == train.digest or set(split.report["sources"]) == set(train.report["sources"])
+    whole_group = any(
+        all(hit for ex, hit in zip(split.examples, in_train) if ex.group == group)
+        for group in groups
+    )
+    same_files = split.digest == train.digest or set(split.report["sources"]) == set(
+        train.report["sources"]
+    )
     if not (same_files or whole_group):
         if split.training_rows:
-            log.warning("%s/%s: %d of %d examples are also training examples (recorded in metrics.json)",
-                        spec.name, split.name, split.training_rows, len(split.examples))
+            log.warning(
+                "%s/%s: %d of %d examples are also training examples (recorded in metrics.json)",
+                spec.name,
+                split.name,
+                split.training_rows,
+                len(split.examples),
+            )
         return
     split.training_rows = len(split.examples) if same_files else split.training_rows
     split.on_training_rows = True
-    what = (f"the {split.name} split is (in part) the training data ({', '.join(split.report['sources'][:3])}), so "
-            "its score would be a score on training rows")
+    what = (
+        f"the {split.name} split is (in part) the training data ({', '.join(split.report['sources'][:3])}), so "
+        "its score would be a score on training rows"
+    )
     if not allowed:
-        raise InputError(f"{spec.name}: {what}; give the task's folder (its train and {split.name} files), or "
-                         "--allow-eval-on-train to score them anyway, labelled as training rows", file=path)
-    log.warning("%s: %s: SCORING ON TRAINING ROWS (--allow-eval-on-train); metrics.json and the report say so",
-                spec.name, what)
+        raise InputError(
+            f"{spec.name}: {what}; give the task's folder (its train and {split.name} files), or "
+            "--allow-eval-on-train to score them anyway, labelled as training rows",
+            file=path,
+        )
+    log.warning(
+        "%s: %s: SCORING ON TRAINING ROWS (--allow-eval-on-train); metrics.json and the report say so",
+        spec.name,
+        what,
+    )

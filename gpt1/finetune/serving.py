@@ -42,8 +42,20 @@ from gpt1.finetune.predict import TaskPredictor
 ARTIFACT_PATH = "model"  # the task model folder inside the MLflow model
 MODEL_TYPE = "gpt1-task"  # the logged models' model_type (searchable in the Models tab)
 # Distributions the predictor imports (directly or through gpt1.tokenizer / gpt1.tasks).
-REQUIREMENTS = ("mlflow", "torch", "numpy", "pandas", "safetensors", "tokenizers", "pydantic", "pyyaml", "ftfy",
-                "scipy", "scikit-learn", "tqdm")
+REQUIREMENTS = (
+    "mlflow",
+    "torch",
+    "numpy",
+    "pandas",
+    "safetensors",
+    "tokenizers",
+    "pydantic",
+    "pyyaml",
+    "ftfy",
+    "scipy",
+    "scikit-learn",
+    "tqdm",
+)
 
 
 class GPT1TaskModel(mlflow.pyfunc.PythonModel):
@@ -55,9 +67,15 @@ class GPT1TaskModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
         self.predictor = TaskPredictor(context.artifacts[ARTIFACT_PATH])
 
-    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:
-        records = self.predictor.predict_records(model_input.to_dict(orient="records"), source="model input")
-        columns = ["prediction"] if self.predictor.spec.regression else ["prediction", "probabilities"]
+    def predict(
+        self, context, model_input: pd.DataFrame, params: dict | None = None
+    ) -> pd.DataFrame:
+        records = self.predictor.predict_records(
+            model_input.to_dict(orient="records"), source="model input"
+        )
+        columns = (
+            ["prediction"] if self.predictor.spec.regression else ["prediction", "probabilities"]
+        )
         return pd.DataFrame([{k: r[k] for k in columns} for r in records], columns=columns)
 
 
@@ -71,13 +89,25 @@ def pinned_requirements() -> list[str]:
     return pins
 
 
-def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, name: str, step: int = 0,
-              tags: dict[str, str] | None = None) -> None:
+def log_model(
+    run,
+    model_dir: str | os.PathLike,
+    input_example: list[dict],
+    *,
+    name: str,
+    step: int = 0,
+    tags: dict[str, str] | None = None,
+) -> None:
     """Log the fine-tuned model folder `model_dir` as logged model `name` of `run` (a `gpt1.tracking.logger.RunLogger`),
     linked to the metrics `run` logged at `step`."""
     model_dir = str(Path(model_dir).resolve())
-    record = {"kind": "task", "model_dir": model_dir, "input_example": input_example, "step": step,
-              "tags": dict(tags or {})}
+    record = {
+        "kind": "task",
+        "model_dir": model_dir,
+        "input_example": input_example,
+        "step": step,
+        "tags": dict(tags or {}),
+    }
 
     def make(run, attempt: dict) -> str:
         from mlflow.models import Model
@@ -86,20 +116,38 @@ def log_model(run, model_dir: str | os.PathLike, input_example: list[dict], *, n
 
         predictor = TaskPredictor(model_dir)
         example = pd.DataFrame(input_example)
-        signature = mlflow.models.infer_signature(example, GPT1TaskModel(predictor).predict(None, example))
+        signature = mlflow.models.infer_signature(
+            example, GPT1TaskModel(predictor).predict(None, example)
+        )
         client = run.client
-        if "model_id" not in attempt:  # created here, so that a retry completes it rather than adding another
+        if (
+            "model_id" not in attempt
+        ):  # created here, so that a retry completes it rather than adding another
             params = dict(client.get_run(run.run_id).data.params)
             attempt["model_id"] = client.create_logged_model(
-                run.experiment_id, name=name, source_run_id=run.run_id, params=params, model_type=MODEL_TYPE,
-                tags={**run.tags, **record["tags"]}).model_id
+                run.experiment_id,
+                name=name,
+                source_run_id=run.run_id,
+                params=params,
+                model_type=MODEL_TYPE,
+                tags={**run.tags, **record["tags"]},
+            ).model_id
         with process_uri(run.uri):  # Model.log's fluent helpers use the process-wide URI
             info = Model.log(
-                artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run.run_id, model_id=attempt["model_id"],
-                step=step, python_model=str(Path(__file__).resolve()), artifacts={ARTIFACT_PATH: model_dir},
-                code_paths=[str(Path(__file__).resolve().parent)], signature=signature, input_example=example,
+                artifact_path=None,
+                name=name,
+                flavor=mlflow.pyfunc,
+                run_id=run.run_id,
+                model_id=attempt["model_id"],
+                step=step,
+                python_model=str(Path(__file__).resolve()),
+                artifacts={ARTIFACT_PATH: model_dir},
+                code_paths=[str(Path(__file__).resolve().parent)],
+                signature=signature,
+                input_example=example,
                 pip_requirements=pinned_requirements(),
-                metadata={"task": predictor.spec.name, "input_columns": list(predictor.columns)})
+                metadata={"task": predictor.spec.name, "input_columns": list(predictor.columns)},
+            )
         return info.model_id
 
     run.log_model(name, make, record)

@@ -15,18 +15,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gpt1.tracking import runs
 from gpt1.config import PipelineConfig, load_config
-from gpt1.finetune.train import (METRICS_FILE, PREDICTIONS_DIR, ablation_name, finetune, log_finished,
-                                 registered_model_name)
-from gpt1.io import read_json, stable_hash, write_json
-from gpt1.model.transformer import CONFIG_NAME
 from gpt1.finetune.predict import MODEL_DIR
-from gpt1.tokenizer import bpe
+from gpt1.finetune.train import (
+    METRICS_FILE,
+    PREDICTIONS_DIR,
+    ablation_name,
+    finetune,
+    log_finished,
+    registered_model_name,
+)
+from gpt1.io import read_json, write_json
+from gpt1.model.transformer import CONFIG_NAME
 from gpt1.stages.base import Ref, Result, StageJob, add_output_args, data_key, run_from_args
 from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
-
+from gpt1.tokenizer import bpe
+from gpt1.tracking import runs
 
 # FinetuneConfig fields that are not a fine-tune's settings: which tasks and data a run has, how many seeds it fans
 # out (each fine-tune has its own `seed`): outside every fine-tune's key.
@@ -54,13 +59,18 @@ class Job(StageJob):
     parent_run_id: str | None = None
     track: bool = True
     device: str | None = None
-    random_init: dict | None = None  # a model config: `checkpoint` is that model randomly initialised (written first)
+    random_init: dict | None = (
+        None  # a model config: `checkpoint` is that model randomly initialised (written first)
+    )
 
     def identity(self) -> dict:
-        return {"start": self.checkpoint.key, "tokenizer": self.tokenizer.key if self.tokenizer else None,
-                "finetune": self.cfg.finetune.model_dump(exclude=NOT_FINETUNE_SETTINGS - {"task_data"}),
-                "task": self.task,
-                "data": self.data_key}
+        return {
+            "start": self.checkpoint.key,
+            "tokenizer": self.tokenizer.key if self.tokenizer else None,
+            "finetune": self.cfg.finetune.model_dump(exclude=NOT_FINETUNE_SETTINGS - {"task_data"}),
+            "task": self.task,
+            "data": self.data_key,
+        }
 
     def input_paths(self) -> dict[str, str]:
         return {**super().input_paths(), "data": self.data}
@@ -71,17 +81,34 @@ class Job(StageJob):
 
     def build(self, out: Path) -> dict:
         cfg = self.cfg
-        if self.random_init is not None:  # the vocabulary is the tokenizer's, known once it is trained
+        if (
+            self.random_init is not None
+        ):  # the vocabulary is the tokenizer's, known once it is trained
             vocab = bpe.load(self.tokenizer.path).vocab_size
             write_random_init(self.checkpoint, {**self.random_init, "vocab_size": vocab})
-        result = finetune(self.task, self.data, self.checkpoint.path, out, cfg.finetune,
-                          tokenizer_dir=self.tokenizer.path if self.tokenizer else None,
-                          parent_run_id=self.parent_run_id, tracking_uri=cfg.tracking.tracking_uri,
-                          experiment=cfg.tracking.experiment, run_name=self.label, track=self.track,
-                          device=self.device, registered_model=registered_model_name(cfg, self.task),
-                          run_tags=runs.stage_tags("finetune", key=self.key(), preset=cfg.preset))
-        return {"task": self.task, "ablation": ablation_name(cfg.finetune), "eval_split": result["eval_split"],
-                "primary": result["metrics"].get("primary"), "run_id": result.get("run_id")}
+        result = finetune(
+            self.task,
+            self.data,
+            self.checkpoint.path,
+            out,
+            cfg.finetune,
+            tokenizer_dir=self.tokenizer.path if self.tokenizer else None,
+            parent_run_id=self.parent_run_id,
+            tracking_uri=cfg.tracking.tracking_uri,
+            experiment=cfg.tracking.experiment,
+            run_name=self.label,
+            track=self.track,
+            device=self.device,
+            registered_model=registered_model_name(cfg, self.task),
+            run_tags=runs.stage_tags("finetune", key=self.key(), preset=cfg.preset),
+        )
+        return {
+            "task": self.task,
+            "ablation": ablation_name(cfg.finetune),
+            "eval_split": result["eval_split"],
+            "primary": result["metrics"].get("primary"),
+            "run_id": result.get("run_id"),
+        }
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
         """Unless it was logged under this parent (it ran in this flow run), a child run with its recorded
@@ -89,10 +116,19 @@ class Job(StageJob):
         if not parent_run_id or metrics_of(result.path).get("parent_run_id") == parent_run_id:
             return
         cfg = self.cfg
-        log_finished(result.path, run_name=self.label, parent_run_id=parent_run_id,
-                     experiment=cfg.tracking.experiment, tracking_uri=cfg.tracking.tracking_uri,
-                     tags=runs.stage_tags("finetune", key=(read_marker(result.path) or {}).get("key"),
-                                                     preset=cfg.preset, cached=True))
+        log_finished(
+            result.path,
+            run_name=self.label,
+            parent_run_id=parent_run_id,
+            experiment=cfg.tracking.experiment,
+            tracking_uri=cfg.tracking.tracking_uri,
+            tags=runs.stage_tags(
+                "finetune",
+                key=(read_marker(result.path) or {}).get("key"),
+                preset=cfg.preset,
+                cached=True,
+            ),
+        )
 
 
 def write_random_init(start: Ref, model_config: dict) -> None:
@@ -111,31 +147,62 @@ def metrics_of(out: Path) -> dict:
 # -- CLI ------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", required=True, choices=TASKS)
-    parser.add_argument("--data", required=True, help="the task's folder as distributed, a file, or hf:<id>")
-    parser.add_argument("--checkpoint", required=True, type=Path,
-                        help="pre-trained model folder (written by gpt1 pretrain (final/) or gpt1 convert)")
+    parser.add_argument(
+        "--data", required=True, help="the task's folder as distributed, a file, or hf:<id>"
+    )
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        type=Path,
+        help="pre-trained model folder (written by gpt1 pretrain (final/) or gpt1 convert)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder for this task")
-    parser.add_argument("--preset", default="paper", help="config preset name or YAML file (default: paper)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override, e.g. finetune.aux_lm_weight=0 (repeatable)")
-    parser.add_argument("--tokenizer", type=Path, help="tokenizer folder/file (default: the checkpoint's)")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: config, $MLFLOW_TRACKING_URI, sqlite)")
+    parser.add_argument(
+        "--preset", default="paper", help="config preset name or YAML file (default: paper)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override, e.g. finetune.aux_lm_weight=0 (repeatable)",
+    )
+    parser.add_argument(
+        "--tokenizer", type=Path, help="tokenizer folder/file (default: the checkpoint's)"
+    )
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI (default: config, $MLFLOW_TRACKING_URI, sqlite)"
+    )
     parser.add_argument("--parent-run-id", help="MLflow run to nest this task's run under")
     parser.add_argument("--run-name", help="MLflow run name (default: finetune-<task>)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    parser.add_argument("--allow-eval-on-train", action="store_true",
-                        help="score a split that is the training data (e.g. one file as --data), labelled as such")
+    parser.add_argument(
+        "--allow-eval-on-train",
+        action="store_true",
+        help="score a split that is the training data (e.g. one file as --data), labelled as such",
+    )
     add_output_args(parser)
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
-    overrides = list(args.overrides) + ([f"tracking.tracking_uri={args.tracking_uri}"] if args.tracking_uri else [])
+    overrides = list(args.overrides) + (
+        [f"tracking.tracking_uri={args.tracking_uri}"] if args.tracking_uri else []
+    )
     overrides += ["finetune.allow_eval_on_train=true"] if args.allow_eval_on_train else []
-    return Job(args.task, str(args.data), data_key(str(args.data)), Ref.to(args.checkpoint),
-               Ref.to(args.tokenizer) if args.tokenizer else None, load_config(args.preset, overrides),
-               run_name=args.run_name, parent_run_id=args.parent_run_id, track=not args.no_tracking,
-               device=args.device)
+    return Job(
+        args.task,
+        str(args.data),
+        data_key(str(args.data)),
+        Ref.to(args.checkpoint),
+        Ref.to(args.tokenizer) if args.tokenizer else None,
+        load_config(args.preset, overrides),
+        run_name=args.run_name,
+        parent_run_id=args.parent_run_id,
+        track=not args.no_tracking,
+        device=args.device,
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -143,7 +210,9 @@ def run_cli(args: argparse.Namespace) -> int:
     metrics = metrics_of(result.path)
     scores = ", ".join(f"{k} {v:.2f}" for k, v in metrics["metrics"].items())
     rows = metrics["evaluated_on"]
-    on = f"{rows['split']}, {rows['rows']} rows" + (", TRAINING ROWS" if metrics["eval_on_training_rows"] else "")
+    on = f"{rows['split']}, {rows['rows']} rows" + (
+        ", TRAINING ROWS" if metrics["eval_on_training_rows"] else ""
+    )
     print(f"{args.task} ({on}): {scores}; majority baseline {metrics['majority']['primary']:.2f}")
     print(f"wrote {result.path}/{METRICS_FILE}, {PREDICTIONS_DIR}/, {MODEL_DIR}/")
     return 0

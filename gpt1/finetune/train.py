@@ -22,9 +22,10 @@ Outputs in OUT (each file written atomically; metrics.json last, so its presence
 and an MLflow child run: params, system metrics, per-update curves (`train/*`), per-epoch evaluation
 (`eval/<split>/<metric>`), final metrics `task/<name>/<metric>` (`task/<name>/majority/<metric>` for the baseline,
 `task/<name>/<split>/...` for a split other than the headline one), the task files as `mlflow.data` datasets (hub
-id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model (`gpt1.finetune.serving`,
-named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with `registered_model`, a
-Model Registry version of it, the alias `champion` on the best version (gpt1.tracking.models.update_champion).
+id, config, split and revision for `hf:` data), and the model as an MLflow 3 logged pyfunc model
+(`gpt1.finetune.serving`, named `<task>[-<ablation>]`, linked to the final metrics) that takes raw task inputs; with
+`registered_model`, a Model Registry version of it, the alias `champion` on the best version
+(gpt1.tracking.models.update_champion).
 
 Choices where the spec is silent:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
@@ -63,27 +64,44 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gpt1.model import optim
 from gpt1 import tasks
-from gpt1.tokenizer import bpe
 from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.errors import Diverged
-from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
-from gpt1.model.losses import task_loss
-from gpt1.model.transformer import TRAINING_NAME, WEIGHTS_NAME, GPT1, GPT1ForTask, load_model_config, model_files
+from gpt1.finetune.predict import (
+    MODEL_DIR,
+    autocast,
+    decode,
+    input_columns,
+    n_outputs,
+    predict_logits,
+    prediction_records,
+    raw_inputs,
+    save_task_model,
+    to_tensors,
+)
 from gpt1.finetune.rows import check_not_training_rows, evenly_spaced, sources_digest
-from gpt1.finetune.predict import (MODEL_DIR, autocast, decode, input_columns, n_outputs, predict_logits,
-                                   prediction_records, raw_inputs, save_task_model, to_tensors)
+from gpt1.finetune.serving import log_model
+from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
+from gpt1.model import optim
+from gpt1.model.losses import task_loss
+from gpt1.model.transformer import (
+    GPT1,
+    TRAINING_NAME,
+    WEIGHTS_NAME,
+    GPT1ForTask,
+    load_model_config,
+    model_files,
+)
 from gpt1.progress import Every, duration
 from gpt1.runtime.cuda import use_tf32_matmuls
 from gpt1.runtime.devices import torch_device
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
-from gpt1.finetune.serving import log_model
 from gpt1.tasks import Encoded, TaskSpec, hub
+from gpt1.tokenizer import bpe
 from gpt1.tokenizer.bpe import TOKENIZER_FILE
-from gpt1.tracking.runs import hub_dataset_source, monitor_system, stage_tags
-from gpt1.tracking.models import register_model
 from gpt1.tracking.logger import RunLogger, start_run
+from gpt1.tracking.models import register_model
+from gpt1.tracking.runs import hub_dataset_source, monitor_system, stage_tags
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +109,9 @@ METRICS_FILE = "metrics.json"
 PREDICTIONS_DIR = "predictions"
 SUBMISSION_DIR = "submission"
 MAX_CURVE_POINTS = 1000
-PROGRESS_SECONDS = 30.0  # a progress line at least this often while training (the logs' only sign of life)
+PROGRESS_SECONDS = (
+    30.0  # a progress line at least this often while training (the logs' only sign of life)
+)
 
 
 # -- data -----------------------------------------------------------------------------------------------------
@@ -104,10 +124,18 @@ class Split:
     encoded: list[Encoded]
     report: dict  # LoadReport.to_dict(): sources, rows, malformed/excluded counts
     digest: str  # content hash of the files read (dataset lineage)
-    all_labels: list  # labels of the whole split, also the examples a max_*_examples subset left out
-    contents: frozenset  # hashes of the whole split's examples without id and group (`tasks.content`)
-    training_rows: int = 0  # held-out examples that are also training examples (same inputs and label)
-    on_training_rows: bool = False  # scored although it is the training data (finetune.allow_eval_on_train)
+    all_labels: (
+        list  # labels of the whole split, also the examples a max_*_examples subset left out
+    )
+    contents: (
+        frozenset  # hashes of the whole split's examples without id and group (`tasks.content`)
+    )
+    training_rows: int = (
+        0  # held-out examples that are also training examples (same inputs and label)
+    )
+    on_training_rows: bool = (
+        False  # scored although it is the training data (finetune.allow_eval_on_train)
+    )
 
     @property
     def labelled(self) -> bool:
@@ -123,8 +151,13 @@ class Split:
 
     def rows(self) -> dict:
         """Which rows a score on this split is computed on: the split, how many, the files they came from."""
-        return {"split": self.name, "rows": len(self.examples), "files": self.report["sources"],
-                "training_rows": self.training_rows, "on_training_rows": self.on_training_rows}
+        return {
+            "split": self.name,
+            "rows": len(self.examples),
+            "files": self.report["sources"],
+            "training_rows": self.training_rows,
+            "on_training_rows": self.on_training_rows,
+        }
 
 
 def held_out_splits(spec: TaskSpec) -> list[str]:
@@ -133,19 +166,39 @@ def held_out_splits(spec: TaskSpec) -> list[str]:
     return [s for i, s in enumerate(wanted) if s in spec.splits and s not in wanted[:i]]
 
 
-def load_split(spec: TaskSpec, path: str | os.PathLike, split: str, tokenizer, max_len: int,
-               limit: int | None, max_bad_fraction: float) -> Split:
+def load_split(
+    spec: TaskSpec,
+    path: str | os.PathLike,
+    split: str,
+    tokenizer,
+    max_len: int,
+    limit: int | None,
+    max_bad_fraction: float,
+) -> Split:
     data = tasks.load(spec.name, path, split, max_bad_fraction)
     examples = [data[i] for i in evenly_spaced(len(data), limit)]
     if len(examples) < len(data):
-        log.info("%s/%s: using %d of %d examples (evenly spaced)", spec.name, split, len(examples), len(data))
-    return Split(split, examples, spec.encode_all(examples, tokenizer, max_len), data.report.to_dict(),
-                 sources_digest(data.report.sources), [ex.label for ex in data],
-                 frozenset(hash(tasks.content(ex)) for ex in data))
+        log.info(
+            "%s/%s: using %d of %d examples (evenly spaced)",
+            spec.name,
+            split,
+            len(examples),
+            len(data),
+        )
+    return Split(
+        split,
+        examples,
+        spec.encode_all(examples, tokenizer, max_len),
+        data.report.to_dict(),
+        sources_digest(data.report.sources),
+        [ex.label for ex in data],
+        frozenset(hash(tasks.content(ex)) for ex in data),
+    )
 
 
-def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: int, cfg: FinetuneConfig
-                   ) -> tuple[Split, dict[str, Split]]:
+def load_task_data(
+    spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: int, cfg: FinetuneConfig
+) -> tuple[Split, dict[str, Split]]:
     """The train split and every held-out split present; errors (missing files, bad rows) before any compute."""
     common = dict(tokenizer=tokenizer, max_len=max_len, max_bad_fraction=cfg.max_bad_row_fraction)
     train = load_split(spec, path, "train", limit=cfg.max_train_examples, **common)
@@ -157,11 +210,15 @@ def load_task_data(spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: 
             held_out[name] = load_split(spec, path, name, limit=cfg.max_eval_examples, **common)
         except FileNotFoundError as err:
             absent[name] = str(err)
-            (log.warning if name in spec.eval_splits else log.info)("%s: no %s split (%s)", spec.name, name, err)
+            (log.warning if name in spec.eval_splits else log.info)(
+                "%s: no %s split (%s)", spec.name, name, err
+            )
     if not any(s.labelled for s in held_out.values()):
-        raise InputError(f"{spec.name}: no labelled evaluation split found: "
-                         + "; ".join(absent.get(name, f"{name}: unlabelled") for name in held_out_splits(spec)),
-                         file=path)
+        raise InputError(
+            f"{spec.name}: no labelled evaluation split found: "
+            + "; ".join(absent.get(name, f"{name}: unlabelled") for name in held_out_splits(spec)),
+            file=path,
+        )
     for split in held_out.values():
         check_not_training_rows(spec, split, train, path, cfg.allow_eval_on_train)
     return train, held_out
@@ -173,14 +230,24 @@ def headline_split(spec: TaskSpec, held_out: dict[str, Split]) -> str:
     labelled = [name for name, s in held_out.items() if s.labelled]
     headline = next((s for s in (*spec.eval_splits, "dev") if s in labelled), labelled[0])
     if headline not in spec.eval_splits:
-        log.warning("%s: the paper's evaluation split %s is absent or unlabelled; scoring %s instead, which is not "
-                    "comparable to the paper's number", spec.name, spec.eval_splits[0], headline)
+        log.warning(
+            "%s: the paper's evaluation split %s is absent or unlabelled; scoring %s instead, which is not "
+            "comparable to the paper's number",
+            spec.name,
+            spec.eval_splits[0],
+            headline,
+        )
     return headline
 
 
 # -- model ----------------------------------------------------------------------------------------------------
-def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: int, cfg: FinetuneConfig,
-                new_tokens: list[int] = ()) -> GPT1ForTask:
+def build_model(
+    spec: TaskSpec,
+    checkpoint_dir: str | os.PathLike,
+    vocab_size: int,
+    cfg: FinetuneConfig,
+    new_tokens: list[int] = (),
+) -> GPT1ForTask:
     """The pre-trained transformer (or, ablating pre-training, a random one of the same shape) plus the task head;
     with `finetune.redraw_specials`, the embeddings of `new_tokens` drawn afresh.
 
@@ -191,7 +258,9 @@ def build_model(spec: TaskSpec, checkpoint_dir: str | os.PathLike, vocab_size: i
     if cfg.from_scratch:
         base = GPT1(model_cfg.model_copy(update={"vocab_size": vocab}))
     else:
-        base = GPT1.from_pretrained(checkpoint_dir, transfer_layers=cfg.transfer_layers, vocab_size=vocab)
+        base = GPT1.from_pretrained(
+            checkpoint_dir, transfer_layers=cfg.transfer_layers, vocab_size=vocab
+        )
         if cfg.redraw_specials:
             base.redraw_token_embeddings(list(new_tokens), seed=cfg.seed)
     return GPT1ForTask(base, spec.head, n_outputs(spec), cfg.clf_pdrop)
@@ -214,17 +283,32 @@ class Evaluation:
     seconds: float = 0.0
 
 
-def evaluate_split(model: GPT1ForTask, spec: TaskSpec, split: Split, train: Split, cfg: FinetuneConfig,
-                   device: torch.device) -> Evaluation:
+def evaluate_split(
+    model: GPT1ForTask,
+    spec: TaskSpec,
+    split: Split,
+    train: Split,
+    cfg: FinetuneConfig,
+    device: torch.device,
+) -> Evaluation:
     started = time.perf_counter()
-    logits = predict_logits(model, split.encoded, cfg.eval_batch_size, device, cfg.precision,
-                            desc=f"eval {spec.name}/{split.name}")
+    logits = predict_logits(
+        model,
+        split.encoded,
+        cfg.eval_batch_size,
+        device,
+        cfg.precision,
+        desc=f"eval {spec.name}/{split.name}",
+    )
     predictions, probabilities = decode(spec, logits)
-    result = Evaluation(split.name, predictions, probabilities, seconds=time.perf_counter() - started)
+    result = Evaluation(
+        split.name, predictions, probabilities, seconds=time.perf_counter() - started
+    )
     if split.labelled:
         result.metrics = tasks.evaluate(spec.name, split.examples, predictions)
-        result.majority = tasks.metrics.majority_baseline(spec.name, train.all_labels, split.labels,
-                                                          extra={"groups": split.groups})
+        result.majority = tasks.metrics.majority_baseline(
+            spec.name, train.all_labels, split.labels, extra={"groups": split.groups}
+        )
         target = torch.tensor(split.labels, dtype=torch.float if spec.regression else torch.long)
         result.loss = float(task_loss(torch.from_numpy(logits), target, regression=spec.regression))
     return result
@@ -235,21 +319,33 @@ def find_tokenizer(checkpoint_dir: Path, tokenizer_dir: str | os.PathLike | None
     where = Path(tokenizer_dir) if tokenizer_dir else checkpoint_dir
     if where.is_file() or (where / TOKENIZER_FILE).is_file():
         return where
-    hint = "" if tokenizer_dir else " (the checkpoint has none: pass the tokenizer folder, --tokenizer DIR)"
+    hint = (
+        ""
+        if tokenizer_dir
+        else " (the checkpoint has none: pass the tokenizer folder, --tokenizer DIR)"
+    )
     raise FileNotFoundError(f"no {TOKENIZER_FILE} in {where}{hint}")
 
 
 def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
     if cfg.from_scratch and cfg.transfer_layers is not None:
-        raise ValueError("finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
-                         "from scratch)")
+        raise ValueError(
+            "finetune: from_scratch and transfer_layers exclude each other (nothing is transferred "
+            "from scratch)"
+        )
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
     config, weights = model_files(checkpoint_dir)
-    missing = [path.name for path in ([config] if cfg.from_scratch else [config, weights]) if not path.is_file()]
+    missing = [
+        path.name
+        for path in ([config] if cfg.from_scratch else [config, weights])
+        if not path.is_file()
+    ]
     if missing:
-        raise FileNotFoundError(f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
-                                f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)")
+        raise FileNotFoundError(
+            f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
+            f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)"
+        )
 
 
 def pretraining_of(checkpoint_dir: Path) -> dict | None:
@@ -289,14 +385,18 @@ class CurveLogger:
             self.sums[k] = self.sums.get(k, 0.0) + v
         self.count += 1
         if step % self.every == 0:
-            self.run.log_metrics({**{k: v / self.count for k, v in self.sums.items()}, **instant}, step=step)
+            self.run.log_metrics(
+                {**{k: v / self.count for k, v in self.sums.items()}, **instant}, step=step
+            )
             self.sums, self.count = {}, 0
 
 
 def examples_per_forward(spec: TaskSpec, cfg: FinetuneConfig) -> int:
     """Examples per micro-batch: finetune.micro_batch_size (default the whole batch), fewer when their sequences
     would exceed finetune.forward_sequences (a similarity pair is 2 sequences, a K-way choice K)."""
-    sequences = spec.n_choices if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
+    sequences = (
+        spec.n_choices if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
+    )
     return max(1, min(cfg.micro_batch_size or cfg.batch_size, cfg.forward_sequences // sequences))
 
 
@@ -308,8 +408,15 @@ def training_precision(cfg: FinetuneConfig, device: torch.device) -> str:
     return "bf16" if device.type == "cuda" else "fp32"
 
 
-def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.Tensor, labels: torch.Tensor,
-             cfg: FinetuneConfig, device: torch.device) -> tuple[dict[str, float], int]:
+def backward(
+    model: GPT1ForTask,
+    spec: TaskSpec,
+    train_set: Split,
+    index: torch.Tensor,
+    labels: torch.Tensor,
+    cfg: FinetuneConfig,
+    device: torch.device,
+) -> tuple[dict[str, float], int]:
     """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
     `examples_per_forward`. Both losses are means over examples, so weighting each micro-batch's loss by its
     share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
@@ -320,11 +427,19 @@ def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.
     for chunk in index.split(examples_per_forward(spec, cfg)):
         batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
         with autocast(device, cfg.precision):
-            out = model(batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None)
-        parts = {"train/clf_loss": task_loss(out.logits, labels[chunk].to(device), regression=spec.regression)}
+            out = model(
+                batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None
+            )
+        parts = {
+            "train/clf_loss": task_loss(
+                out.logits, labels[chunk].to(device), regression=spec.regression
+            )
+        }
         if use_lm:
             parts["train/lm_loss"] = out.lm_loss
-        parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get("train/lm_loss", 0.0)
+        parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get(
+            "train/lm_loss", 0.0
+        )
         share = len(chunk) / len(index)
         (parts["train/loss"] * share).backward()
         for name, value in parts.items():
@@ -333,21 +448,40 @@ def backward(model: GPT1ForTask, spec: TaskSpec, train_set: Split, index: torch.
     return losses, tokens
 
 
-def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[str, Split], cfg: FinetuneConfig,
-          device: torch.device, run: RunLogger, headline: str) -> tuple[dict, dict[str, Evaluation]]:
+def train(
+    model: GPT1ForTask,
+    spec: TaskSpec,
+    train_set: Split,
+    held_out: dict[str, Split],
+    cfg: FinetuneConfig,
+    device: torch.device,
+    run: RunLogger,
+    headline: str,
+) -> tuple[dict, dict[str, Evaluation]]:
     """The fine-tuning loop; evaluates the headline split after each epoch and every split at the end."""
     n, bs = len(train_set.examples), cfg.batch_size
     steps_per_epoch = math.ceil(n / bs)
     total = steps_per_epoch * cfg.epochs
     warmup = math.ceil(cfg.warmup_fraction * total)
-    optimizer = optim.adamw(model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.adam_betas, eps=cfg.adam_eps)
+    optimizer = optim.adamw(
+        model, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=cfg.adam_betas, eps=cfg.adam_eps
+    )
     schedule = optim.scheduler(optimizer, warmup_steps=warmup, total_steps=total, schedule="linear")
     model.transformer.compile_for(device.type)
     shuffle = torch.Generator().manual_seed(cfg.seed)
     labels = torch.tensor(train_set.labels, dtype=torch.float if spec.regression else torch.long)
     curves = CurveLogger(run, total)
-    log.info("%s: fine-tuning on %d examples, %d epochs x %d updates (batch %d, warmup %d, aux LM weight %g, %s)",
-             spec.name, n, cfg.epochs, steps_per_epoch, bs, warmup, cfg.aux_lm_weight, ablation_name(cfg))
+    log.info(
+        "%s: fine-tuning on %d examples, %d epochs x %d updates (batch %d, warmup %d, aux LM weight %g, %s)",
+        spec.name,
+        n,
+        cfg.epochs,
+        steps_per_epoch,
+        bs,
+        warmup,
+        cfg.aux_lm_weight,
+        ablation_name(cfg),
+    )
 
     step, seen, tokens, train_seconds, last = 0, 0, 0, 0.0, {}
     evaluations: dict[str, Evaluation] = {}
@@ -359,13 +493,17 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
         for index in torch.randperm(n, generator=shuffle).split(bs):
             optimizer.zero_grad(set_to_none=True)
             last, batch_tokens = backward(model, spec, train_set, index, labels, cfg, device)
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip or float("inf"))
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.grad_clip or float("inf")
+            )
             last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
             if not (math.isfinite(last["train/loss"]) and math.isfinite(last["train/grad_norm"])):
-                raise Diverged(f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
-                               f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
-                               "model or metrics written. Lower finetune.lr")
+                raise Diverged(
+                    f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
+                    f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
+                    "model or metrics written. Lower finetune.lr"
+                )
             optimizer.step()
             schedule.step()
 
@@ -373,59 +511,112 @@ def train(model: GPT1ForTask, spec: TaskSpec, train_set: Split, held_out: dict[s
             seen += len(index)
             tokens += batch_tokens
             elapsed = train_seconds + time.perf_counter() - started
-            curves.add(step, last, {"train/lr": lr, "train/epoch": step / steps_per_epoch,
-                                    "train/examples_per_s": seen / elapsed})
+            curves.add(
+                step,
+                last,
+                {
+                    "train/lr": lr,
+                    "train/epoch": step / steps_per_epoch,
+                    "train/examples_per_s": seen / elapsed,
+                },
+            )
             bar.update()
-            bar.set_postfix(loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}")
+            bar.set_postfix(
+                loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}"
+            )
             if progress.due():
                 rate = seen / elapsed
-                log.info("%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s", spec.name, step, total,
-                         epoch + 1, cfg.epochs, last["train/loss"], rate, duration((n * cfg.epochs - seen) / rate))
+                log.info(
+                    "%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s",
+                    spec.name,
+                    step,
+                    total,
+                    epoch + 1,
+                    cfg.epochs,
+                    last["train/loss"],
+                    rate,
+                    duration((n * cfg.epochs - seen) / rate),
+                )
         train_seconds += time.perf_counter() - started
 
         final = epoch == cfg.epochs - 1
-        evaluations = {name: evaluate_split(model, spec, split, train_set, cfg, device)
-                       for name, split in held_out.items() if final or name == headline}
+        evaluations = {
+            name: evaluate_split(model, spec, split, train_set, cfg, device)
+            for name, split in held_out.items()
+            if final or name == headline
+        }
         epoch_metrics = {}
         for name, result in evaluations.items():
             epoch_metrics.update({f"eval/{name}/{k}": v for k, v in result.metrics.items()})
             if result.loss is not None:
                 epoch_metrics[f"eval/{name}/loss"] = result.loss
         run.log_metrics({**epoch_metrics, "eval/epoch": epoch + 1}, step=step)
-        log.info("%s epoch %d/%d: train loss %.4f, %s (%.1f examples/s)", spec.name, epoch + 1, cfg.epochs,
-                 last["train/loss"], ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for k, v in epoch_metrics.items()),
-                 seen / max(train_seconds, 1e-9))
+        log.info(
+            "%s epoch %d/%d: train loss %.4f, %s (%.1f examples/s)",
+            spec.name,
+            epoch + 1,
+            cfg.epochs,
+            last["train/loss"],
+            ", ".join(f"{k.removeprefix('eval/')} {v:.2f}" for k, v in epoch_metrics.items()),
+            seen / max(train_seconds, 1e-9),
+        )
     bar.close()
 
     eval_examples = sum(len(held_out[name].examples) for name in evaluations)
     eval_seconds = sum(e.seconds for e in evaluations.values())
-    stats = {"examples": n, "epochs": cfg.epochs, "steps": step, "warmup_steps": warmup, "seconds": train_seconds,
-             "examples_per_s": seen / max(train_seconds, 1e-9), "tokens_per_s": tokens / max(train_seconds, 1e-9),
-             "final_loss": last.get("train/loss"), "final_clf_loss": last.get("train/clf_loss"),
-             "final_lm_loss": last.get("train/lm_loss"), "eval_examples_per_s": eval_examples / max(eval_seconds, 1e-9)}
+    stats = {
+        "examples": n,
+        "epochs": cfg.epochs,
+        "steps": step,
+        "warmup_steps": warmup,
+        "seconds": train_seconds,
+        "examples_per_s": seen / max(train_seconds, 1e-9),
+        "tokens_per_s": tokens / max(train_seconds, 1e-9),
+        "final_loss": last.get("train/loss"),
+        "final_clf_loss": last.get("train/clf_loss"),
+        "final_lm_loss": last.get("train/lm_loss"),
+        "eval_examples_per_s": eval_examples / max(eval_seconds, 1e-9),
+    }
     return stats, evaluations
 
 
-def write_predictions(spec: TaskSpec, held_out: dict[str, Split], evaluations: dict[str, Evaluation],
-                      out_dir: Path) -> dict[str, list[str]]:
+def write_predictions(
+    spec: TaskSpec, held_out: dict[str, Split], evaluations: dict[str, Evaluation], out_dir: Path
+) -> dict[str, list[str]]:
     written: dict[str, list[str]] = {}
     for name, result in evaluations.items():
         split = held_out[name]
         lines = prediction_records(spec, split.examples, result.predictions, result.probabilities)
-        path = write_text(out_dir / PREDICTIONS_DIR / f"{name}.jsonl",
-                          "".join(json.dumps(line) + "\n" for line in lines))
+        path = write_text(
+            out_dir / PREDICTIONS_DIR / f"{name}.jsonl",
+            "".join(json.dumps(line) + "\n" for line in lines),
+        )
         written[name] = [str(path.relative_to(out_dir))]
         if name == "test" and not split.on_training_rows:  # no leaderboard file of training rows
-            files = tasks.write_submission(spec.name, split.examples, result.predictions, out_dir / SUBMISSION_DIR)
+            files = tasks.write_submission(
+                spec.name, split.examples, result.predictions, out_dir / SUBMISSION_DIR
+            )
             written["submission"] = [str(Path(f).relative_to(out_dir)) for f in files]
     return written
 
 
-def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.PathLike, out_dir: str | os.PathLike,
-             cfg: FinetuneConfig | None = None, *, tokenizer_dir: str | os.PathLike | None = None,
-             parent_run_id: str | None = None, tracking_uri: str | None = None, experiment: str = "gpt1",
-             run_name: str | None = None, track: bool = True, device: str | None = None,
-             registered_model: str | None = None, run_tags: dict[str, str] | None = None) -> dict:
+def finetune(
+    task: str,
+    data_path: str | os.PathLike,
+    checkpoint_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    cfg: FinetuneConfig | None = None,
+    *,
+    tokenizer_dir: str | os.PathLike | None = None,
+    parent_run_id: str | None = None,
+    tracking_uri: str | None = None,
+    experiment: str = "gpt1",
+    run_name: str | None = None,
+    track: bool = True,
+    device: str | None = None,
+    registered_model: str | None = None,
+    run_tags: dict[str, str] | None = None,
+) -> dict:
     """Fine-tune `task` from a checkpoint folder, evaluate, predict; returns what metrics.json holds.
 
     `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
@@ -435,17 +626,49 @@ def finetune(task: str, data_path: str | os.PathLike, checkpoint_dir: str | os.P
     cfg = cfg or FinetuneConfig()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tags = {**stage_tags("finetune"), **(run_tags or {}), "gpt1.task": task, "gpt1.ablation": ablation_name(cfg)}
-    tracking = dict(experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id, enabled=track, tags=tags)
-    return _finetune(tasks.get(task), data_path, Path(checkpoint_dir), out_dir, cfg, tokenizer_dir, tracking,
-                     run_name or f"finetune-{task}", device, registered_model)
+    tags = {
+        **stage_tags("finetune"),
+        **(run_tags or {}),
+        "gpt1.task": task,
+        "gpt1.ablation": ablation_name(cfg),
+    }
+    tracking = dict(
+        experiment=experiment,
+        uri=tracking_uri,
+        parent_run_id=parent_run_id,
+        enabled=track,
+        tags=tags,
+    )
+    return _finetune(
+        tasks.get(task),
+        data_path,
+        Path(checkpoint_dir),
+        out_dir,
+        cfg,
+        tokenizer_dir,
+        tracking,
+        run_name or f"finetune-{task}",
+        device,
+        registered_model,
+    )
 
 
-def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cfg: FinetuneConfig, tokenizer_dir,
-              tracking: dict, run_name: str, device: str | None, registered_model: str | None) -> dict:
+def _finetune(
+    spec: TaskSpec,
+    data_path,
+    checkpoint_dir: Path,
+    out_dir: Path,
+    cfg: FinetuneConfig,
+    tokenizer_dir,
+    tracking: dict,
+    run_name: str,
+    device: str | None,
+    registered_model: str | None,
+) -> dict:
     reset_peak_rss()  # this task's own peak, also in a worker that ran other tasks before
     dev = torch_device(device, "fine-tuning")  # first: a GPU job without CUDA stops at once
-    cfg = cfg.model_copy(update={"precision": training_precision(cfg, dev)})  # what ran, in params and metrics
+    # what ran, in params and metrics
+    cfg = cfg.model_copy(update={"precision": training_precision(cfg, dev)})
     if dev.type == "cuda":
         use_tf32_matmuls()
     check_inputs(checkpoint_dir, cfg)
@@ -457,21 +680,42 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
     headline = headline_split(spec, held_out)
 
     torch.manual_seed(cfg.seed)
-    model = build_model(spec, checkpoint_dir, tokenizer.vocab_size, cfg,
-                        new_tokens=[tokenizer.delimiter_id, tokenizer.classify_id]).to(dev)
-    if spec.regression:  # start at the mean score, so the first updates fit the spread rather than the offset
+    model = build_model(
+        spec,
+        checkpoint_dir,
+        tokenizer.vocab_size,
+        cfg,
+        new_tokens=[tokenizer.delimiter_id, tokenizer.classify_id],
+    ).to(dev)
+    if (
+        spec.regression
+    ):  # start at the mean score, so the first updates fit the spread rather than the offset
         torch.nn.init.constant_(model.clf.bias, float(np.mean(train_set.labels)))
     model_cfg = model.transformer.config
 
-    data_splits = {s.name: {**s.report, "sha256": s.digest} for s in (train_set, *held_out.values())}
+    data_splits = {
+        s.name: {**s.report, "sha256": s.digest} for s in (train_set, *held_out.values())
+    }
     with start_run(run_name, **tracking) as run:
         monitor_system(run)
-        run.log_params({"task": spec.name, "data": str(data_path), "checkpoint": str(checkpoint_dir.resolve()),
-                        "tokenizer_sha256": tokenizer.sha256, "ablation": ablation_name(cfg), "device": str(dev),
-                        "n_parameters": model.transformer.num_parameters(), "train_examples": len(train_set.examples),
-                        "headline_split": headline, "headline_rows": len(held_out[headline].examples),
-                        **{f"finetune.{k}": v for k, v in cfg.model_dump(exclude={"tasks", "data"}).items()},
-                        **{f"model.{k}": v for k, v in model_cfg.model_dump().items()}})
+        run.log_params(
+            {
+                "task": spec.name,
+                "data": str(data_path),
+                "checkpoint": str(checkpoint_dir.resolve()),
+                "tokenizer_sha256": tokenizer.sha256,
+                "ablation": ablation_name(cfg),
+                "device": str(dev),
+                "n_parameters": model.transformer.num_parameters(),
+                "train_examples": len(train_set.examples),
+                "headline_split": headline,
+                "headline_rows": len(held_out[headline].examples),
+                **{
+                    f"finetune.{k}": v for k, v in cfg.model_dump(exclude={"tasks", "data"}).items()
+                },
+                **{f"model.{k}": v for k, v in model_cfg.model_dump().items()},
+            }
+        )
         log_task_data(run, spec, data_path, data_splits)
         if held_out[headline].on_training_rows:
             run.set_tags({"gpt1.eval_on_training_rows": "true"})
@@ -482,29 +726,57 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
         train_stats, evaluations = train(model, spec, train_set, held_out, cfg, dev, run, headline)
         train_stats["peak_rss_mb"] = peak_rss_mb()
 
-        info = {"task": spec.name, "kind": spec.kind, "head": spec.head, "n_outputs": n_outputs(spec),
-                "tokenizer_sha256": tokenizer.sha256,
-                "labels": list(spec.labels) if spec.labels else None, "clf_pdrop": cfg.clf_pdrop,
-                "input_columns": list(input_columns(spec)), "checkpoint": str(checkpoint_dir.resolve())}
+        info = {
+            "task": spec.name,
+            "kind": spec.kind,
+            "head": spec.head,
+            "n_outputs": n_outputs(spec),
+            "tokenizer_sha256": tokenizer.sha256,
+            "labels": list(spec.labels) if spec.labels else None,
+            "clf_pdrop": cfg.clf_pdrop,
+            "input_columns": list(input_columns(spec)),
+            "checkpoint": str(checkpoint_dir.resolve()),
+        }
         model_dir = save_task_model(model.cpu(), tokenizer, info, out_dir / MODEL_DIR)
         files = write_predictions(spec, held_out, evaluations, out_dir)
 
         best = evaluations[headline]
         result = {
-            "task": spec.name, "title": spec.title, "kind": spec.kind, "primary_metric": spec.primary_metric,
-            "ablation": ablation_name(cfg), "eval_split": headline,
-            "eval_split_fallback": None if headline in spec.eval_splits else {"paper": spec.eval_splits[0],
-                                                                              "used": headline},
-            "metrics": best.metrics, "majority": best.majority, "evaluated_on": held_out[headline].rows(),
+            "task": spec.name,
+            "title": spec.title,
+            "kind": spec.kind,
+            "primary_metric": spec.primary_metric,
+            "ablation": ablation_name(cfg),
+            "eval_split": headline,
+            "eval_split_fallback": None
+            if headline in spec.eval_splits
+            else {"paper": spec.eval_splits[0], "used": headline},
+            "metrics": best.metrics,
+            "majority": best.majority,
+            "evaluated_on": held_out[headline].rows(),
             "eval_on_training_rows": held_out[headline].on_training_rows,
-            "splits": {name: {"examples": len(held_out[name].examples), "metrics": e.metrics,
-                              "majority": e.majority, "loss": e.loss, "evaluated_on": held_out[name].rows()}
-                       for name, e in evaluations.items()},
-            "train": train_stats, "files": files, "model_dir": MODEL_DIR,
+            "splits": {
+                name: {
+                    "examples": len(held_out[name].examples),
+                    "metrics": e.metrics,
+                    "majority": e.majority,
+                    "loss": e.loss,
+                    "evaluated_on": held_out[name].rows(),
+                }
+                for name, e in evaluations.items()
+            },
+            "train": train_stats,
+            "files": files,
+            "model_dir": MODEL_DIR,
             "data": {"path": str(data_path), "splits": data_splits},
-            "checkpoint": str(checkpoint_dir.resolve()), "pretraining": pretraining_of(checkpoint_dir),
-            "tokenizer_sha256": tokenizer.sha256, "finetune_config": cfg.model_dump(), "model_config": model_cfg.model_dump(),
-            "n_parameters": model.transformer.num_parameters(), "device": str(dev), "run_id": run.run_id,
+            "checkpoint": str(checkpoint_dir.resolve()),
+            "pretraining": pretraining_of(checkpoint_dir),
+            "tokenizer_sha256": tokenizer.sha256,
+            "finetune_config": cfg.model_dump(),
+            "model_config": model_cfg.model_dump(),
+            "n_parameters": model.transformer.num_parameters(),
+            "device": str(dev),
+            "run_id": run.run_id,
             "parent_run_id": run.parent_run_id,
         }
         run.log_metrics(final_metrics(result), step=train_stats["steps"])
@@ -515,16 +787,38 @@ def _finetune(spec: TaskSpec, data_path, checkpoint_dir: Path, out_dir: Path, cf
             run.log_reference("model", model_dir, sha256_file(model_dir / WEIGHTS_NAME))
             name = logged_model_name(spec.name, cfg)
             examples = held_out[headline].examples[:2]
-            log_model(run, model_dir, [raw_inputs(spec, ex) for ex in examples], name=name,
-                      step=train_stats["steps"], tags={"gpt1.task": spec.name, "gpt1.ablation": ablation_name(cfg)})
+            log_model(
+                run,
+                model_dir,
+                [raw_inputs(spec, ex) for ex in examples],
+                name=name,
+                step=train_stats["steps"],
+                tags={"gpt1.task": spec.name, "gpt1.ablation": ablation_name(cfg)},
+            )
             if registered_model:
-                register_model(run, registered_model, name, headline=best.metrics["primary"], tags={
-                    "task": spec.name, "ablation": ablation_name(cfg), "eval_split": headline,
-                    spec.primary_metric: best.metrics["primary"]})
+                register_model(
+                    run,
+                    registered_model,
+                    name,
+                    headline=best.metrics["primary"],
+                    tags={
+                        "task": spec.name,
+                        "ablation": ablation_name(cfg),
+                        "eval_split": headline,
+                        spec.primary_metric: best.metrics["primary"],
+                    },
+                )
         write_json(out_dir / METRICS_FILE, result)  # last: its presence means the task is complete
         run.log_artifact(out_dir / METRICS_FILE)
-    log.info("%s: %s = %.2f on %s (majority baseline %.2f); outputs in %s", spec.name, spec.primary_metric,
-             best.metrics["primary"], headline, best.majority["primary"], out_dir)
+    log.info(
+        "%s: %s = %.2f on %s (majority baseline %.2f); outputs in %s",
+        spec.name,
+        spec.primary_metric,
+        best.metrics["primary"],
+        headline,
+        best.majority["primary"],
+        out_dir,
+    )
     return result
 
 
@@ -554,15 +848,20 @@ def log_task_data(run: RunLogger, spec: TaskSpec, data_path, splits: dict[str, d
     counts = {}
     for split, report in splits.items():
         context = "training" if split == "train" else "testing" if split == "test" else "evaluation"
-        profile = {"rows": report["rows"], "malformed": sum(report["bad"].values()),
-                   "excluded": sum(report["excluded"].values())}
+        profile = {
+            "rows": report["rows"],
+            "malformed": sum(report["bad"].values()),
+            "excluded": sum(report["excluded"].values()),
+        }
         if isinstance(data_path, str) and data_path.startswith("hf:"):
             repo, config, revision = hub.parse_ref(data_path)
             hub_split = "+".join(name for name, _ in hub.hf_splits(spec, split))
             source = hub_dataset_source(repo, config=config, split=hub_split, revision=revision)
         else:
             source = str(Path(data_path).resolve())
-        run.log_dataset(f"{spec.name}/{split}", report["sha256"], source, context=context, profile=profile)
+        run.log_dataset(
+            f"{spec.name}/{split}", report["sha256"], source, context=context, profile=profile
+        )
         counts.update({f"data/{split}/{k}": v for k, v in profile.items()})
     run.log_metrics(counts)
 
@@ -573,8 +872,15 @@ def logged_model_name(task: str, cfg: FinetuneConfig) -> str:
     return task if ablation == "full" else f"{task}-{ablation}"
 
 
-def log_finished(out_dir: str | os.PathLike, *, run_name: str, parent_run_id: str | None, experiment: str,
-                 tracking_uri: str | None, tags: dict[str, str]) -> str | None:
+def log_finished(
+    out_dir: str | os.PathLike,
+    *,
+    run_name: str,
+    parent_run_id: str | None,
+    experiment: str,
+    tracking_uri: str | None,
+    tags: dict[str, str],
+) -> str | None:
     """A child run for a fine-tune that an earlier run did (a cached re-run): its settings, data and recorded
     metrics from metrics.json, tagged `gpt1.source_run_id` (the run that trained it, holding its logged model).
     Returns the new run's id."""
@@ -583,13 +889,28 @@ def log_finished(out_dir: str | os.PathLike, *, run_name: str, parent_run_id: st
     run_tags = {**tags, "gpt1.task": spec.name, "gpt1.ablation": result["ablation"]}
     if result.get("run_id"):
         run_tags["gpt1.source_run_id"] = result["run_id"]
-    with start_run(run_name, experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id,
-                   tags=run_tags) as run:
-        run.log_params({"task": spec.name, "data": result["data"]["path"], "checkpoint": result["checkpoint"],
-                        "ablation": result["ablation"], "headline_split": result["eval_split"],
-                        **{f"finetune.{k}": v for k, v in result["finetune_config"].items()
-                           if k not in ("tasks", "data")},
-                        **{f"model.{k}": v for k, v in result["model_config"].items()}})
+    with start_run(
+        run_name,
+        experiment=experiment,
+        uri=tracking_uri,
+        parent_run_id=parent_run_id,
+        tags=run_tags,
+    ) as run:
+        run.log_params(
+            {
+                "task": spec.name,
+                "data": result["data"]["path"],
+                "checkpoint": result["checkpoint"],
+                "ablation": result["ablation"],
+                "headline_split": result["eval_split"],
+                **{
+                    f"finetune.{k}": v
+                    for k, v in result["finetune_config"].items()
+                    if k not in ("tasks", "data")
+                },
+                **{f"model.{k}": v for k, v in result["model_config"].items()},
+            }
+        )
         log_task_data(run, spec, result["data"]["path"], result["data"]["splits"])
         run.log_metrics(final_metrics(result), step=result["train"]["steps"])
         run.log_artifact(Path(out_dir) / METRICS_FILE)

@@ -41,18 +41,29 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
-from gpt1.tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
 from gpt1.io import InputError, atomic_dir, read_json, write_text
 from gpt1.model.transformer import GPT1, save_weights
+from gpt1.tokenizer import bpe
 from gpt1.tokenizer.bpe import GPT1Tokenizer
 
 log = logging.getLogger(__name__)
 
 # Per-block parameter names, the same in HF and ours (both follow the release), in the release's array order.
-_BLOCK_PARAMS = ("attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-                 "ln_1.weight", "ln_1.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-                 "mlp.c_proj.bias", "ln_2.weight", "ln_2.bias")
+_BLOCK_PARAMS = (
+    "attn.c_attn.weight",
+    "attn.c_attn.bias",
+    "attn.c_proj.weight",
+    "attn.c_proj.bias",
+    "ln_1.weight",
+    "ln_1.bias",
+    "mlp.c_fc.weight",
+    "mlp.c_fc.bias",
+    "mlp.c_proj.weight",
+    "mlp.c_proj.bias",
+    "ln_2.weight",
+    "ln_2.bias",
+)
 # Projections: stored (in, out) by HF Conv1D and the release, (out, in) by nn.Linear.
 _TRANSPOSED = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}
 # HF buffers some versions saved (causal mask, position ids): not weights.
@@ -63,33 +74,51 @@ RELEASE_VOCAB = ("encoder_bpe_40000.json", "vocab_40000.bpe")  # the release's t
 HF_RELEASE_VOCAB = ("vocab.json", "merges.txt")  # the same two files in HF's openai-gpt
 HF_CONFIG, HF_WEIGHTS = "config.json", "model.safetensors"
 # What an import reads from a hub repository (pytorch_model.bin only when there are no safetensors).
-_HF_IMPORT_FILES = [HF_CONFIG, HF_WEIGHTS, "model.safetensors.index.json", "model-*.safetensors",
-                    bpe.TOKENIZER_FILE, *HF_RELEASE_VOCAB]
+_HF_IMPORT_FILES = [
+    HF_CONFIG,
+    HF_WEIGHTS,
+    "model.safetensors.index.json",
+    "model-*.safetensors",
+    bpe.TOKENIZER_FILE,
+    *HF_RELEASE_VOCAB,
+]
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
 
 
 # ---------------------------------------------------------------------------------------------------- HF transformers
-def from_hf_state_dict(sd: dict[str, torch.Tensor], hf_config: dict | None = None) -> tuple[dict, dict]:
+def from_hf_state_dict(
+    sd: dict[str, torch.Tensor], hf_config: dict | None = None
+) -> tuple[dict, dict]:
     """HF openai-gpt state dict (+ its config.json dict) -> (ModelConfig-compatible dict, our state dict).
 
     Keys may carry the `transformer.` prefix (OpenAIGPTLMHeadModel) or not (OpenAIGPTModel). A missing
     hf_config means the released model's settings (HF's OpenAIGPTConfig defaults) for what shapes don't give.
     """
     hf_config = hf_config or {}
-    if hf_config.get("afn", "gelu") != "gelu":  # HF maps "gelu" to the tanh approximation, as released
-        raise ValueError(f"HF config afn={hf_config['afn']!r}: GPT-1 uses the tanh-approximation GELU ('gelu')")
+    if (
+        hf_config.get("afn", "gelu") != "gelu"
+    ):  # HF maps "gelu" to the tanh approximation, as released
+        raise ValueError(
+            f"HF config afn={hf_config['afn']!r}: GPT-1 uses the tanh-approximation GELU ('gelu')"
+        )
     if hf_config.get("tie_word_embeddings", True) is False:
-        raise ValueError("HF config has tie_word_embeddings=false: GPT-1's LM head is tied to the token embedding")
+        raise ValueError(
+            "HF config has tie_word_embeddings=false: GPT-1's LM head is tied to the token embedding"
+        )
     src = {k.removeprefix("transformer."): v for k, v in sd.items() if not _HF_BUFFERS.search(k)}
     head = src.pop("lm_head.weight", None)
     for name in ("tokens_embed.weight", "positions_embed.weight"):
         if name not in src:
             raise InputError(f"missing {name!r}: not an openai-gpt state dict", field=name)
     if head is not None and not torch.equal(head, src["tokens_embed.weight"]):
-        raise ValueError("lm_head.weight differs from tokens_embed.weight: GPT-1's LM head must be tied")
+        raise ValueError(
+            "lm_head.weight differs from tokens_embed.weight: GPT-1's LM head must be tied"
+        )
 
-    ours = {"tokens_embed.weight": src.pop("tokens_embed.weight"),
-            "positions_embed.weight": src.pop("positions_embed.weight")}
+    ours = {
+        "tokens_embed.weight": src.pop("tokens_embed.weight"),
+        "positions_embed.weight": src.pop("positions_embed.weight"),
+    }
     for key, tensor in src.items():
         match = _HF_BLOCK_KEY.match(key)
         if not match or match.group(2) not in _BLOCK_PARAMS:
@@ -119,11 +148,14 @@ def from_hf_state_dict(sd: dict[str, torch.Tensor], hf_config: dict | None = Non
 def to_hf_state_dict(model: GPT1) -> dict[str, torch.Tensor]:
     """Our model -> `OpenAIGPTLMHeadModel` state dict (with the tied `lm_head.weight`); loads with strict=True."""
     sd = model.state_dict()
-    out = {"transformer.tokens_embed.weight": sd["tokens_embed.weight"],
-           "transformer.positions_embed.weight": sd["positions_embed.weight"]}
+    out = {
+        "transformer.tokens_embed.weight": sd["tokens_embed.weight"],
+        "transformer.positions_embed.weight": sd["positions_embed.weight"],
+    }
     for i in range(model.config.n_layer):
         for name in _BLOCK_PARAMS:
-            out[f"transformer.h.{i}.{name}"] = _linear_layout(name, sd[f"blocks.{i}.{name}"])  # self-inverse
+            # self-inverse
+            out[f"transformer.h.{i}.{name}"] = _linear_layout(name, sd[f"blocks.{i}.{name}"])
     out["lm_head.weight"] = sd["tokens_embed.weight"]
     return out
 
@@ -136,12 +168,24 @@ def _linear_layout(name: str, tensor: torch.Tensor) -> torch.Tensor:
 def hf_config_dict(cfg: ModelConfig) -> dict:
     """`OpenAIGPTConfig` keyword arguments for our config."""
     if cfg.d_ff != 4 * cfg.n_embd:
-        raise ValueError(f"HF openai-gpt fixes the FFN width at 4 x n_embd = {4 * cfg.n_embd}; this model has "
-                         f"d_ff={cfg.d_ff}")
-    return {"vocab_size": cfg.vocab_size, "n_positions": cfg.n_ctx, "n_embd": cfg.n_embd, "n_layer": cfg.n_layer,
-            "n_head": cfg.n_head, "afn": "gelu", "resid_pdrop": cfg.resid_pdrop, "embd_pdrop": cfg.embd_pdrop,
-            "attn_pdrop": cfg.attn_pdrop, "layer_norm_epsilon": cfg.layer_norm_eps,
-            "initializer_range": cfg.init_std, "tie_word_embeddings": True}
+        raise ValueError(
+            f"HF openai-gpt fixes the FFN width at 4 x n_embd = {4 * cfg.n_embd}; this model has "
+            f"d_ff={cfg.d_ff}"
+        )
+    return {
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.n_ctx,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "afn": "gelu",
+        "resid_pdrop": cfg.resid_pdrop,
+        "embd_pdrop": cfg.embd_pdrop,
+        "attn_pdrop": cfg.attn_pdrop,
+        "layer_norm_epsilon": cfg.layer_norm_eps,
+        "initializer_range": cfg.init_std,
+        "tie_word_embeddings": True,
+    }
 
 
 def load_hf_folder(directory: str | os.PathLike) -> GPT1:
@@ -149,11 +193,16 @@ def load_hf_folder(directory: str | os.PathLike) -> GPT1:
     directory = Path(directory)
     config_path = directory / HF_CONFIG
     if not config_path.exists():
-        raise FileNotFoundError(f"no {HF_CONFIG} in {directory} (expected a transformers save_pretrained folder)")
+        raise FileNotFoundError(
+            f"no {HF_CONFIG} in {directory} (expected a transformers save_pretrained folder)"
+        )
     hf_config = read_json(config_path)
     if hf_config.get("model_type") != "openai-gpt":
-        raise InputError(f"model_type is {hf_config.get('model_type')!r}, expected 'openai-gpt'",
-                         file=config_path, field="model_type")
+        raise InputError(
+            f"model_type is {hf_config.get('model_type')!r}, expected 'openai-gpt'",
+            file=config_path,
+            field="model_type",
+        )
     cfg, state = from_hf_state_dict(_read_hf_weights(directory), hf_config)
     return _build(cfg, state, directory)
 
@@ -172,7 +221,9 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
         return sd
     if (directory / "pytorch_model.bin").exists():
         return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"no {HF_WEIGHTS}, model.safetensors.index.json or pytorch_model.bin in {directory}")
+    raise FileNotFoundError(
+        f"no {HF_WEIGHTS}, model.safetensors.index.json or pytorch_model.bin in {directory}"
+    )
 
 
 def hf_folder_tokenizer(directory: Path) -> GPT1Tokenizer | None:
@@ -200,16 +251,31 @@ def resolve_hf_source(source: str) -> tuple[Path, str]:
     from huggingface_hub import snapshot_download  # only for hub ids
 
     try:
-        folder = Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=_HF_IMPORT_FILES))
-        if not any(folder.glob("*.safetensors")):  # older repositories: read by torch.load(weights_only=True)
-            folder = Path(snapshot_download(repo_id, revision=revision or None, allow_patterns=["pytorch_model.bin"]))
-    except (OSError, ValueError) as err:  # not cached offline, no such repo or revision, invalid id, hub down
+        folder = Path(
+            snapshot_download(repo_id, revision=revision or None, allow_patterns=_HF_IMPORT_FILES)
+        )
+        if not any(
+            folder.glob("*.safetensors")
+        ):  # older repositories: read by torch.load(weights_only=True)
+            folder = Path(
+                snapshot_download(
+                    repo_id, revision=revision or None, allow_patterns=["pytorch_model.bin"]
+                )
+            )
+    except (
+        OSError,
+        ValueError,
+    ) as err:  # not cached offline, no such repo or revision, invalid id, hub down
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise FileNotFoundError(f"{source}: not a local folder, and the hub could not provide it ({reason})") from None
+        raise FileNotFoundError(
+            f"{source}: not a local folder, and the hub could not provide it ({reason})"
+        ) from None
     return folder, f"{repo_id}@{folder.name}"  # snapshot folders are named by commit
 
 
-def save_hf_folder(model: GPT1, tokenizer: GPT1Tokenizer, directory: str | os.PathLike, made_by: str) -> Path:
+def save_hf_folder(
+    model: GPT1, tokenizer: GPT1Tokenizer, directory: str | os.PathLike, made_by: str
+) -> Path:
     """Write a complete transformers folder, swapped in whole: config.json, model.safetensors,
     generation_config.json, the tokenizer with the 3 specials and a model card (`made_by`: how the weights came
     about, one sentence). An existing folder is replaced only if it is a transformers folder."""
@@ -217,18 +283,32 @@ def save_hf_folder(model: GPT1, tokenizer: GPT1Tokenizer, directory: str | os.Pa
 
     directory = Path(directory)
     if directory.is_dir() and any(directory.iterdir()) and not (directory / HF_CONFIG).is_file():
-        raise InputError("exists and is not a transformers folder: not replacing it", file=directory)
+        raise InputError(
+            "exists and is not a transformers folder: not replacing it", file=directory
+        )
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids, the model only {model.config.vocab_size} "
-                         f"embedding rows")
+        raise ValueError(
+            f"the tokenizer has {tokenizer.vocab_size} ids, the model only {model.config.vocab_size} "
+            f"embedding rows"
+        )
     start = tokenizer.start_id
-    hf_config = OpenAIGPTConfig(**hf_config_dict(model.config), architectures=["OpenAIGPTLMHeadModel"],
-                                bos_token_id=start, eos_token_id=start)
-    state = {k: v.detach().cpu().contiguous() for k, v in to_hf_state_dict(model).items() if k != "lm_head.weight"}
+    hf_config = OpenAIGPTConfig(
+        **hf_config_dict(model.config),
+        architectures=["OpenAIGPTLMHeadModel"],
+        bos_token_id=start,
+        eos_token_id=start,
+    )
+    state = {
+        k: v.detach().cpu().contiguous()
+        for k, v in to_hf_state_dict(model).items()
+        if k != "lm_head.weight"
+    }
     with atomic_dir(directory) as tmp:
         save_weights(state, tmp / HF_WEIGHTS)  # the tied head is implied, as HF saves it
         write_text(tmp / HF_CONFIG, hf_config.to_json_string())
-        GenerationConfig(bos_token_id=start, eos_token_id=start, pad_token_id=start).save_pretrained(tmp)
+        GenerationConfig(
+            bos_token_id=start, eos_token_id=start, pad_token_id=start
+        ).save_pretrained(tmp)
         bpe.save_transformers(tokenizer, tmp, model_max_length=model.config.n_ctx)
         write_text(tmp / "README.md", model_card(model, tokenizer, made_by))
     return directory
@@ -282,33 +362,60 @@ is not in tokenizer.json: pass such text through `ftfy.fix_text` first, as gpt1-
 
 
 # ------------------------------------------------------------------------------------------ original OpenAI release
-def release_config(shapes: list, n_special: int = len(SPECIAL_TOKENS),
-                   source: str | os.PathLike | None = None) -> dict:
+def release_config(
+    shapes: list, n_special: int = len(SPECIAL_TOKENS), source: str | os.PathLike | None = None
+) -> dict:
     """The ModelConfig-compatible dict implied by params_shapes.json (no arrays needed), specials included."""
     layout = "[positions, tokens, then 12 arrays per block]"
     per_block = len(_BLOCK_PARAMS)
     if not isinstance(shapes, list) or len(shapes) < 2 + per_block or (len(shapes) - 2) % per_block:
         count = len(shapes) if isinstance(shapes, list) else type(shapes).__name__
         raise InputError(f"expected 2 + 12 x n_layer shapes {layout}, got {count}", file=source)
-    if not all(isinstance(s, list) and all(isinstance(d, int) and d > 0 for d in s) for s in shapes):
+    if not all(
+        isinstance(s, list) and all(isinstance(d, int) and d > 0 for d in s) for s in shapes
+    ):
         raise InputError("every shape must be a list of positive integers", file=source)
     c_fc = shapes[2 + _BLOCK_PARAMS.index("mlp.c_fc.weight")]  # first block's, [1, n_embd, d_ff]
     if len(shapes[0]) != 2 or len(shapes[1]) != 2 or len(c_fc) != 3:
-        raise InputError(f"unexpected shapes for positions/tokens/c_fc: {shapes[0]}, {shapes[1]}, {c_fc}",
-                         file=source)
+        raise InputError(
+            f"unexpected shapes for positions/tokens/c_fc: {shapes[0]}, {shapes[1]}, {c_fc}",
+            file=source,
+        )
     (n_ctx, n_embd), vocab = shapes[0], shapes[1][0]
-    cfg = {"vocab_size": vocab + n_special, "n_ctx": n_ctx, "n_layer": (len(shapes) - 2) // per_block,
-           "n_head": RELEASE_N_HEAD, "n_embd": n_embd, "d_ff": c_fc[2]}
+    cfg = {
+        "vocab_size": vocab + n_special,
+        "n_ctx": n_ctx,
+        "n_layer": (len(shapes) - 2) // per_block,
+        "n_head": RELEASE_N_HEAD,
+        "n_embd": n_embd,
+        "d_ff": c_fc[2],
+    }
     expected = _release_shapes(ModelConfig(**cfg), vocab)
     for index, (got, want) in enumerate(zip(shapes, expected)):
         if got != want:
-            raise InputError(f"array {index} has shape {got}, expected {want} for the layout {layout}", file=source)
+            raise InputError(
+                f"array {index} has shape {got}, expected {want} for the layout {layout}",
+                file=source,
+            )
     return cfg
 
 
 def _release_shapes(cfg: ModelConfig, vocab: int) -> list[list[int]]:
     d, f = cfg.n_embd, cfg.d_ff
-    block = [[1, d, 3 * d], [3 * d], [1, d, d], [d], [d], [d], [1, d, f], [f], [1, f, d], [d], [d], [d]]
+    block = [
+        [1, d, 3 * d],
+        [3 * d],
+        [1, d, d],
+        [d],
+        [d],
+        [d],
+        [1, d, f],
+        [f],
+        [1, f, d],
+        [d],
+        [d],
+        [d],
+    ]
     return [[cfg.n_ctx, d], [vocab, d]] + block * cfg.n_layer
 
 
@@ -317,24 +424,36 @@ def load_openai_release(directory: str | os.PathLike, seed: int = 0) -> GPT1:
     directory = Path(directory)
     shapes_path = directory / "params_shapes.json"
     if not shapes_path.exists():
-        raise FileNotFoundError(f"no params_shapes.json in {directory} (expected the original OpenAI release)")
+        raise FileNotFoundError(
+            f"no params_shapes.json in {directory} (expected the original OpenAI release)"
+        )
     shapes = read_json(shapes_path)
     cfg = release_config(shapes, source=shapes_path)
     flat = _read_release_arrays(directory)
     sizes = [int(np.prod(s)) for s in shapes]
     if flat.size != sum(sizes):
-        raise InputError(f"params_*.npy hold {flat.size} values, params_shapes.json needs {sum(sizes)}",
-                         file=directory)
-    arrays = [torch.from_numpy(a.reshape(s).astype(np.float32))  # copies: independent tensors
-              for a, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)]
+        raise InputError(
+            f"params_*.npy hold {flat.size} values, params_shapes.json needs {sum(sizes)}",
+            file=directory,
+        )
+    arrays = [
+        torch.from_numpy(a.reshape(s).astype(np.float32))  # copies: independent tensors
+        for a, s in zip(np.split(flat, np.cumsum(sizes)[:-1]), shapes)
+    ]
 
-    specials = torch.randn(len(SPECIAL_TOKENS), cfg["n_embd"], generator=torch.Generator().manual_seed(seed))
-    ours = {"positions_embed.weight": arrays[0],
-            "tokens_embed.weight": torch.cat([arrays[1], specials * ModelConfig().init_std])}
+    specials = torch.randn(
+        len(SPECIAL_TOKENS), cfg["n_embd"], generator=torch.Generator().manual_seed(seed)
+    )
+    ours = {
+        "positions_embed.weight": arrays[0],
+        "tokens_embed.weight": torch.cat([arrays[1], specials * ModelConfig().init_std]),
+    }
     for i in range(cfg["n_layer"]):
         for j, name in enumerate(_BLOCK_PARAMS):
             tensor = arrays[2 + i * len(_BLOCK_PARAMS) + j]
-            ours[f"blocks.{i}.{name}"] = _linear_layout(name, tensor[0] if name in _TRANSPOSED else tensor)
+            ours[f"blocks.{i}.{name}"] = _linear_layout(
+                name, tensor[0] if name in _TRANSPOSED else tensor
+            )
     return _build(cfg, ours, directory)
 
 
@@ -345,8 +464,10 @@ def _read_release_arrays(directory: Path) -> np.ndarray:
         raise FileNotFoundError(f"no params_*.npy in {directory}")
     numbers = [int(p.stem.split("_")[1]) for p in files]
     if numbers != list(range(len(files))):
-        raise InputError(f"params files must be numbered 0..{len(files) - 1} without gaps, found {numbers}",
-                         file=directory)
+        raise InputError(
+            f"params files must be numbered 0..{len(files) - 1} without gaps, found {numbers}",
+            file=directory,
+        )
     parts = []
     for path in files:
         try:
@@ -356,7 +477,9 @@ def _read_release_arrays(directory: Path) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def release_tokenizer(directory: Path, names: tuple[str, str] = RELEASE_VOCAB) -> GPT1Tokenizer | None:
+def release_tokenizer(
+    directory: Path, names: tuple[str, str] = RELEASE_VOCAB
+) -> GPT1Tokenizer | None:
     """The release's vocabulary (encoder json + merges) in `directory`, 3 specials appended; None if absent."""
     encoder, merges = (directory / name for name in names)
     return bpe.from_openai(encoder, merges) if encoder.is_file() and merges.is_file() else None
@@ -371,21 +494,39 @@ def _build(cfg: dict, state: dict[str, torch.Tensor], source: str | os.PathLike)
 
 # ----------------------------------------------------------------------------------------------------------- CLI
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source_format", choices=("gpt1", "hf", "openai"), default="gpt1",
-                        help="source: gpt1 = a GPT1.save_pretrained folder (default); hf = a transformers folder or "
-                             "hub id; openai = the original release")
-    parser.add_argument("--to", dest="target_format", choices=("gpt1", "hf"), default="gpt1",
-                        help="target: gpt1 (default) or hf = a complete transformers folder")
-    parser.add_argument("src", help="source folder; with --from hf also a hub id OWNER/NAME[@REVISION]")
+    parser.add_argument(
+        "--from",
+        dest="source_format",
+        choices=("gpt1", "hf", "openai"),
+        default="gpt1",
+        help="source: gpt1 = a GPT1.save_pretrained folder (default); hf = a transformers folder or "
+        "hub id; openai = the original release",
+    )
+    parser.add_argument(
+        "--to",
+        dest="target_format",
+        choices=("gpt1", "hf"),
+        default="gpt1",
+        help="target: gpt1 (default) or hf = a complete transformers folder",
+    )
+    parser.add_argument(
+        "src", help="source folder; with --from hf also a hub id OWNER/NAME[@REVISION]"
+    )
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--tokenizer", help="tokenizer.json or its folder, instead of the one found with the source")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the special-token rows (--from openai)")
+    parser.add_argument(
+        "--tokenizer", help="tokenizer.json or its folder, instead of the one found with the source"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for the special-token rows (--from openai)"
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
     source, target = args.source_format, args.target_format
     if source == target:
-        raise ValueError(f"nothing to convert from {source} to {target}: give --from hf|openai or --to hf")
+        raise ValueError(
+            f"nothing to convert from {source} to {target}: give --from hf|openai or --to hf"
+        )
     if source == "hf":
         folder, origin = resolve_hf_source(args.src)
     else:
@@ -393,17 +534,29 @@ def run_cli(args: argparse.Namespace) -> int:
         if not folder.is_dir():
             raise NotADirectoryError(f"source folder not found: {folder}")
     if source == "hf":
-        model, found, made_by = load_hf_folder(folder), hf_folder_tokenizer(folder), f"Converted from {origin}."
+        model, found, made_by = (
+            load_hf_folder(folder),
+            hf_folder_tokenizer(folder),
+            f"Converted from {origin}.",
+        )
     elif source == "openai":
         model, found = load_openai_release(folder, seed=args.seed), release_tokenizer(folder)
-        made_by = (f"Converted from the original OpenAI GPT-1 release ({origin}); the 3 special-token rows are "
-                   f"drawn from N(0, 0.02) with seed {args.seed}, as the original fine-tuning code did.")
+        made_by = (
+            f"Converted from the original OpenAI GPT-1 release ({origin}); the 3 special-token rows are "
+            f"drawn from N(0, 0.02) with seed {args.seed}, as the original fine-tuning code did."
+        )
     else:
-        model, found, made_by = GPT1.from_pretrained(folder), _gpt1_tokenizer(folder), _trained_by(folder)
+        model, found, made_by = (
+            GPT1.from_pretrained(folder),
+            _gpt1_tokenizer(folder),
+            _trained_by(folder),
+        )
     tokenizer = bpe.load(args.tokenizer) if args.tokenizer else found
     if target == "hf":
         if tokenizer is None:
-            raise FileNotFoundError(f"no tokenizer with {origin}: pass --tokenizer (tokenizer.json or its folder)")
+            raise FileNotFoundError(
+                f"no tokenizer with {origin}: pass --tokenizer (tokenizer.json or its folder)"
+            )
         save_hf_folder(model, tokenizer, args.out, made_by)
     else:
         model.save_pretrained(args.out)
@@ -411,9 +564,16 @@ def run_cli(args: argparse.Namespace) -> int:
             tokenizer.save(args.out)
         else:
             log.warning("no tokenizer with %s: give one to `gpt1 finetune --tokenizer`", origin)
-    log.info("wrote %s (%s format) from %s: %d parameters, vocab %d, %d layers%s", args.out, target, origin,
-             model.num_parameters(), model.config.vocab_size, model.config.n_layer,
-             ", no tokenizer" if tokenizer is None else "")
+    log.info(
+        "wrote %s (%s format) from %s: %d parameters, vocab %d, %d layers%s",
+        args.out,
+        target,
+        origin,
+        model.num_parameters(),
+        model.config.vocab_size,
+        model.config.n_layer,
+        ", no tokenizer" if tokenizer is None else "",
+    )
     return 0
 
 

@@ -23,9 +23,16 @@ from gpt1.io import positive_int
 
 
 @torch.no_grad()
-def generate(model, prompt_ids: list[int], max_new_tokens: int, *, temperature: float = 1.0,
-             top_k: int | None = None, stop_id: int | None = None,
-             generator: torch.Generator | None = None) -> list[int]:
+def generate(
+    model,
+    prompt_ids: list[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    stop_id: int | None = None,
+    generator: torch.Generator | None = None,
+) -> list[int]:
     """The new token ids continuing `prompt_ids` (the prompt itself is not returned)."""
     if not prompt_ids:
         raise ValueError("generate needs at least one prompt token")
@@ -55,14 +62,29 @@ def generate(model, prompt_ids: list[int], max_new_tokens: int, *, temperature: 
     return new
 
 
-def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 40, *, temperature: float = 1.0,
-                  top_k: int | None = None, generator: torch.Generator | None = None) -> str:
+def continue_text(
+    model,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int = 40,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> str:
     """Decoded continuation of `prompt` (encoded after `_start_`; stops if the model starts a new document)."""
     was_training = model.training
     model.eval()
     try:
-        new = generate(model, [tokenizer.start_id, *tokenizer.encode(prompt)], max_new_tokens,
-                       temperature=temperature, top_k=top_k, stop_id=tokenizer.start_id, generator=generator)
+        new = generate(
+            model,
+            [tokenizer.start_id, *tokenizer.encode(prompt)],
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            stop_id=tokenizer.start_id,
+            generator=generator,
+        )
     finally:
         model.train(was_training)
     return tokenizer.decode(new)
@@ -72,36 +94,56 @@ def continue_text(model, tokenizer, prompt: str, max_new_tokens: int = 40, *, te
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True,
-                        help="model folder (gpt1.safetensors + gpt1_config.json), e.g. pretrain OUT/final")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="model folder (gpt1.safetensors + gpt1_config.json), e.g. pretrain OUT/final",
+    )
     parser.add_argument("--prompt", required=True, help="text to continue")
     parser.add_argument("--max-new-tokens", type=int, default=40)
-    parser.add_argument("--top-k", type=positive_int, default=None, help="sample among the k most likely tokens")
+    parser.add_argument(
+        "--top-k", type=positive_int, default=None, help="sample among the k most likely tokens"
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--tokenizer", help="folder or tokenizer.json (default: CHECKPOINT/tokenizer.json)")
+    parser.add_argument(
+        "--tokenizer", help="folder or tokenizer.json (default: CHECKPOINT/tokenizer.json)"
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from gpt1.tokenizer import bpe
     from gpt1.model.transformer import GPT1
+    from gpt1.tokenizer import bpe
 
     checkpoint = Path(args.checkpoint)
     if not checkpoint.is_dir():
-        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such folder (a model folder, e.g. pretrain OUT/final)")
+        raise FileNotFoundError(
+            f"--checkpoint {checkpoint}: no such folder (a model folder, e.g. pretrain OUT/final)"
+        )
     tokenizer_path = Path(args.tokenizer) if args.tokenizer else checkpoint / "tokenizer.json"
     if not tokenizer_path.exists():
-        raise FileNotFoundError(f"{tokenizer_path} not found: pass --tokenizer DIR (the train-tokenizer output)")
+        raise FileNotFoundError(
+            f"{tokenizer_path} not found: pass --tokenizer DIR (the train-tokenizer output)"
+        )
     if args.max_new_tokens < 0:
         raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     tokenizer = bpe.load(tokenizer_path)
     bpe.check_matches(tokenizer, checkpoint, f"tokenizer {tokenizer_path}")
     model = GPT1.from_pretrained(checkpoint)
     if tokenizer.vocab_size > model.config.vocab_size:
-        raise ValueError(f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} ids, the model only "
-                         f"{model.config.vocab_size}: not the tokenizer this checkpoint was trained with")
+        raise ValueError(
+            f"tokenizer {tokenizer_path} has {tokenizer.vocab_size} ids, the model only "
+            f"{model.config.vocab_size}: not the tokenizer this checkpoint was trained with"
+        )
     generator = torch.Generator().manual_seed(args.seed)
-    text = continue_text(model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-                         top_k=args.top_k, generator=generator)
+    text = continue_text(
+        model,
+        tokenizer,
+        args.prompt,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        generator=generator,
+    )
     print(args.prompt + " " + text if text else args.prompt)
     return 0

@@ -42,8 +42,14 @@ CHUNK_LOGITS = {"cpu": 2**25, "cuda": 2**28}
 ALIGN = 64  # rows of the weight (columns of the logits) and GPU chunk rows: a multiple of this
 
 
-def lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor | None = None,
-            average: Average = "tokens", chunk_rows: int | None = None) -> torch.Tensor:
+def lm_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    average: Average = "tokens",
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
     """Cross-entropy of `targets` (..., T) under logits `hidden (..., T, D) @ weight (V, D)^T`, an fp32 scalar.
 
     mask (..., T), optional: which targets count (1/True) and which do not (padding). The leading dimensions
@@ -51,11 +57,15 @@ def lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, m
     CHUNK_LOGITS // V).
     """
     if hidden.shape[:-1] != targets.shape:
-        raise ValueError(f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} disagree")
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and targets {tuple(targets.shape)} disagree"
+        )
     if mask is not None and mask.shape != targets.shape:
         raise ValueError(f"mask {tuple(mask.shape)} and targets {tuple(targets.shape)} disagree")
     T = targets.size(-1)
-    counted = (torch.ones_like(targets, dtype=torch.float32) if mask is None else mask.float()).reshape(-1, T)
+    counted = (
+        torch.ones_like(targets, dtype=torch.float32) if mask is None else mask.float()
+    ).reshape(-1, T)
     if average == "tokens":
         token_weights = counted / counted.sum().clamp(min=1)
     elif average == "sequences":
@@ -65,8 +75,13 @@ def lm_loss(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, m
     else:
         raise ValueError(f"average must be 'tokens', 'sequences' or 'sum', got {average!r}")
     rows = chunk_rows or default_chunk_rows(weight)
-    return _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.size(-1)), weight, targets.reshape(-1),
-                                     token_weights.reshape(-1), rows)
+    return _LinearCrossEntropy.apply(
+        hidden.reshape(-1, hidden.size(-1)),
+        weight,
+        targets.reshape(-1),
+        token_weights.reshape(-1),
+        rows,
+    )
 
 
 def default_chunk_rows(weight: torch.Tensor) -> int:
@@ -91,8 +106,11 @@ def add_product_fp32(total: torch.Tensor | None, a: torch.Tensor, b: torch.Tenso
     if a.dtype == torch.float32:
         return a @ b if total is None else total.addmm_(a, b)
     if a.device.type == "cuda":
-        return torch.mm(a, b, out_dtype=torch.float32) if total is None else \
-            torch.addmm(total, a, b, out_dtype=torch.float32)
+        return (
+            torch.mm(a, b, out_dtype=torch.float32)
+            if total is None
+            else torch.addmm(total, a, b, out_dtype=torch.float32)
+        )
     product = (a @ b).float()
     return product if total is None else total.add_(product)
 
@@ -103,22 +121,28 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, targets, token_weights, chunk_rows):
         device = hidden.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        dtype = (
+            torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        )
         with torch.autocast(device, enabled=False):  # dtypes are chosen explicitly below
-            return _LinearCrossEntropy._chunks(ctx, hidden, weight, targets, token_weights, chunk_rows, dtype)
+            return _LinearCrossEntropy._chunks(
+                ctx, hidden, weight, targets, token_weights, chunk_rows, dtype
+            )
 
     @staticmethod
     def _chunks(ctx, hidden, weight, targets, token_weights, chunk_rows, dtype):
         h, w = hidden.to(dtype), weight.to(dtype)
         vocab = w.size(0)
-        w = F.pad(w, (0, 0, 0, (-vocab) % ALIGN))  # zero rows up to an aligned size (module docstring)
+        # zero rows up to an aligned size (module docstring)
+        w = F.pad(w, (0, 0, 0, (-vocab) % ALIGN))
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         grad_weight = None  # fp32 sum over chunks
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, h.size(0), chunk_rows):
             rows = slice(start, start + chunk_rows)
-            logits = (h[rows] @ w.T).float()  # (n, V + pad): the only large tensor, one chunk at a time
+            # (n, V + pad): the only large tensor, one chunk at a time
+            logits = (h[rows] @ w.T).float()
             logits[:, vocab:] = float("-inf")  # the padding: no probability, so no gradient
             scale, target = token_weights[rows], targets[rows]
             log_z = torch.logsumexp(logits, dim=-1)
@@ -131,11 +155,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_logits[torch.arange(len(target), device=target.device), target] -= scale
             grad_logits = grad_logits.to(dtype)
             if want_hidden:
-                torch.mm(grad_logits, w, out=grad_hidden[rows]) if dtype == hidden.dtype else \
-                    grad_hidden[rows].copy_(grad_logits @ w)
+                torch.mm(
+                    grad_logits, w, out=grad_hidden[rows]
+                ) if dtype == hidden.dtype else grad_hidden[rows].copy_(grad_logits @ w)
             if want_weight:
                 grad_weight = add_product_fp32(grad_weight, grad_logits.T, h[rows])
-        ctx.save_for_backward(grad_hidden, None if grad_weight is None else grad_weight[:vocab].to(weight.dtype))
+        ctx.save_for_backward(
+            grad_hidden, None if grad_weight is None else grad_weight[:vocab].to(weight.dtype)
+        )
         return loss
 
     @staticmethod
@@ -145,6 +172,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
         # Mostly called with d out / d loss = 1: on the CPU, skip two passes over the gradients (a GPU would
         # have to synchronise to know, and the passes cost it next to nothing).
         if grad_loss.device.type != "cpu" or grad_loss.item() != 1.0:
-            grad_hidden = None if grad_hidden is None else grad_hidden * grad_loss.to(grad_hidden.dtype)
-            grad_weight = None if grad_weight is None else grad_weight * grad_loss.to(grad_weight.dtype)
+            grad_hidden = (
+                None if grad_hidden is None else grad_hidden * grad_loss.to(grad_hidden.dtype)
+            )
+            grad_weight = (
+                None if grad_weight is None else grad_weight * grad_loss.to(grad_weight.dtype)
+            )
         return grad_hidden, grad_weight, None, None, None

@@ -2,9 +2,10 @@
 
     mfu = tokens_per_s * flops_per_token / (peak_flops_per_device * world_size)
 
-`tokens_per_s` counts every token of an optimizer update (global batch x context, so gradient accumulation and
-data parallelism are both in it) over the update's wall time; `flops_per_token` is `gpt1.model.transformer.flops_per_token`
-(6N + attention: forward and backward, activation recomputation not counted, as in the PaLM definition).
+`tokens_per_s` counts every token of an optimizer update (global batch x context, so gradient accumulation and data
+parallelism are both in it) over the update's wall time; `flops_per_token` is
+`gpt1.model.transformer.flops_per_token` (6N + attention: forward and backward, activation recomputation not
+counted, as in the PaLM definition).
 
 Peaks: GPUs from the vendors' dense (no sparsity) datasheet numbers; for a CPU there is no honest datasheet number
 for one process, so the peak is measured at start-up as the best matmul throughput this process reaches with its
@@ -63,13 +64,18 @@ def device_peak_flops(device: str, precision: str) -> tuple[float | None, str]:
         name = torch.cuda.get_device_name()
         peak = gpu_peak_flops(name, precision)
         if peak is None:
-            log.warning("no peak FLOP/s for GPU %r in gpt1.model.mfu.GPU_PEAK_TFLOPS: MFU not reported", name)
+            log.warning(
+                "no peak FLOP/s for GPU %r in gpt1.model.mfu.GPU_PEAK_TFLOPS: MFU not reported",
+                name,
+            )
         return peak, f"datasheet:{name}"
     peak = measure_matmul_flops(precision)
     return peak, f"measured:cpu-matmul-{precision}-{torch.get_num_threads()}threads"
 
 
-def mfu(tokens_per_s: float, flops_per_token: float, peak_per_device: float | None, world_size: int) -> float | None:
+def mfu(
+    tokens_per_s: float, flops_per_token: float, peak_per_device: float | None, world_size: int
+) -> float | None:
     if not peak_per_device:
         return None
     return tokens_per_s * flops_per_token / (peak_per_device * world_size)

@@ -21,11 +21,20 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     for param in model.parameters():
         if param.requires_grad:
             (decay if param.dim() >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
-def adamw(model: torch.nn.Module, *, lr: float, weight_decay: float, betas: tuple[float, float],
-          eps: float) -> torch.optim.AdamW:
+def adamw(
+    model: torch.nn.Module,
+    *,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> torch.optim.AdamW:
     """torch's AdamW over `param_groups`; fused (one kernel per tensor) where torch has the kernel."""
     groups = param_groups(model, weight_decay)
     device = next(model.parameters()).device.type
@@ -44,8 +53,13 @@ def lr_factor(step: int, *, warmup_steps: int, total_steps: int, schedule: str =
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def scheduler(optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int,
-              schedule: str) -> torch.optim.lr_scheduler.LambdaLR:
+def scheduler(
+    optimizer: torch.optim.Optimizer, *, warmup_steps: int, total_steps: int, schedule: str
+) -> torch.optim.lr_scheduler.LambdaLR:
     """A LambdaLR over `lr_factor`, stepped once per update (and checkpointed with the optimizer)."""
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule))
+        optimizer,
+        lambda s: lr_factor(
+            s, warmup_steps=warmup_steps, total_steps=total_steps, schedule=schedule
+        ),
+    )

@@ -49,14 +49,22 @@ from gpt1.model.losses import Average, lm_loss
 # under those names by earlier versions still load (`model_files`); `gpt1.model.convert` writes the transformers layout.
 WEIGHTS_NAME = "gpt1.safetensors"
 CONFIG_NAME = "gpt1_config.json"
-TRAINING_NAME = "training.json"  # beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
+# beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
+TRAINING_NAME = "training.json"
 _EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
 # Files beside a weights file that record its sha256: pre-training's final/training.json, a fine-tuned model's
 # task.json (gpt1.finetune.predict). A weights file whose bytes changed since is refused where it is read.
 WEIGHTS_RECORDS = ("training.json", "task.json")
 
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
-_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", "attention", "activation_checkpointing", "compile"}
+_LOAD_OVERRIDABLE = {
+    "embd_pdrop",
+    "attn_pdrop",
+    "resid_pdrop",
+    "attention",
+    "activation_checkpointing",
+    "compile",
+}
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
 
@@ -69,7 +77,8 @@ def c_compiler() -> str | None:
 
 
 class GPT1Output(NamedTuple):
-    logits: torch.Tensor | None  # (B, T, V) next-token logits; None when a loss was asked for instead
+    # (B, T, V) next-token logits; None when a loss was asked for instead
+    logits: torch.Tensor | None
     hidden: torch.Tensor  # (B, T, D) output of the last block
     loss: torch.Tensor | None = None  # LM loss of `targets` (gpt1.model.losses.lm_loss), when given
 
@@ -77,7 +86,9 @@ class GPT1Output(NamedTuple):
 class TaskOutput(NamedTuple):
     logits: torch.Tensor  # (B, n_outputs), or (B, K) for multiple choice
     lm_logits: torch.Tensor | None  # input_ids.shape + (V,), when asked for
-    lm_loss: torch.Tensor | None = None  # the auxiliary LM loss L1 of the sequences, when lm_mask is given
+    lm_loss: torch.Tensor | None = (
+        None  # the auxiliary LM loss L1 of the sequences, when lm_mask is given
+    )
 
 
 class CausalSelfAttention(nn.Module):
@@ -87,7 +98,8 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_head = cfg.n_head
         self.attention = cfg.attention
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # query, key, value projections in one matmul
+        # query, key, value projections in one matmul
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.attn_dropout = nn.Dropout(cfg.attn_pdrop)
         self.resid_dropout = nn.Dropout(cfg.resid_pdrop)
@@ -95,7 +107,8 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+        # (B, nh, T, hs)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if self._use_sdpa(x.device):
             p = self.attn_dropout.p if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
@@ -107,8 +120,10 @@ class CausalSelfAttention(nn.Module):
     def _manual_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """softmax(q k^T / sqrt(d_head) + causal mask) v, with dropout on the attention probabilities."""
         T = q.size(2)
-        att = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)  # scale the (T, hs) side, not (T, T)
-        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # key after query: masked
+        # scale the (T, hs) side, not (T, T)
+        att = (q * (1.0 / math.sqrt(q.size(-1)))) @ k.transpose(-2, -1)
+        # key after query: masked
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
         att = att.masked_fill_(future, float("-inf")).softmax(dim=-1)
         return self.attn_dropout(att) @ v
 
@@ -174,8 +189,13 @@ class GPT1(nn.Module):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
 
-    def forward(self, input_ids: torch.Tensor, targets: torch.Tensor | None = None,
-                loss_mask: torch.Tensor | None = None, loss_average: Average = "tokens") -> GPT1Output:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        loss_mask: torch.Tensor | None = None,
+        loss_average: Average = "tokens",
+    ) -> GPT1Output:
         """LM logits of (B, T) input_ids; with `targets` (B, T) the LM loss instead (`gpt1.model.losses.lm_loss`, with
         `loss_mask` and `loss_average`), and no logits: the full (B, T, V) logits are never built."""
         hidden = self.hidden_states(input_ids)
@@ -190,12 +210,15 @@ class GPT1(nn.Module):
             raise ValueError(f"input_ids must be (batch, time), got shape {tuple(input_ids.shape)}")
         T = input_ids.size(1)
         if T > self.config.n_ctx:
-            raise ValueError(f"sequence length {T} exceeds the model context n_ctx={self.config.n_ctx}")
+            raise ValueError(
+                f"sequence length {T} exceeds the model context n_ctx={self.config.n_ctx}"
+            )
         positions = torch.arange(T, device=input_ids.device)
         x = self.drop(self.tokens_embed(input_ids) + self.positions_embed(positions))
         for block in self.blocks:
             if self.config.activation_checkpointing and self.training:
-                x = checkpoint(block, x, use_reentrant=False)  # recompute activations in backward: less memory
+                # recompute activations in backward: less memory
+                x = checkpoint(block, x, use_reentrant=False)
             else:
                 x = block(x)
         return x
@@ -212,10 +235,14 @@ class GPT1(nn.Module):
         graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
         if self.config.compile == "auto" and device_type == "cuda" and c_compiler() is None:
             # Triton builds the launcher of its GPU kernels with a C compiler at the first compiled step
-            log.warning("model.compile=auto: no C compiler ($CC, gcc or clang) for Triton, so the model is not "
-                        "compiled (install one, or set model.compile=false to silence this)")
+            log.warning(
+                "model.compile=auto: no C compiler ($CC, gcc or clang) for Triton, so the model is not "
+                "compiled (install one, or set model.compile=false to silence this)"
+            )
             return False
-        if not (self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")):
+        if not (
+            self.config.compile is True or (self.config.compile == "auto" and device_type == "cuda")
+        ):
             return False
         if not self.compiled:
             for block in self.blocks:
@@ -236,27 +263,42 @@ class GPT1(nn.Module):
         with torch.no_grad():
             weight[:keep] = old[:keep]
             nn.init.normal_(weight[keep:], mean=0.0, std=self.config.init_std)
-        self.tokens_embed = nn.Embedding(n, old.size(1), _weight=weight, device=old.device, dtype=old.dtype)
+        self.tokens_embed = nn.Embedding(
+            n, old.size(1), _weight=weight, device=old.device, dtype=old.dtype
+        )
         self.config = self.config.model_copy(update={"vocab_size": n})
 
     def redraw_token_embeddings(self, ids: list[int], seed: int) -> None:
         """Draw these rows of the token embedding afresh from N(0, init_std): tokens pre-training never saw as
         input, whose fine-tuning starts them new (the paper's delimiter embeddings). Drawn from their own generator,
         so everything drawn after them (a task head) is the same with or without the redraw."""
-        rows = torch.randn(len(ids), self.config.n_embd, generator=torch.Generator().manual_seed(seed))
+        rows = torch.randn(
+            len(ids), self.config.n_embd, generator=torch.Generator().manual_seed(seed)
+        )
         with torch.no_grad():
-            self.tokens_embed.weight[list(ids)] = (rows * self.config.init_std).to(self.tokens_embed.weight)
+            self.tokens_embed.weight[list(ids)] = (rows * self.config.init_std).to(
+                self.tokens_embed.weight
+            )
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write `gpt1.safetensors` + `gpt1_config.json` (a ModelConfig dump), each atomically; returns the folder."""
         directory = Path(directory)
-        save_weights({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, directory / WEIGHTS_NAME)
-        write_json(directory / CONFIG_NAME, self.config.model_dump())  # written last: marks a complete folder
+        save_weights(
+            {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+            directory / WEIGHTS_NAME,
+        )
+        # written last: marks a complete folder
+        write_json(directory / CONFIG_NAME, self.config.model_dump())
         return directory
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike, transfer_layers: int | None = None,
-                        vocab_size: int | None = None, **config_overrides) -> "GPT1":
+    def from_pretrained(
+        cls,
+        directory: str | os.PathLike,
+        transfer_layers: int | None = None,
+        vocab_size: int | None = None,
+        **config_overrides,
+    ) -> GPT1:
         """Load what `save_pretrained` (or `gpt1 convert`) wrote.
 
         transfer_layers=k keeps only the first k blocks (paper Fig. 2 left); vocab_size resizes the token
@@ -269,7 +311,9 @@ class GPT1(nn.Module):
         state = load_weights(weights_path)
         if transfer_layers is not None:
             if not 0 < transfer_layers <= cfg.n_layer:
-                raise ValueError(f"transfer_layers={transfer_layers} must be in 1..{cfg.n_layer} ({directory})")
+                raise ValueError(
+                    f"transfer_layers={transfer_layers} must be in 1..{cfg.n_layer} ({directory})"
+                )
             state = {k: v for k, v in state.items() if _block_index(k) < transfer_layers}
             cfg = cfg.model_copy(update={"n_layer": transfer_layers})
         # Built on the CPU and initialised, then overwritten: under torch.device("meta") the init goes through
@@ -281,19 +325,30 @@ class GPT1(nn.Module):
             model.resize_token_embeddings(vocab_size)
         return model
 
-    def load_checked_state_dict(self, state: dict[str, torch.Tensor], source: str | os.PathLike) -> None:
+    def load_checked_state_dict(
+        self, state: dict[str, torch.Tensor], source: str | os.PathLike
+    ) -> None:
         """Load `state` (cast to each parameter's dtype and device; meta parameters take it as is), with an error
         naming the file and every missing, unexpected or misshaped key."""
         current = self.state_dict()
         problems = [f"missing {k}" for k in current if k not in state]
         problems += [f"unexpected {k}" for k in state if k not in current]
-        problems += [f"{k}: shape {tuple(v.shape)}, expected {tuple(current[k].shape)}"
-                     for k, v in state.items() if k in current and v.shape != current[k].shape]
+        problems += [
+            f"{k}: shape {tuple(v.shape)}, expected {tuple(current[k].shape)}"
+            for k, v in state.items()
+            if k in current and v.shape != current[k].shape
+        ]
         if problems:
-            shown = "; ".join(problems[:5]) + (f"; ... ({len(problems)} problems)" if len(problems) > 5 else "")
+            shown = "; ".join(problems[:5]) + (
+                f"; ... ({len(problems)} problems)" if len(problems) > 5 else ""
+            )
             raise InputError(f"weights do not match the config: {shown}", file=source)
-        placed = {k: v.to(dtype=current[k].dtype, device=v.device if current[k].is_meta else current[k].device)
-                  for k, v in state.items()}
+        placed = {
+            k: v.to(
+                dtype=current[k].dtype, device=v.device if current[k].is_meta else current[k].device
+            )
+            for k, v in state.items()
+        }
         self.load_state_dict(placed, assign=True)
 
 
@@ -314,25 +369,37 @@ def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
         return config, directory / WEIGHTS_NAME
     try:
         model_type = read_json(earlier_config).get("model_type")
-    except (ValueError, AttributeError):  # not a JSON object: load_model_config says what is wrong with it
+    except (
+        ValueError,
+        AttributeError,
+    ):  # not a JSON object: load_model_config says what is wrong with it
         model_type = None
     if model_type is not None:
-        raise InputError(f"a transformers {model_type!r} folder, not one of ours: import it with "
-                         f"`gpt1 convert --from hf {directory} --out DIR`", file=earlier_config)
+        raise InputError(
+            f"a transformers {model_type!r} folder, not one of ours: import it with "
+            f"`gpt1 convert --from hf {directory} --out DIR`",
+            file=earlier_config,
+        )
     return earlier_config, directory / _EARLIER_WEIGHTS_NAME
 
 
 def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
     """Read a ModelConfig dump, applying only shape-preserving overrides; errors name the file and field."""
     if not path.exists():
-        raise FileNotFoundError(f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)")
+        raise FileNotFoundError(
+            f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)"
+        )
     overrides = overrides or {}
     bad = sorted(set(overrides) - _LOAD_OVERRIDABLE)
     if bad:
-        raise ValueError(f"cannot override {bad} when loading; allowed: {sorted(_LOAD_OVERRIDABLE)}")
+        raise ValueError(
+            f"cannot override {bad} when loading; allowed: {sorted(_LOAD_OVERRIDABLE)}"
+        )
     saved = read_json(path)
     if not isinstance(saved, dict):
-        raise InputError(f"expected a JSON object of model settings, got {type(saved).__name__}", file=path)
+        raise InputError(
+            f"expected a JSON object of model settings, got {type(saved).__name__}", file=path
+        )
     try:
         return ModelConfig.model_validate({**saved, **overrides})
     except ValidationError as err:
@@ -354,15 +421,24 @@ def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, to
     """A safetensors file's tensors, refused (naming the file) when unreadable, when its bytes are not those a
     record beside it holds under `record_key` (`verify_recorded_sha256`), or when a tensor holds NaN or inf."""
     if not path.exists():
-        raise FileNotFoundError(f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)")
+        raise FileNotFoundError(
+            f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)"
+        )
     verify_recorded_sha256(path, record_key)
     try:
         state = load_file(str(path))
     except SafetensorError as err:
         raise InputError(f"not a readable safetensors file: {err}", file=path) from None
-    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    bad = [
+        name
+        for name, t in state.items()
+        if t.is_floating_point() and not bool(torch.isfinite(t).all())
+    ]
     if bad:
-        raise InputError(f"corrupt weights: {len(bad)} tensor(s) hold NaN or inf ({', '.join(bad[:3])})", file=path)
+        raise InputError(
+            f"corrupt weights: {len(bad)} tensor(s) hold NaN or inf ({', '.join(bad[:3])})",
+            file=path,
+        )
     return state
 
 
@@ -374,8 +450,11 @@ def verify_recorded_sha256(path: Path, key: str = "weights_sha256") -> None:
         if isinstance(expected, str):
             actual = sha256_file(path)
             if actual != expected:
-                raise InputError(f"changed since it was written: sha256 {actual[:16]}, {name} records "
-                                 f"{expected[:16]}", file=path)
+                raise InputError(
+                    f"changed since it was written: sha256 {actual[:16]}, {name} records "
+                    f"{expected[:16]}",
+                    file=path,
+                )
 
 
 def flops_per_token(cfg: ModelConfig) -> float:
@@ -406,7 +485,9 @@ class GPT1ForTask(nn.Module):
     def __init__(self, base: GPT1, head: TaskHead, n_outputs: int, clf_pdrop: float = 0.1):
         super().__init__()
         if head not in ("classification", "similarity", "multiple_choice"):
-            raise ValueError(f"unknown head {head!r}; expected classification, similarity or multiple_choice")
+            raise ValueError(
+                f"unknown head {head!r}; expected classification, similarity or multiple_choice"
+            )
         if n_outputs <= 0:
             raise ValueError(f"n_outputs must be positive, got {n_outputs}")
         self.transformer = base
@@ -417,18 +498,27 @@ class GPT1ForTask(nn.Module):
         nn.init.normal_(self.clf.weight, mean=0.0, std=base.config.init_std)
         nn.init.zeros_(self.clf.bias)
 
-    def forward(self, input_ids: torch.Tensor, classify_pos: torch.Tensor, with_lm_logits: bool = False,
-                lm_mask: torch.Tensor | None = None) -> TaskOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        classify_pos: torch.Tensor,
+        with_lm_logits: bool = False,
+        lm_mask: torch.Tensor | None = None,
+    ) -> TaskOutput:
         """with_lm_logits=True also returns the (large) LM logits; lm_mask (input_ids' shape, 1 = real token)
         returns the auxiliary LM loss of the sequences instead: next-token cross-entropy over real targets, per
         sequence then averaged (`gpt1.model.losses.lm_loss`, average="sequences"), without building the logits."""
         self._check_shapes(input_ids, classify_pos)
         if lm_mask is not None and lm_mask.shape != input_ids.shape:
-            raise ValueError(f"lm_mask {tuple(lm_mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"lm_mask {tuple(lm_mask.shape)} must have input_ids' shape {tuple(input_ids.shape)}"
+            )
         T = input_ids.size(-1)
-        hidden = self.transformer.hidden_states(input_ids.reshape(-1, T))  # every sequence independently
+        # every sequence independently
+        hidden = self.transformer.hidden_states(input_ids.reshape(-1, T))
         rows = torch.arange(hidden.size(0), device=hidden.device)
-        states = hidden[rows, classify_pos.reshape(-1)].view(*classify_pos.shape, -1)  # the _classify_ states
+        # the _classify_ states
+        states = hidden[rows, classify_pos.reshape(-1)].view(*classify_pos.shape, -1)
         if self.head == "similarity":
             states = states.sum(dim=1)  # both orderings, added
         logits = self.clf(self.clf_dropout(states))
@@ -439,16 +529,27 @@ class GPT1ForTask(nn.Module):
             lm_logits = self.transformer.lm_logits(hidden).view(*input_ids.shape, -1)
         if lm_mask is not None:
             ids, real = input_ids.reshape(-1, T), lm_mask.reshape(-1, T)
-            lm_loss_value = lm_loss(hidden[:, :-1], self.transformer.tokens_embed.weight, ids[:, 1:], real[:, 1:],
-                                    average="sequences")
+            lm_loss_value = lm_loss(
+                hidden[:, :-1],
+                self.transformer.tokens_embed.weight,
+                ids[:, 1:],
+                real[:, 1:],
+                average="sequences",
+            )
         return TaskOutput(logits=logits, lm_logits=lm_logits, lm_loss=lm_loss_value)
 
     def _check_shapes(self, input_ids: torch.Tensor, classify_pos: torch.Tensor) -> None:
         want = {"classification": 2, "similarity": 3, "multiple_choice": 3}[self.head]
         if input_ids.dim() != want or tuple(classify_pos.shape) != tuple(input_ids.shape[:-1]):
-            raise ValueError(f"{self.head} head: expected input_ids with {want} dims and classify_pos shaped "
-                             f"input_ids.shape[:-1]; got {tuple(input_ids.shape)} and {tuple(classify_pos.shape)}")
+            raise ValueError(
+                f"{self.head} head: expected input_ids with {want} dims and classify_pos shaped "
+                f"input_ids.shape[:-1]; got {tuple(input_ids.shape)} and {tuple(classify_pos.shape)}"
+            )
         if self.head == "similarity" and input_ids.size(1) != 2:
-            raise ValueError(f"similarity head: expected the 2 orderings in dim 1, got {input_ids.size(1)}")
+            raise ValueError(
+                f"similarity head: expected the 2 orderings in dim 1, got {input_ids.size(1)}"
+            )
         if self.head == "multiple_choice" and input_ids.size(1) != self.n_outputs:
-            raise ValueError(f"multiple_choice head built for {self.n_outputs} candidates, got {input_ids.size(1)}")
+            raise ValueError(
+                f"multiple_choice head built for {self.n_outputs} candidates, got {input_ids.size(1)}"
+            )

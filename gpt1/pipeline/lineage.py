@@ -18,17 +18,32 @@ def log_step(plan: Plan, step: Step, result: Result, parent_run_id: str | None) 
         step.job.log_reuse(result, parent_run_id)
         return
     cfg = plan.cfg
-    run = RunLogger(step.name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri,
-                    parent_run_id=parent_run_id,
-                    tags=stage_tags(step.stage, key=result.key, preset=cfg.preset, cached=result.cached))
+    run = RunLogger(
+        step.name,
+        experiment=cfg.tracking.experiment,
+        uri=cfg.tracking.tracking_uri,
+        parent_run_id=parent_run_id,
+        tags=stage_tags(step.stage, key=result.key, preset=cfg.preset, cached=result.cached),
+    )
     if section:
-        run.log_params({f"{section}.{k}": v for k, v in flatten(getattr(cfg, section).model_dump()).items()})
-    numbers = {k: v for k, v in flatten(result.marker).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        run.log_params(
+            {f"{section}.{k}": v for k, v in flatten(getattr(cfg, section).model_dump()).items()}
+        )
+    numbers = {
+        k: v
+        for k, v in flatten(result.marker).items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     run.log_metrics({k.replace("[", "_").replace("]", ""): v for k, v in numbers.items()})
     for name, (key, source) in step.job.lineage_inputs().items():
         run.log_dataset(name, key, source, context="input")
-    run.log_dataset(f"{step.stage}-output", result.key, str(result.path), context="output",
-                    profile=step.job.output_profile(result))
+    run.log_dataset(
+        f"{step.stage}-output",
+        result.key,
+        str(result.path),
+        context="output",
+        profile=step.job.output_profile(result),
+    )
     for record in sorted(result.path.glob("*.json")):
         run.log_artifact(record)
     run.end()

@@ -33,7 +33,14 @@ class Plan:
     steps: dict[str, Step] = field(default_factory=dict)
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
-    def add(self, job: StageJob, *, name: str | None = None, out: Path | None = None, force: bool = False) -> Ref:
+    def add(
+        self,
+        job: StageJob,
+        *,
+        name: str | None = None,
+        out: Path | None = None,
+        force: bool = False,
+    ) -> Ref:
         """Plan `job` as step `name` (default: its stage) writing `out` (default: `WORK/<stage>/<key>`); returns its
         output as the input of later jobs."""
         name = name or job.stage
@@ -41,14 +48,21 @@ class Plan:
             raise ValueError(f"two steps named {name}")
         out = out or self.work / job.stage / job.key()
         read = paths_read(job)
-        self.needs[name] = tuple(other for other, step in self.steps.items()
-                                 if any(_inside(path, step.out) or _inside(step.out, path) for path in read))
+        self.needs[name] = tuple(
+            other
+            for other, step in self.steps.items()
+            if any(_inside(path, step.out) or _inside(step.out, path) for path in read)
+        )
         self.steps[name] = Step(name, job, out, force)
         return Ref(out, job.key())
 
     def keep_what_makes(self, *outputs: Ref) -> None:
         """Keep only the steps that write `outputs` and the steps they need, directly or not (in their order)."""
-        goals = [name for name, step in self.steps.items() if step.out in {output.path for output in outputs}]
+        goals = [
+            name
+            for name, step in self.steps.items()
+            if step.out in {output.path for output in outputs}
+        ]
         keep, pending = set(goals), list(goals)
         while pending:
             for need in self.needs[pending.pop()]:
@@ -77,6 +91,7 @@ class Plan:
 
     def independent_of(self, name: str) -> list[str]:
         """The steps that neither need `name` (directly or not) nor are needed by it: what may run beside it."""
+
         def closure(start: str, edges: dict[str, tuple[str, ...]]) -> set[str]:
             seen, pending = set(), [start]
             while pending:
@@ -108,7 +123,9 @@ def paths_read(value: object) -> list[Path]:
     if isinstance(value, dict):
         return [path for item in value.values() for path in paths_read(item)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [path for f in dataclasses.fields(value) for path in paths_read(getattr(value, f.name))]
+        return [
+            path for f in dataclasses.fields(value) for path in paths_read(getattr(value, f.name))
+        ]
     return []
 
 

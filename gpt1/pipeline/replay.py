@@ -27,8 +27,8 @@ import shutil
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
-from gpt1.tracking.runs import publish_runs_view
 from gpt1.tracking.models import log_files_model, register_model
+from gpt1.tracking.runs import publish_runs_view
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +37,17 @@ REPLAYED = "replayed"
 RUN_FIELDS = ("tracking_uri", "experiment", "run_name", "run_id", "parent_run_id", "tags", "calls")
 # The fields each call needs; what a call refers to on disk is checked separately (`missing`).
 CALL_FIELDS = {
-    "log_params": ("params",), "log_metrics": ("metrics", "step", "timestamp"), "set_tags": ("tags",),
-    "log_artifact": ("path",), "log_artifacts": ("path",), "log_text": ("text", "artifact_file"),
-    "log_inputs": ("dataset", "digest", "source_type", "source", "context"), "log_model": ("model", "kind"),
-    "register_model": ("registered_model", "model", "tags"), "runs_view": ("name", "columns"), "end": ("status",),
+    "log_params": ("params",),
+    "log_metrics": ("metrics", "step", "timestamp"),
+    "set_tags": ("tags",),
+    "log_artifact": ("path",),
+    "log_artifacts": ("path",),
+    "log_text": ("text", "artifact_file"),
+    "log_inputs": ("dataset", "digest", "source_type", "source", "context"),
+    "log_model": ("model", "kind"),
+    "register_model": ("registered_model", "model", "tags"),
+    "runs_view": ("name", "columns"),
+    "end": ("status",),
 }
 
 
@@ -48,12 +55,16 @@ def read_spool(path: Path) -> dict:
     """A spool file, checked field by field (errors name the file and the call)."""
     spool = read_json(path)
     if not isinstance(spool, dict) or any(field not in spool for field in RUN_FIELDS):
-        raise InputError(f"not a gpt1 MLflow spool file (expected the fields {', '.join(RUN_FIELDS)})", file=path)
+        raise InputError(
+            f"not a gpt1 MLflow spool file (expected the fields {', '.join(RUN_FIELDS)})", file=path
+        )
     for i, call in enumerate(spool["calls"]):
         kind = call.get("call") if isinstance(call, dict) else None
         absent = [f for f in CALL_FIELDS.get(kind, ()) if f not in call]
         if kind in CALL_FIELDS and absent:
-            raise InputError(f"call {i} ({kind}) lacks {', '.join(absent)}", file=path, field=f"calls[{i}]")
+            raise InputError(
+                f"call {i} ({kind}) lacks {', '.join(absent)}", file=path, field=f"calls[{i}]"
+            )
     return spool
 
 
@@ -65,7 +76,9 @@ def missing(call: dict) -> str | None:
     if kind == "log_model" and call["kind"] not in ("task", "files"):
         return f"unknown model kind {call['kind']!r}"
     where = call.get("path") or call.get("model_dir") or call.get("folder")
-    if kind in ("log_artifact", "log_artifacts", "log_model") and not (where and os.path.exists(where)):
+    if kind in ("log_artifact", "log_artifacts", "log_model") and not (
+        where and os.path.exists(where)
+    ):
         return f"{where} no longer exists"
     return None
 
@@ -87,15 +100,31 @@ def replay_call(run, call: dict) -> None:
         from mlflow.data.dataset_source_registry import get_dataset_source_from_json
 
         source = get_dataset_source_from_json(call["source"], call["source_type"])
-        run.log_dataset(call["dataset"], call["digest"], source, call["context"], call.get("profile"))
+        run.log_dataset(
+            call["dataset"], call["digest"], source, call["context"], call.get("profile")
+        )
     elif kind == "log_model" and call["kind"] == "task":
         from gpt1.finetune.serving import log_model
 
-        log_model(run, call["model_dir"], call["input_example"], name=call["model"], step=call["step"],
-                  tags=call.get("tags"))
+        log_model(
+            run,
+            call["model_dir"],
+            call["input_example"],
+            name=call["model"],
+            step=call["step"],
+            tags=call.get("tags"),
+        )
     elif kind == "log_model":
-        log_files_model(run, call["model"], call["folder"], upload=call["upload"], model_type=call["model_type"],
-                            params=call.get("params"), tags=call.get("tags"), step=call.get("step", 0))
+        log_files_model(
+            run,
+            call["model"],
+            call["folder"],
+            upload=call["upload"],
+            model_type=call["model_type"],
+            params=call.get("params"),
+            tags=call.get("tags"),
+            step=call.get("step", 0),
+        )
     elif kind == "register_model":
         register_model(run, call["registered_model"], call["model"], tags=call["tags"])
     elif kind == "runs_view":
@@ -110,21 +139,35 @@ def check(path: Path, skip_missing: bool) -> tuple[dict, set[int]]:
     problems = [(i, why) for i, call in enumerate(spool["calls"]) if (why := missing(call))]
     if problems and not skip_missing:
         i, why = problems[0]
-        raise InputError(f"{len(problems)} call(s) cannot be replayed, the first: {why} (--skip-missing replays "
-                         "the others)", file=path, field=f"calls[{i}]")
+        raise InputError(
+            f"{len(problems)} call(s) cannot be replayed, the first: {why} (--skip-missing replays "
+            "the others)",
+            file=path,
+            field=f"calls[{i}]",
+        )
     for i, why in problems:
         log.warning("%s: skipping call %d (%s): %s", path.name, i, spool["calls"][i]["call"], why)
     return spool, {i for i, _ in problems}
 
 
-def replay_file(path: Path, uri: str | None, timeout: float, skip_missing: bool) -> tuple[int, Path | None]:
+def replay_file(
+    path: Path, uri: str | None, timeout: float, skip_missing: bool
+) -> tuple[int, Path | None]:
     """Replay one spool file; returns (calls replayed, the spool file of what is left, if anything is)."""
     from gpt1.tracking.logger import RunLogger
 
     spool, skipped = check(path, skip_missing)
-    run = RunLogger(spool["run_name"], experiment=spool["experiment"], uri=uri or spool["tracking_uri"],
-                    parent_run_id=spool["parent_run_id"], run_id=spool["run_id"], tags=spool["tags"],
-                    spool_dir=path.parent, flush_timeout=timeout, code_tags=False)
+    run = RunLogger(
+        spool["run_name"],
+        experiment=spool["experiment"],
+        uri=uri or spool["tracking_uri"],
+        parent_run_id=spool["parent_run_id"],
+        run_id=spool["run_id"],
+        tags=spool["tags"],
+        spool_dir=path.parent,
+        flush_timeout=timeout,
+        code_tags=False,
+    )
     run.model_ids.update(spool.get("model_ids") or {})
     calls = [call for i, call in enumerate(spool["calls"]) if i not in skipped]
     for call in calls:
@@ -141,18 +184,30 @@ def replay_file(path: Path, uri: str | None, timeout: float, skip_missing: bool)
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("directory", type=Path, metavar="DIR", help="the spool directory (GPT1_MLFLOW_SPOOL_DIR)")
-    parser.add_argument("--tracking-uri", help="send to this tracking server instead of the one each file names")
-    parser.add_argument("--timeout", type=float, default=60.0,
-                        help="seconds to keep retrying an unreachable server per file (default 60)")
-    parser.add_argument("--skip-missing", action="store_true",
-                        help="replay a file's other calls when some cannot be (their files are gone)")
+    parser.add_argument(
+        "directory", type=Path, metavar="DIR", help="the spool directory (GPT1_MLFLOW_SPOOL_DIR)"
+    )
+    parser.add_argument(
+        "--tracking-uri", help="send to this tracking server instead of the one each file names"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds to keep retrying an unreachable server per file (default 60)",
+    )
+    parser.add_argument(
+        "--skip-missing",
+        action="store_true",
+        help="replay a file's other calls when some cannot be (their files are gone)",
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
     if not args.directory.is_dir():
         raise FileNotFoundError(f"{args.directory}: no such directory")
-    files = sorted(args.directory.glob(PATTERN), key=lambda p: p.stat().st_mtime)  # oldest first: a run's order
+    # oldest first: a run's order
+    files = sorted(args.directory.glob(PATTERN), key=lambda p: p.stat().st_mtime)
     if not files:
         print(f"{args.directory}: no spool files ({PATTERN})")
         return 0
@@ -165,9 +220,13 @@ def run_cli(args: argparse.Namespace) -> int:
             print(f"{path.name}: {count} call(s) delivered")
         else:
             failed.append(left)
-            print(f"{path.name}: not all of {count} call(s) delivered; what is left is in {left.name}")
+            print(
+                f"{path.name}: not all of {count} call(s) delivered; what is left is in {left.name}"
+            )
     if failed:
-        raise ValueError(f"{len(failed)} of {len(files)} spool file(s) not delivered to "
-                         f"{args.tracking_uri or 'their tracking servers'}; what is left is in "
-                         f"{', '.join(str(p) for p in failed)}: run this again when the server answers")
+        raise ValueError(
+            f"{len(failed)} of {len(files)} spool file(s) not delivered to "
+            f"{args.tracking_uri or 'their tracking servers'}; what is left is in "
+            f"{', '.join(str(p) for p in failed)}: run this again when the server answers"
+        )
     return 0

@@ -10,9 +10,9 @@ is handed to `workers` when given, so the flow's own process never trains.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from gpt1 import errors
 from gpt1.io import read_json
@@ -39,12 +39,21 @@ class InWorker:
             self.job.run(self.out, wait=True, force=self.force)
             return 0
 
-        with logger.as_own_process():  # a fresh process's tracking state, drained at the end as at exit
+        with (
+            logger.as_own_process()
+        ):  # a fresh process's tracking state, drained at the end as at exit
             return errors.exit_code(run, prefix=f"gpt1 {self.job.stage}")
 
 
-def run_step(plan: Plan, name: str, parent_run_id: str | None = None, *, workers: WorkerPool | None = None,
-             threads: str | None = None, log_line: Callable[[str], None] = print) -> Result:
+def run_step(
+    plan: Plan,
+    name: str,
+    parent_run_id: str | None = None,
+    *,
+    workers: WorkerPool | None = None,
+    threads: str | None = None,
+    log_line: Callable[[str], None] = print,
+) -> Result:
     """Run step `name` (waiting for a concurrent writer of its output), then record it in MLflow under
     `parent_run_id`. `threads`: OMP_NUM_THREADS of the processes a stage launches beside other work. A failure
     names its cause (a stage's error.json when it left one)."""
@@ -53,14 +62,18 @@ def run_step(plan: Plan, name: str, parent_run_id: str | None = None, *, workers
     if workers is not None and step.job.in_worker:
         started = time.time()
         try:
-            workers.run(InWorker(job, step.out, name, step.force), lambda line: log_line(f"[{name}] {line}"))
+            workers.run(
+                InWorker(job, step.out, name, step.force), lambda line: log_line(f"[{name}] {line}")
+            )
         except (JobFailed, WorkerDied) as err:
             error = step.out / ERROR
             if error.is_file() and error.stat().st_mtime >= started:
                 raise RuntimeError(f"{name}: {read_json(error)['error']} ({err})") from None
             raise RuntimeError(f"{name}: {err}") from None
         marker = read_marker(step.out) or {}
-        result = Result(step.out, job.key(), marker, cached=marker.get("finished", started) < started)
+        result = Result(
+            step.out, job.key(), marker, cached=marker.get("finished", started) < started
+        )
     else:
         result = job.run(step.out, wait=True, force=step.force, log_line=log_line)
     log_step(plan, step, result, parent_run_id)

@@ -24,20 +24,27 @@ A step may hold several slots (`holds_slot` returns how many; True is one): pre-
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 
 class Schedule:
-    def __init__(self, needs: Mapping[str, Sequence[str]], order: Sequence[str], slots: int,
-                 holds_slot: Callable[[str], int], runs_after_failures: Callable[[str], bool] = lambda _: False,
-                 available: Callable[[str], bool] = lambda _: False):
+    def __init__(
+        self,
+        needs: Mapping[str, Sequence[str]],
+        order: Sequence[str],
+        slots: int,
+        holds_slot: Callable[[str], int],
+        runs_after_failures: Callable[[str], bool] = lambda _: False,
+        available: Callable[[str], bool] = lambda _: False,
+    ):
         self.needs = needs
         self.available = available
         self.order = list(order)
         self.free = slots
         self.holds_slot = holds_slot
         self.runs_after_failures = runs_after_failures
-        self.outcome: dict[str, str | None] = {}  # step -> None when it succeeded, else why it failed
+        # step -> None when it succeeded, else why it failed
+        self.outcome: dict[str, str | None] = {}
         self.running: dict[str, int] = {}  # step -> the slots it holds
 
     @property
@@ -55,7 +62,9 @@ class Schedule:
                 continue
             needs = self.needs[name]
             waiting = [need for need in needs if need not in self.outcome]
-            if waiting and not (all(need in self.running for need in waiting) and self.available(name)):
+            if waiting and not (
+                all(need in self.running for need in waiting) and self.available(name)
+            ):
                 continue
             failed = [need for need in needs if self.outcome.get(need) is not None]
             if failed and not self.runs_after_failures(name):
@@ -70,11 +79,17 @@ class Schedule:
     def _reserved(self, before: str) -> int:
         """Slots kept for compute steps ahead of `before` in plan order that wait only on running steps holding
         no slot (see the module docstring)."""
-        ahead = self.order[:self.order.index(before)]
-        return sum(int(self.holds_slot(other)) for other in ahead if other not in self.outcome
-                   and other not in self.running
-                   and all(self.outcome.get(need, "pending") is None or self.running.get(need) == 0
-                           for need in self.needs[other]))
+        ahead = self.order[: self.order.index(before)]
+        return sum(
+            int(self.holds_slot(other))
+            for other in ahead
+            if other not in self.outcome
+            and other not in self.running
+            and all(
+                self.outcome.get(need, "pending") is None or self.running.get(need) == 0
+                for need in self.needs[other]
+            )
+        )
 
     def start(self, name: str, holds: int) -> None:
         self.free -= holds

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 class Cadence:
     updates: int
     minutes: float | None = None  # when set, replaces `updates`
-    last: float = field(default_factory=time.monotonic)  # when the action last ran (or the run started)
+    # when the action last ran (or the run started)
+    last: float = field(default_factory=time.monotonic)
 
     @property
     def timed(self) -> bool:

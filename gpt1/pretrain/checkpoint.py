@@ -46,7 +46,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gpt1.io import InputError, OutputError, read_json, sha256_file, write_error, write_json, write_text
+from gpt1.io import (
+    InputError,
+    OutputError,
+    read_json,
+    sha256_file,
+    write_error,
+    write_json,
+    write_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +116,12 @@ class CheckpointManager:
     """
 
     def __init__(self, root: str | Path, *, rank: int = 0, world_size: int = 1, keep_last: int = 3):
-        self.root, self.rank, self.world_size, self.keep_last = Path(root), rank, world_size, keep_last
+        self.root, self.rank, self.world_size, self.keep_last = (
+            Path(root),
+            rank,
+            world_size,
+            keep_last,
+        )
 
     def complete(self) -> list[Path]:
         """Complete checkpoints, oldest first."""
@@ -130,19 +143,26 @@ class CheckpointManager:
 
         tag = tag_for(step)
         path = self.root / tag
-        if self.rank == 0 and path.exists():  # a killed run's half-written tag, or files planted under its name
+        if (
+            self.rank == 0 and path.exists()
+        ):  # a killed run's half-written tag, or files planted under its name
             shutil.rmtree(path)
         dist.barrier()
         try:
             engine.save_checkpoint(str(self.root), tag=tag, save_latest=False)
             write_json(path / rank_file(self.rank), {"rank": self.rank, "rng": rng_state()})
-        except (OSError, RuntimeError) as err:  # torch.save reports a failed write as a RuntimeError
+        except (
+            OSError,
+            RuntimeError,
+        ) as err:  # torch.save reports a failed write as a RuntimeError
             raise write_error(path, err) from err
         written = [None] * self.world_size
         dist.all_gather_object(written, _files_written(engine, self.root, tag, self.rank))
         if self.rank == 0:
             files = _record_files(path, sorted(set().union(*written)))
-            write_json(path / META, {**meta, "step": step, "world_size": self.world_size, "files": files})
+            write_json(
+                path / META, {**meta, "step": step, "world_size": self.world_size, "files": files}
+            )
             write_text(path / COMPLETE, f"{step}\n")
             self.prune()
         dist.barrier()
@@ -153,13 +173,21 @@ class CheckpointManager:
         optimizer, scheduler) and this rank's RNG. Returns meta.json."""
         meta = read_meta(path)
         if meta["world_size"] != self.world_size:
-            raise InputError(f"written by {meta['world_size']} processes; resume with the same number (this job "
-                             f"has {self.world_size})", file=path / META, field="world_size")
+            raise InputError(
+                f"written by {meta['world_size']} processes; resume with the same number (this job "
+                f"has {self.world_size})",
+                file=path / META,
+                field="world_size",
+            )
         self._verify_files(path, meta["files"])
         if not isinstance(engine.checkpoint_engine, WeightsOnlyLoads):
             engine.checkpoint_engine = WeightsOnlyLoads(engine.checkpoint_engine)
-        loaded, _ = engine.load_checkpoint(str(path.parent), tag=path.name, load_optimizer_states=True,
-                                           load_lr_scheduler_states=True)
+        loaded, _ = engine.load_checkpoint(
+            str(path.parent),
+            tag=path.name,
+            load_optimizer_states=True,
+            load_lr_scheduler_states=True,
+        )
         if loaded is None:
             raise InputError("DeepSpeed found no model states to load", file=path)
         set_rng_state(read_json(path / rank_file(self.rank))["rng"])
@@ -200,8 +228,11 @@ def read_meta(path: Path) -> dict:
     for name, kind in _META_FIELDS.items():
         if not isinstance(meta.get(name), kind) or isinstance(meta.get(name), bool):
             what = "missing" if name not in meta else f"not a {kind.__name__} ({meta[name]!r:.40})"
-            hint = " (written before gpt1 recorded a checkpoint's files: it cannot be verified)" \
-                if name == "files" else ""
+            hint = (
+                " (written before gpt1 recorded a checkpoint's files: it cannot be verified)"
+                if name == "files"
+                else ""
+            )
             raise InputError(f"{what}{hint}", file=path / META, field=name)
     return meta
 
@@ -228,8 +259,11 @@ def files_problem(path: Path, recorded: dict, share: tuple[int, int] = (0, 1)) -
 
 def refusal(path: Path, problem: str) -> InputError:
     """The error of a resume from a tag whose files are not the recorded ones (`files_problem`)."""
-    return InputError(f"{problem}; refused to resume from it (a checkpoint holds only the files the run recorded "
-                      "in meta.json)", file=path)
+    return InputError(
+        f"{problem}; refused to resume from it (a checkpoint holds only the files the run recorded "
+        "in meta.json)",
+        file=path,
+    )
 
 
 def _files_written(engine, root: Path, tag: str, rank: int) -> list[str]:
@@ -247,9 +281,14 @@ def _record_files(path: Path, expected: list[str]) -> dict:
     """{name: {bytes, sha256}} of the tag's files, which must be exactly `expected` (what the ranks wrote)."""
     present = sorted(p.name for p in path.iterdir())
     if present != expected:
-        raise OutputError(f"{path}: holds {present} but this run wrote {expected}: another process writes into "
-                          "the checkpoint folder; not committing it")
-    return {name: {"bytes": (path / name).stat().st_size, "sha256": sha256_file(path / name)} for name in present}
+        raise OutputError(
+            f"{path}: holds {present} but this run wrote {expected}: another process writes into "
+            "the checkpoint folder; not committing it"
+        )
+    return {
+        name: {"bytes": (path / name).stat().st_size, "sha256": sha256_file(path / name)}
+        for name in present
+    }
 
 
 class WeightsOnlyLoads:
@@ -272,9 +311,14 @@ class WeightsOnlyLoads:
             with torch.serialization.safe_globals([ZeroStageEnum, LossScaler, fragment_address]):
                 return torch.load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as err:
-            why = next((line.strip().rstrip(".") for line in str(err).splitlines() if "GLOBAL" in line), "")
-            raise InputError(f"refused to load it: it holds objects a weights-only load does not allow ({why}); "
-                             "was it written by gpt1 pretrain?", file=path) from None
+            why = next(
+                (line.strip().rstrip(".") for line in str(err).splitlines() if "GLOBAL" in line), ""
+            )
+            raise InputError(
+                f"refused to load it: it holds objects a weights-only load does not allow ({why}); "
+                "was it written by gpt1 pretrain?",
+                file=path,
+            ) from None
 
 
 def consolidated_state_dict(engine) -> dict[str, torch.Tensor]:
@@ -285,7 +329,10 @@ def consolidated_state_dict(engine) -> dict[str, torch.Tensor]:
     module = engine.module
     parameters = dict(module.named_parameters())
     state = {}
-    for name, value in module.state_dict().items():  # the same names in the same order on every rank
+    for (
+        name,
+        value,
+    ) in module.state_dict().items():  # the same names in the same order on every rank
         full = safe_get_full_fp32_param(parameters[name]) if name in parameters else None
         state[name] = (value if full is None else full).detach().float().cpu().clone()
     return state

@@ -81,19 +81,27 @@ def prepare_env() -> None:
     # One cache per venv: DeepSpeed rebuilds its op when the cached build came from another interpreter, so venvs
     # sharing one directory would rebuild it in turn (minutes on 2 cores).
     venv_key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache / "gpt1" / "torch_extensions" / venv_key))
+    os.environ.setdefault(
+        "TORCH_EXTENSIONS_DIR", str(cache / "gpt1" / "torch_extensions" / venv_key)
+    )
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    if "RANK" not in os.environ and "WORLD_SIZE" not in os.environ:  # a bare process is a world of one
+    if (
+        "RANK" not in os.environ and "WORLD_SIZE" not in os.environ
+    ):  # a bare process is a world of one
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
     missing = [k for k in LAUNCHER_ENV if k not in os.environ]
     if missing:
-        raise ValueError(f"incomplete launcher environment: {missing} not set (RANK/LOCAL_RANK/WORLD_SIZE/"
-                         "MASTER_ADDR/MASTER_PORT must all be exported, or none for a single process)")
+        raise ValueError(
+            f"incomplete launcher environment: {missing} not set (RANK/LOCAL_RANK/WORLD_SIZE/"
+            "MASTER_ADDR/MASTER_PORT must all be exported, or none for a single process)"
+        )
 
 
 def world_from_env() -> World:
-    return World(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+    return World(
+        int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    )
 
 
 def device_type() -> str:
@@ -101,14 +109,17 @@ def device_type() -> str:
     GPT1_REQUIRE_CUDA set, anything but 'cuda' raises CudaUnavailable (gpt1.runtime.cuda)."""
     wanted = os.environ.get("DS_ACCELERATOR")
     if wanted not in (None, "cuda"):
-        require_cuda("pre-training", f"DS_ACCELERATOR={wanted} asks DeepSpeed for another accelerator")
+        require_cuda(
+            "pre-training", f"DS_ACCELERATOR={wanted} asks DeepSpeed for another accelerator"
+        )
         return "cpu"
     return training_device("pre-training")
 
 
 def init_world() -> World:
     """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device."""
-    backend = "nccl" if device_type() == "cuda" else "gloo"  # first: a GPU job without CUDA stops here, at once
+    # first: a GPU job without CUDA stops here, at once
+    backend = "nccl" if device_type() == "cuda" else "gloo"
     prepare_env()
     import deepspeed
     import torch
@@ -137,15 +148,19 @@ def batch_layout(pretrain: PretrainConfig, world_size: int) -> BatchLayout:
     total = pretrain.global_batch_size
     if pretrain.micro_batch_size is None:
         if total % world_size:
-            raise ValueError(f"pretrain.global_batch_size={total} is not divisible by the world size {world_size}; "
-                             "change the batch size or the number of processes")
+            raise ValueError(
+                f"pretrain.global_batch_size={total} is not divisible by the world size {world_size}; "
+                "change the batch size or the number of processes"
+            )
         return BatchLayout(total, total // world_size, 1, world_size)
     micro = pretrain.micro_batch_size
     per_update = micro * world_size
     if total % per_update:
-        raise ValueError(f"pretrain.global_batch_size={total} is not a multiple of pretrain.micro_batch_size={micro}"
-                         f" x world size {world_size} = {per_update}; pick values with global = micro x "
-                         "gradient-accumulation steps x world size")
+        raise ValueError(
+            f"pretrain.global_batch_size={total} is not a multiple of pretrain.micro_batch_size={micro}"
+            f" x world size {world_size} = {per_update}; pick values with global = micro x "
+            "gradient-accumulation steps x world size"
+        )
     return BatchLayout(total, micro, total // per_update, world_size)
 
 
@@ -154,8 +169,10 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
     layout = batch_layout(pretrain, world_size)
     stage, precision = pretrain.zero_stage, pretrain.precision
     if precision != "fp32" and stage == 0:
-        raise ValueError(f"pretrain.precision={precision} needs pretrain.zero_stage >= 1 (stage 0 hides the fp32 "
-                         "master weights the final consolidation reads); use zero_stage=1, or precision=fp32")
+        raise ValueError(
+            f"pretrain.precision={precision} needs pretrain.zero_stage >= 1 (stage 0 hides the fp32 "
+            "master weights the final consolidation reads); use zero_stage=1, or precision=fp32"
+        )
     if precision == "fp16" and device != "cuda":
         raise ValueError("pretrain.precision=fp16 needs a GPU; on CPU use bf16 or fp32")
     if pretrain.offload_optimizer and stage == 0:
@@ -201,9 +218,23 @@ def worker_command(nproc: int, worker_args: list[str]) -> tuple[list[str], dict[
     for key in LAUNCHER_ENV + ("LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK"):
         env.pop(key, None)  # never inherit a parent job's rank
     if nproc == 1:
-        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        env.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(free_port()),
+        )
         return [sys.executable, "-m", "gpt1.pretrain", *worker_args], env
     env.setdefault("OMP_NUM_THREADS", threads_per_process(nproc))
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "gpt1.pretrain", *worker_args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "gpt1.pretrain",
+        *worker_args,
+    ]
     return command, env

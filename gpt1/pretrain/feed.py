@@ -10,13 +10,14 @@ trained, not the reader's own: that is what a resume continues from.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import torch
 
 
-def prefetched(batches: Iterator[torch.Tensor], reader, device: torch.device
-               ) -> Iterator[tuple[torch.Tensor, dict]]:
+def prefetched(
+    batches: Iterator[torch.Tensor], reader, device: torch.device
+) -> Iterator[tuple[torch.Tensor, dict]]:
     """(batch on `device`, reader.state_dict() right after that batch was read), with the next batch in flight."""
     pin = device.type == "cuda"
 

@@ -17,9 +17,9 @@ import logging
 import os
 from pathlib import Path
 
-from gpt1.tokenizer import bpe
-from gpt1.pretrain.checkpoint import CheckpointManager, files_problem, read_meta, refusal
 from gpt1.config import PipelineConfig, PretrainConfig
+from gpt1.pretrain.checkpoint import CheckpointManager, files_problem, read_meta, refusal
+from gpt1.tokenizer import bpe
 
 log = logging.getLogger("gpt1.pretrain")  # these checks speak in the pre-training log
 
@@ -44,19 +44,27 @@ def check_curve_steps(pretrain: PretrainConfig, total: int) -> None:
     """Every update of pretrain.curve_steps must come before the run's last (the final model ends the curve)."""
     late = [step for step in pretrain.curve_steps if step >= total]
     if late:
-        raise ValueError(f"pretrain.curve_steps {late}: this run trains {total} updates; each curve point must "
-                         "come before the last")
+        raise ValueError(
+            f"pretrain.curve_steps {late}: this run trains {total} updates; each curve point must "
+            "come before the last"
+        )
 
 
 def resolve_config(cfg: PipelineConfig, manifest: dict) -> PipelineConfig:
     """The config a run uses: model vocabulary from the shards; context checked against the shards."""
     if manifest["n_ctx"] != cfg.model.n_ctx:
-        raise ValueError(f"shards hold blocks of n_ctx={manifest['n_ctx']} (+1) tokens but model.n_ctx="
-                         f"{cfg.model.n_ctx}: re-tokenize with --ctx {cfg.model.n_ctx} or --set "
-                         f"model.n_ctx={manifest['n_ctx']}")
+        raise ValueError(
+            f"shards hold blocks of n_ctx={manifest['n_ctx']} (+1) tokens but model.n_ctx="
+            f"{cfg.model.n_ctx}: re-tokenize with --ctx {cfg.model.n_ctx} or --set "
+            f"model.n_ctx={manifest['n_ctx']}"
+        )
     if manifest["vocab_size"] != cfg.model.vocab_size:
-        log.info("model.vocab_size set to the shards' tokenizer vocabulary: %d", manifest["vocab_size"])
-        cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"vocab_size": manifest["vocab_size"]})})
+        log.info(
+            "model.vocab_size set to the shards' tokenizer vocabulary: %d", manifest["vocab_size"]
+        )
+        cfg = cfg.model_copy(
+            update={"model": cfg.model.model_copy(update={"vocab_size": manifest["vocab_size"]})}
+        )
     return cfg
 
 
@@ -66,8 +74,10 @@ def load_tokenizer(path: str | os.PathLike | None, manifest: dict):
         return None
     tokenizer = bpe.load(path)
     if tokenizer.sha256 != manifest.get("tokenizer_sha256"):
-        raise ValueError(f"tokenizer {path} (sha256 {tokenizer.sha256[:12]}) is not the one the shards were made "
-                         f"with (manifest tokenizer_sha256 {str(manifest.get('tokenizer_sha256'))[:12]})")
+        raise ValueError(
+            f"tokenizer {path} (sha256 {tokenizer.sha256[:12]}) is not the one the shards were made "
+            f"with (manifest tokenizer_sha256 {str(manifest.get('tokenizer_sha256'))[:12]})"
+        )
     return tokenizer
 
 
@@ -78,7 +88,9 @@ def task_data_source(cfg: PipelineConfig, task_data: str | None) -> str | None:
             raise FileNotFoundError(f"--task-data {task_data}: not a directory")
         return task_data
     if cfg.finetune.data == "sample":
-        log.info("finetune.data is 'sample' but no --task-data given: data-driven zero-shot probes are skipped")
+        log.info(
+            "finetune.data is 'sample' but no --task-data given: data-driven zero-shot probes are skipped"
+        )
         return None
     return cfg.finetune.data
 
@@ -88,19 +100,26 @@ def resume_point(out: Path, resume: str | None, model_cfg: dict) -> Path | None:
     latest = CheckpointManager(out / CHECKPOINTS).latest_complete()
     if resume is None:
         if latest is not None:
-            raise ValueError(f"{out} already has checkpoints (latest {latest.name}); pass --resume auto to continue "
-                             "or use a new --out")
+            raise ValueError(
+                f"{out} already has checkpoints (latest {latest.name}); pass --resume auto to continue "
+                "or use a new --out"
+            )
         return None
     path = latest if resume == "auto" else Path(resume)
     if path is None:
-        log.info("--resume auto: no complete checkpoint in %s, starting from scratch", out / CHECKPOINTS)
+        log.info(
+            "--resume auto: no complete checkpoint in %s, starting from scratch", out / CHECKPOINTS
+        )
         return None
     meta = read_meta(path)
-    problem = files_problem(path, meta["files"])  # also checked by the workers: here it fails before any starts
+    # also checked by the workers: here it fails before any starts
+    problem = files_problem(path, meta["files"])
     if problem:
         raise refusal(path, problem)
     saved = meta.get("model")
     if saved is not None and saved != model_cfg:
         changed = sorted(k for k in model_cfg if saved.get(k) != model_cfg[k])
-        raise ValueError(f"cannot resume {path}: model config changed since it was written ({changed})")
+        raise ValueError(
+            f"cannot resume {path}: model config changed since it was written ({changed})"
+        )
     return path

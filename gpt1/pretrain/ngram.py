@@ -21,9 +21,9 @@ fit tokens, their int64 codes (8 bytes a pair, sorted in place), and the distinc
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -53,22 +53,29 @@ def _chunks(blocks: np.ndarray | Iterable[np.ndarray], vocab_size: int) -> Itera
     for chunk in chunks:
         chunk = np.asarray(chunk)
         if chunk.ndim != 2 or chunk.shape[1] < 2 or not np.issubdtype(chunk.dtype, np.integer):
-            raise ValueError(f"expected integer blocks of shape (n, n_ctx+1), got {chunk.dtype} {chunk.shape}")
+            raise ValueError(
+                f"expected integer blocks of shape (n, n_ctx+1), got {chunk.dtype} {chunk.shape}"
+            )
         if width is not None and chunk.shape[1] != width:
             raise ValueError(f"blocks of {chunk.shape[1]} tokens after blocks of {width}")
         width = chunk.shape[1]
         if chunk.size and (chunk.min() < 0 or chunk.max() >= vocab_size):
-            raise ValueError(f"token id {int(chunk.max()) if chunk.max() >= vocab_size else int(chunk.min())} "
-                             f"outside the vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"token id {int(chunk.max()) if chunk.max() >= vocab_size else int(chunk.min())} "
+                f"outside the vocabulary [0, {vocab_size})"
+            )
         yield chunk
 
 
-def _split_train(train_blocks, vocab_size: int, max_fit_pairs: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _split_train(
+    train_blocks, vocab_size: int, max_fit_pairs: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(fit, held-out) block arrays: stored order, every HOLDOUT_EVERY-th held out, until the fit cap."""
     fit, held, seen, fit_pairs = [], [], 0, 0
     for chunk in _chunks(train_blocks, vocab_size):
         is_held = (np.arange(seen, seen + len(chunk)) % HOLDOUT_EVERY) == 0
-        need = -(-(max_fit_pairs - fit_pairs) // (chunk.shape[1] - 1))  # fit blocks still wanted (ceiling)
+        # fit blocks still wanted (ceiling)
+        need = -(-(max_fit_pairs - fit_pairs) // (chunk.shape[1] - 1))
         fit_count = np.cumsum(~is_held)
         done = bool(len(chunk)) and fit_count[-1] >= need
         if done:  # keep rows up to the one completing the cap
@@ -90,17 +97,20 @@ class _Counts:
         self.V = vocab_size
         n_pairs = sum(block.shape[0] * (block.shape[1] - 1) for block in fit)
         if n_pairs == 0:
-            raise ValueError(f"no train blocks left to fit after holding out every {HOLDOUT_EVERY}th block "
-                             "(at least 2 train blocks are needed)")
+            raise ValueError(
+                f"no train blocks left to fit after holding out every {HOLDOUT_EVERY}th block "
+                "(at least 2 train blocks are needed)"
+            )
         codes = np.empty(n_pairs, np.int64)
         self.targets = np.zeros(vocab_size, np.int64)  # c(b) over targets: the unigram
-        self.contexts = np.zeros(vocab_size, np.int64)  # c(a) over inputs: the bigram's denominators
+        # c(a) over inputs: the bigram's denominators
+        self.contexts = np.zeros(vocab_size, np.int64)
         at = 0
         for block in fit:
             inputs, targets = block[:, :-1].ravel(), block[:, 1:].ravel()
             self.targets += np.bincount(targets, minlength=vocab_size)
             self.contexts += np.bincount(inputs, minlength=vocab_size)
-            codes[at:at + len(inputs)] = inputs.astype(np.int64) * vocab_size + targets
+            codes[at : at + len(inputs)] = inputs.astype(np.int64) * vocab_size + targets
             at += len(inputs)
         codes.sort()  # in place: no second copy of the largest array
         starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
@@ -130,13 +140,22 @@ def _tune_weight(held: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
 
     if not held[2].any():  # no held-out context was seen in fitting: w changes nothing
         return 0.5
-    found = minimize_scalar(lambda w: _nll(*held, w).mean(), bounds=(1e-6, 1 - 1e-6), method="bounded",
-                            options={"xatol": 1e-5})
+    found = minimize_scalar(
+        lambda w: _nll(*held, w).mean(),
+        bounds=(1e-6, 1 - 1e-6),
+        method="bounded",
+        options={"xatol": 1e-5},
+    )
     return float(found.x)
 
 
-def ngram_baselines(train_blocks: np.ndarray | Iterable[np.ndarray], val_blocks: np.ndarray | Iterable[np.ndarray],
-                    vocab_size: int, *, max_fit_pairs: int = MAX_FIT_PAIRS) -> Baselines:
+def ngram_baselines(
+    train_blocks: np.ndarray | Iterable[np.ndarray],
+    val_blocks: np.ndarray | Iterable[np.ndarray],
+    vocab_size: int,
+    *,
+    max_fit_pairs: int = MAX_FIT_PAIRS,
+) -> Baselines:
     """Unigram and interpolated-bigram cross-entropy of `val_blocks`, fitted on `train_blocks` (module docstring).
 
     Both are arrays (n, n_ctx+1) of token ids (uint16/int32/...) or iterables of such arrays, in stored order.
@@ -156,12 +175,19 @@ def ngram_baselines(train_blocks: np.ndarray | Iterable[np.ndarray], val_blocks:
         scored += len(unigram)
     if scored == 0:
         raise ValueError("no validation blocks to score")
-    return Baselines(unigram_loss=unigram_sum / scored, bigram_loss=bigram_sum / scored, bigram_weight=weight,
-                     fit_tokens=counts.n_pairs, heldout_tokens=sum(len(f[0]) for f in held_features),
-                     scored_tokens=scored)
+    return Baselines(
+        unigram_loss=unigram_sum / scored,
+        bigram_loss=bigram_sum / scored,
+        bigram_weight=weight,
+        fit_tokens=counts.n_pairs,
+        heldout_tokens=sum(len(f[0]) for f in held_features),
+        scored_tokens=scored,
+    )
 
 
-def baselines_for_shards(shards_dir: str | Path, val_blocks: int, *, max_fit_pairs: int = MAX_FIT_PAIRS) -> Baselines:
+def baselines_for_shards(
+    shards_dir: str | Path, val_blocks: int, *, max_fit_pairs: int = MAX_FIT_PAIRS
+) -> Baselines:
     """`ngram_baselines` of a `gpt1 tokenize` output: fitted on its train split, scored on the first `val_blocks`
     blocks of its val split in stored order (the blocks pre-training's validation loss averages over)."""
     from gpt1.data.tokenize.read import BlockReader
@@ -169,7 +195,9 @@ def baselines_for_shards(shards_dir: str | Path, val_blocks: int, *, max_fit_pai
     train = BlockReader(shards_dir, "train", shuffle=False)
     val = BlockReader(shards_dir, "val", shuffle=False)
     if not 0 < val_blocks <= len(val):
-        raise ValueError(f"{shards_dir}: cannot score {val_blocks} val blocks, the split has {len(val)}")
+        raise ValueError(
+            f"{shards_dir}: cannot score {val_blocks} val blocks, the split has {len(val)}"
+        )
 
     def first_val_blocks():
         left = val_blocks
@@ -179,7 +207,9 @@ def baselines_for_shards(shards_dir: str | Path, val_blocks: int, *, max_fit_pai
             yield shard[:left]
             left -= len(shard)
 
-    return ngram_baselines(train.shards(), first_val_blocks(), train.vocab_size, max_fit_pairs=max_fit_pairs)
+    return ngram_baselines(
+        train.shards(), first_val_blocks(), train.vocab_size, max_fit_pairs=max_fit_pairs
+    )
 
 
 def language_model_summary(val_loss: float, baselines: Baselines) -> dict:
@@ -190,10 +220,13 @@ def language_model_summary(val_loss: float, baselines: Baselines) -> dict:
 
 def describe(summary: dict) -> str:
     """One line: how far the LM's validation loss is below (or above) each baseline."""
+
     def versus(name: str, loss: float) -> str:
         gap = loss - summary["val_loss"]
         return f"{abs(gap):.2f} {'below' if gap >= 0 else 'above'} {name} ({loss:.2f})"
 
-    return (f"validation loss {summary['val_loss']:.2f} nats/token: "
-            f"{versus('an interpolated bigram', summary['bigram_loss'])}, "
-            f"{versus('a unigram', summary['unigram_loss'])}")
+    return (
+        f"validation loss {summary['val_loss']:.2f} nats/token: "
+        f"{versus('an interpolated bigram', summary['bigram_loss'])}, "
+        f"{versus('a unigram', summary['unigram_loss'])}"
+    )

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.io import read_json, size_on_disk
-from gpt1.tracking.models import log_files_model
 from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pretrain.inputs import FINAL
 from gpt1.stages.outputs import IDENTITY
 from gpt1.tracking.logger import RunLogger, start_run
+from gpt1.tracking.models import log_files_model
 
-MODEL_UPLOAD_LIMIT = 200 * 2**20  # bytes: a larger model folder is logged by reference unless uploads are asked for
+# bytes: a larger model folder is logged by reference unless uploads are asked for
+MODEL_UPLOAD_LIMIT = 200 * 2**20
 
 
 def stage_key(out: Path) -> str | None:
@@ -32,12 +33,21 @@ def last_metrics(path: Path) -> dict[str, float]:
     run reports."""
     latest: dict[str, float] = {}
     for _, record in sorted(read_metrics(path).items()):
-        latest.update({k: v for k, v in record.items() if k not in ("step", "seconds") and isinstance(v, (int, float))
-                       and not isinstance(v, bool)})
+        latest.update(
+            {
+                k: v
+                for k, v in record.items()
+                if k not in ("step", "seconds")
+                and isinstance(v, (int, float))
+                and not isinstance(v, bool)
+            }
+        )
     return latest
 
 
-def log_pretrained_model(run: RunLogger, final: Path, cfg: PipelineConfig, step: int, weights_sha256: str) -> None:
+def log_pretrained_model(
+    run: RunLogger, final: Path, cfg: PipelineConfig, step: int, weights_sha256: str
+) -> None:
     """The transformers export `final/hf` as the logged model `pretrained` of the run, with the model config as
     params and the metrics of the last update (`step`) linked to it: uploaded when `tracking.upload_checkpoints` or
     smaller than `MODEL_UPLOAD_LIMIT`, else recorded by location and hash (an external model)."""
@@ -45,14 +55,26 @@ def log_pretrained_model(run: RunLogger, final: Path, cfg: PipelineConfig, step:
     if not hf.is_dir():
         return
     upload = cfg.tracking.upload_checkpoints or size_on_disk(hf) <= MODEL_UPLOAD_LIMIT
-    log_files_model(run, "pretrained", hf, upload=upload,
-                        model_type="gpt1-pretrained", step=step,
-                        params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
-                        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256})
+    log_files_model(
+        run,
+        "pretrained",
+        hf,
+        upload=upload,
+        model_type="gpt1-pretrained",
+        step=step,
+        params={f"model.{k}": v for k, v in cfg.model.model_dump().items()},
+        tags={"gpt1.preset": cfg.preset, "gpt1.weights_sha256": weights_sha256},
+    )
 
 
-def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experiment: str, tracking_uri: str | None,
-                 tags: dict[str, str]) -> str | None:
+def log_finished(
+    out: str | os.PathLike,
+    *,
+    parent_run_id: str | None,
+    experiment: str,
+    tracking_uri: str | None,
+    tags: dict[str, str],
+) -> str | None:
     """A child run for a pre-training that an earlier run did (a cached re-run): the config it resolved to, its
     recorded final metrics (metrics.jsonl, final/training.json), tagged `gpt1.source_run_id` (the run that trained,
     holding the curves and the logged model). Returns the new run's id."""
@@ -62,11 +84,18 @@ def log_finished(out: str | os.PathLike, *, parent_run_id: str | None, experimen
     run_tags = {**tags, "gpt1.shards": summary.get("shards_key") or ""}
     if summary.get("mlflow_run_id"):
         run_tags["gpt1.source_run_id"] = summary["mlflow_run_id"]
-    with start_run("pretrain", experiment=experiment, uri=tracking_uri, parent_run_id=parent_run_id,
-                   tags=run_tags) as run:
+    with start_run(
+        "pretrain",
+        experiment=experiment,
+        uri=tracking_uri,
+        parent_run_id=parent_run_id,
+        tags=run_tags,
+    ) as run:
         run.log_params(flatten(cfg.model_dump(mode="json")))
-        run.log_metrics({**last_metrics(out / "metrics.jsonl"), "tokens_seen": summary["tokens_seen"]},
-                        step=summary["steps"])
+        run.log_metrics(
+            {**last_metrics(out / "metrics.jsonl"), "tokens_seen": summary["tokens_seen"]},
+            step=summary["steps"],
+        )
         run.log_artifact(out / FINAL / TRAINING_NAME, "final")
     return run.run_id
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -48,26 +48,66 @@ class WinogradItem:
 
 # Twin pairs: the same frame, one word changed, the other candidate right.
 WINOGRAD: tuple[WinogradItem, ...] = (
-    WinogradItem("the bag would not fit in the box because the _ was too large .", ("bag", "box"), 0),
-    WinogradItem("the bag would not fit in the box because the _ was too small .", ("bag", "box"), 1),
+    WinogradItem(
+        "the bag would not fit in the box because the _ was too large .", ("bag", "box"), 0
+    ),
+    WinogradItem(
+        "the bag would not fit in the box because the _ was too small .", ("bag", "box"), 1
+    ),
     WinogradItem("the man could not lift his son because the _ was so weak .", ("man", "son"), 0),
     WinogradItem("the man could not lift his son because the _ was so heavy .", ("man", "son"), 1),
-    WinogradItem("the lawyer asked the witness a question , but the _ was reluctant to ask it again .",
-                 ("lawyer", "witness"), 0),
-    WinogradItem("the lawyer asked the witness a question , but the _ was reluctant to answer it .",
-                 ("lawyer", "witness"), 1),
-    WinogradItem("the cat chased the mouse until the _ was too tired to run after it .", ("cat", "mouse"), 0),
-    WinogradItem("the cat chased the mouse until the _ was too tired to run away .", ("cat", "mouse"), 1),
-    WinogradItem("the sculpture fell off the shelf because the _ was not anchored .", ("sculpture", "shelf"), 0),
-    WinogradItem("the sculpture fell off the shelf because the _ was not level .", ("sculpture", "shelf"), 1),
-    WinogradItem("the teacher praised the student because the _ wanted to reward good work .",
-                 ("teacher", "student"), 0),
-    WinogradItem("the teacher praised the student because the _ had done good work .", ("teacher", "student"), 1),
-    WinogradItem("the doctor called the patient because the _ had the test results .", ("doctor", "patient"), 0),
-    WinogradItem("the doctor called the patient because the _ was waiting for the test results .",
-                 ("doctor", "patient"), 1),
-    WinogradItem("the horse kicked the farmer , so the _ was led back to the stable .", ("horse", "farmer"), 0),
-    WinogradItem("the horse kicked the farmer , so the _ was taken to the doctor .", ("horse", "farmer"), 1),
+    WinogradItem(
+        "the lawyer asked the witness a question , but the _ was reluctant to ask it again .",
+        ("lawyer", "witness"),
+        0,
+    ),
+    WinogradItem(
+        "the lawyer asked the witness a question , but the _ was reluctant to answer it .",
+        ("lawyer", "witness"),
+        1,
+    ),
+    WinogradItem(
+        "the cat chased the mouse until the _ was too tired to run after it .", ("cat", "mouse"), 0
+    ),
+    WinogradItem(
+        "the cat chased the mouse until the _ was too tired to run away .", ("cat", "mouse"), 1
+    ),
+    WinogradItem(
+        "the sculpture fell off the shelf because the _ was not anchored .",
+        ("sculpture", "shelf"),
+        0,
+    ),
+    WinogradItem(
+        "the sculpture fell off the shelf because the _ was not level .", ("sculpture", "shelf"), 1
+    ),
+    WinogradItem(
+        "the teacher praised the student because the _ wanted to reward good work .",
+        ("teacher", "student"),
+        0,
+    ),
+    WinogradItem(
+        "the teacher praised the student because the _ had done good work .",
+        ("teacher", "student"),
+        1,
+    ),
+    WinogradItem(
+        "the doctor called the patient because the _ had the test results .",
+        ("doctor", "patient"),
+        0,
+    ),
+    WinogradItem(
+        "the doctor called the patient because the _ was waiting for the test results .",
+        ("doctor", "patient"),
+        1,
+    ),
+    WinogradItem(
+        "the horse kicked the farmer , so the _ was led back to the stable .",
+        ("horse", "farmer"),
+        0,
+    ),
+    WinogradItem(
+        "the horse kicked the farmer , so the _ was taken to the doctor .", ("horse", "farmer"), 1
+    ),
 )
 
 
@@ -75,23 +115,32 @@ WINOGRAD: tuple[WinogradItem, ...] = (
 
 
 @torch.no_grad()
-def continuation_logprobs(model, pairs: Sequence[tuple[list[int], list[int]]]) -> list[tuple[float, int]]:
+def continuation_logprobs(
+    model, pairs: Sequence[tuple[list[int], list[int]]]
+) -> list[tuple[float, int]]:
     """For each (context ids, continuation ids): (sum of log P(continuation | context), tokens scored)."""
     n_ctx = model.config.n_ctx
     device = next(model.parameters()).device
     rows = []
     for context, continuation in pairs:
         if not context:
-            raise ValueError("a scored continuation needs at least one context token (e.g. _start_)")
-        continuation = continuation[-(n_ctx - 1):]  # keep at least one context token in the window
+            raise ValueError(
+                "a scored continuation needs at least one context token (e.g. _start_)"
+            )
+        continuation = continuation[-(n_ctx - 1) :]  # keep at least one context token in the window
         sequence = (context + continuation)[-n_ctx:]
         rows.append((sequence, len(sequence) - len(continuation)))
     if not rows:
         return []
     results: list[tuple[float, int]] = [(0.0, 0)] * len(rows)
     batches: list[list[int]] = [[]]
-    for i in sorted(range(len(rows)), key=lambda i: len(rows[i][0])):  # similar lengths share a batch
-        if batches[-1] and (len(batches[-1]) + 1) * len(rows[i][0]) * model.config.vocab_size > _LOGIT_BUDGET:
+    for i in sorted(
+        range(len(rows)), key=lambda i: len(rows[i][0])
+    ):  # similar lengths share a batch
+        if (
+            batches[-1]
+            and (len(batches[-1]) + 1) * len(rows[i][0]) * model.config.vocab_size > _LOGIT_BUDGET
+        ):
             batches.append([])
         batches[-1].append(i)
     was_training = model.training
@@ -100,16 +149,23 @@ def continuation_logprobs(model, pairs: Sequence[tuple[list[int], list[int]]]) -
         for batch in batches:
             width = max(len(rows[i][0]) for i in batch)
             ids = torch.zeros(len(batch), width, dtype=torch.long)
-            scored = torch.zeros(len(batch), width, dtype=torch.bool)  # positions whose token is scored
+            # positions whose token is scored
+            scored = torch.zeros(len(batch), width, dtype=torch.bool)
             for j, i in enumerate(batch):
                 sequence, first = rows[i]
-                ids[j, :len(sequence)] = torch.tensor(sequence)
-                scored[j, first:len(sequence)] = True
+                ids[j, : len(sequence)] = torch.tensor(sequence)
+                scored[j, first : len(sequence)] = True
             ids, scored = ids.to(device), scored.to(device)
             logits = model(ids).logits[:, :-1]  # position t predicts token t + 1
             targets, mask = ids[:, 1:], scored[:, 1:]
-            logp = torch.log_softmax(logits[mask].float(), dim=-1).gather(1, targets[mask].unsqueeze(1)).squeeze(1)
-            per_row = torch.zeros(len(batch), device=device).index_add_(0, mask.nonzero()[:, 0], logp)
+            logp = (
+                torch.log_softmax(logits[mask].float(), dim=-1)
+                .gather(1, targets[mask].unsqueeze(1))
+                .squeeze(1)
+            )
+            per_row = torch.zeros(len(batch), device=device).index_add_(
+                0, mask.nonzero()[:, 0], logp
+            )
             counts = mask.sum(dim=1)
             for j, i in enumerate(batch):
                 results[i] = (float(per_row[j]), int(counts[j]))
@@ -139,8 +195,11 @@ def sentiment_probe(model, tokenizer, examples: Sequence) -> float:
 
 def acceptability_probe(model, tokenizer, train: Sequence, dev: Sequence) -> float:
     """MCC (%) on `dev` of thresholding the average token log-prob, threshold fitted on `train`. 1 = acceptable."""
+
     def scores(examples):
-        return _mean_logprobs(model, [([tokenizer.start_id], tokenizer.encode(ex.text)) for ex in examples])
+        return _mean_logprobs(
+            model, [([tokenizer.start_id], tokenizer.encode(ex.text)) for ex in examples]
+        )
 
     threshold = fit_threshold(scores(train), [ex.label for ex in train])
     predictions = [int(s > threshold) for s in scores(dev)]
@@ -159,11 +218,14 @@ def choice_probe(model, tokenizer, examples: Sequence) -> float:
     """Accuracy (%) of picking the answer with the best average token log-prob given context (+ question)."""
     pairs, offsets = [], []
     for ex in examples:
-        context = [tokenizer.start_id, *tokenizer.encode(" ".join(p for p in (ex.context, ex.question) if p))]
+        context = [
+            tokenizer.start_id,
+            *tokenizer.encode(" ".join(p for p in (ex.context, ex.question) if p)),
+        ]
         offsets.append(len(pairs))
         pairs += [(context, tokenizer.encode(option)) for option in ex.options]
     scores = _mean_logprobs(model, pairs)
-    predictions = [_argmax(scores[o:o + len(ex.options)]) for o, ex in zip(offsets, examples)]
+    predictions = [_argmax(scores[o : o + len(ex.options)]) for o, ex in zip(offsets, examples)]
     return _accuracy([ex.label for ex in examples], predictions)
 
 
@@ -173,9 +235,14 @@ def winograd_probe(model, tokenizer, items: Sequence[WinogradItem] = WINOGRAD) -
     for item in items:
         before, after = item.sentence.split("_", 1)
         for option in item.options:
-            pairs.append(([tokenizer.start_id, *tokenizer.encode(f"{before}{option}")], tokenizer.encode(after)))
+            pairs.append(
+                (
+                    [tokenizer.start_id, *tokenizer.encode(f"{before}{option}")],
+                    tokenizer.encode(after),
+                )
+            )
     scores = _mean_logprobs(model, pairs)
-    predictions = [_argmax(scores[2 * i:2 * i + 2]) for i in range(len(items))]
+    predictions = [_argmax(scores[2 * i : 2 * i + 2]) for i in range(len(items))]
     return _accuracy([item.label for item in items], predictions)
 
 
@@ -190,8 +257,11 @@ def _accuracy(labels: Sequence, predictions: Sequence) -> float:
 # ------------------------------------------------------------------------------------------ data and runner
 
 # heuristic -> (probe function taking one examples list per split, the metric it reports)
-HEURISTICS = {"sentiment": (sentiment_probe, "accuracy"), "acceptability": (acceptability_probe, "mcc"),
-              "answer_likelihood": (choice_probe, "accuracy")}
+HEURISTICS = {
+    "sentiment": (sentiment_probe, "accuracy"),
+    "acceptability": (acceptability_probe, "mcc"),
+    "answer_likelihood": (choice_probe, "accuracy"),
+}
 
 
 def probed_tasks() -> list:
@@ -214,8 +284,11 @@ def spread(examples: Sequence, limit: int) -> list:
     return [examples[math.floor(i * len(examples) / limit)] for i in range(limit)]
 
 
-def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_EXAMPLES,
-                    task_data: dict[str, str] | None = None) -> dict[str, list]:
+def load_probe_data(
+    source: str | Path | None,
+    max_examples: int = DEFAULT_MAX_EXAMPLES,
+    task_data: dict[str, str] | None = None,
+) -> dict[str, list]:
     """{task: [examples per probe split]} for every probed task whose data is found (`task_data`: a task's own
     location, as finetune.task_data); the others are logged and skipped: a probe is a diagnostic, never a reason
     for pre-training to stop."""
@@ -229,10 +302,17 @@ def load_probe_data(source: str | Path | None, max_examples: int = DEFAULT_MAX_E
             continue
         path = task_data.get(spec.name) or task_path(source, spec.name)
         if str(path).startswith("hf:") and spec.hf_manual:
-            log.warning("zero-shot probe %s skipped: no downloadable hub copy (%s)", spec.name, spec.hf_manual)
+            log.warning(
+                "zero-shot probe %s skipped: no downloadable hub copy (%s)",
+                spec.name,
+                spec.hf_manual,
+            )
             continue
         try:
-            data[spec.name] = [spread(tasks.load(spec.name, path, split), max_examples) for split in spec.probe.splits]
+            data[spec.name] = [
+                spread(tasks.load(spec.name, path, split), max_examples)
+                for split in spec.probe.splits
+            ]
         except Exception as err:  # noqa: BLE001 - any failure to read (hub, files) skips this probe only
             log.warning("zero-shot probe %s skipped: %s: %s", spec.name, type(err).__name__, err)
             continue

@@ -22,17 +22,27 @@ SCRIPT = Path(__file__).resolve().parents[2] / "infra" / "multinode" / "slurm" /
 def script() -> Path:
     """The sbatch script of the repository checkout, once it is known that it can be submitted from here."""
     if not SCRIPT.is_file():
-        raise RuntimeError(f"orchestration.pretrain_launcher=slurm needs the repository checkout: {SCRIPT} not "
-                           "found (an installed wheel has no infra/)")
+        raise RuntimeError(
+            f"orchestration.pretrain_launcher=slurm needs the repository checkout: {SCRIPT} not "
+            "found (an installed wheel has no infra/)"
+        )
     if shutil.which("sbatch") is None:
-        raise RuntimeError("orchestration.pretrain_launcher=slurm: `sbatch` is not on PATH; run the Prefect worker "
-                           "on a Slurm login node")
+        raise RuntimeError(
+            "orchestration.pretrain_launcher=slurm: `sbatch` is not on PATH; run the Prefect worker "
+            "on a Slurm login node"
+        )
     return SCRIPT
 
 
 def run_job(script_path: Path, out: Path, nnodes: int, env: dict[str, str], log_line=print) -> str:
     """`sbatch --wait` `script_path` with `env`; returns the job id once the job has ended well."""
-    cmd = ["sbatch", "--wait", f"--nodes={nnodes}", f"--output={out}/slurm-%j.out", str(script_path)]
+    cmd = [
+        "sbatch",
+        "--wait",
+        f"--nodes={nnodes}",
+        f"--output={out}/slurm-%j.out",
+        str(script_path),
+    ]
     job_ids: list[str] = []
 
     def relay(line: str) -> None:
@@ -43,8 +53,10 @@ def run_job(script_path: Path, out: Path, nnodes: int, env: dict[str, str], log_
 
     code = stream(cmd, relay, env)
     if not job_ids:
-        raise RuntimeError(f"sbatch did not report a submitted job (exit code {code}); no job output in "
-                           f"{out}/slurm-%j.out")
+        raise RuntimeError(
+            f"sbatch did not report a submitted job (exit code {code}); no job output in "
+            f"{out}/slurm-%j.out"
+        )
     job_id = job_ids[0]
     output = out / f"slurm-{job_id}.out"
     if output.exists():
@@ -53,8 +65,12 @@ def run_job(script_path: Path, out: Path, nnodes: int, env: dict[str, str], log_
             for line in fh:
                 log_line(line.rstrip())
     if code != 0:
-        raise RuntimeError(f"Slurm job {job_id} failed (sbatch exit code {code}); its output: {output}")
+        raise RuntimeError(
+            f"Slurm job {job_id} failed (sbatch exit code {code}); its output: {output}"
+        )
     if not (out / "final").is_dir():
-        raise RuntimeError(f"Slurm job {job_id} ended without writing {out / 'final'} (is the work dir on the "
-                           f"filesystem the nodes share?); its output: {output}")
+        raise RuntimeError(
+            f"Slurm job {job_id} ended without writing {out / 'final'} (is the work dir on the "
+            f"filesystem the nodes share?); its output: {output}"
+        )
     return job_id

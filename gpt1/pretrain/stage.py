@@ -19,27 +19,36 @@ import argparse
 import logging
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 import yaml
 
 from gpt1 import errors
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
-from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.io import write_json, write_text
-from gpt1.pretrain.worker import WORKER
 from gpt1.model.transformer import TRAINING_NAME
-from gpt1.pretrain.inputs import (FINAL, check_curve_steps, curve_point, load_tokenizer, resolve_config,
-                                  resume_point, task_data_source, total_steps)
-from gpt1.pretrain.outputs import log_finished
-from gpt1.tracking.runs import stage_tags
-from gpt1.runtime import processes
 from gpt1.pretrain import slurm
+from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
+from gpt1.pretrain.inputs import (
+    FINAL,
+    check_curve_steps,
+    curve_point,
+    load_tokenizer,
+    resolve_config,
+    resume_point,
+    task_data_source,
+    total_steps,
+)
+from gpt1.pretrain.outputs import log_finished
+from gpt1.pretrain.worker import WORKER
+from gpt1.runtime import processes
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
+from gpt1.tracking.runs import stage_tags
 
 log = logging.getLogger(__name__)
 
@@ -65,30 +74,60 @@ class Job(StageJob):
     nnodes: int = 1
     launcher: str = "local"  # or "slurm"
     parent_run_id: str | None = None
-    threads: str | None = field(default=None, compare=False)  # OMP_NUM_THREADS per worker (a shared machine)
+    # OMP_NUM_THREADS per worker (a shared machine)
+    threads: str | None = field(default=None, compare=False)
     log_line: Callable[[str], None] = field(default=print, compare=False, repr=False)
 
+    @classmethod
+    def of(cls, shards: Ref, tokenizer: Ref, cfg: PipelineConfig, task_data: str | None) -> Job:
+        """Pre-training as the pipeline runs it: resumed when a checkpoint of its key is there, on the processes,
+        nodes and launcher of `cfg.orchestration`."""
+        o = cfg.orchestration
+        return cls(
+            shards,
+            tokenizer,
+            cfg,
+            task_data=task_data,
+            resume="auto",
+            nproc=o.pretrain_nproc,
+            nnodes=o.pretrain_nnodes,
+            launcher=o.pretrain_launcher,
+        )
+
     def identity(self) -> dict:
-        return {"shards": self.shards.key, "tokenizer": self.tokenizer.key if self.tokenizer else None,
-                "model": self.cfg.model.model_dump(exclude={"vocab_size"}),  # the vocabulary is the tokenizer's
-                "pretrain": self.cfg.pretrain.model_dump()}
+        return {
+            "shards": self.shards.key,
+            "tokenizer": self.tokenizer.key if self.tokenizer else None,
+            "model": self.cfg.model.model_dump(
+                exclude={"vocab_size"}
+            ),  # the vocabulary is the tokenizer's
+            "pretrain": self.cfg.pretrain.model_dump(),
+        }
 
     # -- before any compute ------------------------------------------------------------------------------------
     def check(self, out: Path) -> tuple[PipelineConfig, str | None]:
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
-        device = device_type()  # first: a GPU job without CUDA stops in seconds, before the shards are hashed
+        # first: a GPU job without CUDA stops in seconds, before the shards are hashed
+        device = device_type()
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         manifest = load_manifest(self.shards.path)
-        checked = verify_shards(self.shards.path)  # every shard's bytes against the manifest, once per run
-        log.info("shards verified: %d shards, %.1f MB hashed in %.1f s", checked["shards"],
-                 checked["checked_bytes"] / 1e6, checked["seconds"])
+        # every shard's bytes against the manifest, once per run
+        checked = verify_shards(self.shards.path)
+        log.info(
+            "shards verified: %d shards, %.1f MB hashed in %.1f s",
+            checked["shards"],
+            checked["checked_bytes"] / 1e6,
+            checked["seconds"],
+        )
         cfg = resolve_config(self.cfg, manifest)
         deepspeed_config(cfg.pretrain, self.nproc * self.nnodes, device)  # batch layout, precision
         train_blocks = len(BlockReader(self.shards.path, "train"))
         if train_blocks < cfg.pretrain.global_batch_size:
-            raise ValueError(f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "
-                             f"{cfg.pretrain.global_batch_size}")
+            raise ValueError(
+                f"{self.shards.path}: {train_blocks} train blocks, fewer than one global batch of "
+                f"{cfg.pretrain.global_batch_size}"
+            )
         check_curve_steps(cfg.pretrain, total_steps(cfg.pretrain, train_blocks))
         load_tokenizer(self.tokenizer.path if self.tokenizer else None, manifest)
         task_data = task_data_source(cfg, self.task_data)
@@ -99,11 +138,22 @@ class Job(StageJob):
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""
         cfg, _ = self.check(out)
         write_json(out / "config.json", cfg.model_dump(mode="json"))
-        args = ["--config", str(out / "config.json"), "--shards", str(self.shards.path), "--out", str(out)]
+        args = [
+            "--config",
+            str(out / "config.json"),
+            "--shards",
+            str(self.shards.path),
+            "--out",
+            str(out),
+        ]
         # Only a given task folder is passed on: the worker resolves finetune.data (a hub source, not a folder)
         # from the config itself, exactly as check() did.
-        for flag, value in (("--resume", self.resume), ("--tokenizer", self.tokenizer),
-                            ("--task-data", self.task_data), ("--parent-run-id", self.parent_run_id)):
+        for flag, value in (
+            ("--resume", self.resume),
+            ("--tokenizer", self.tokenizer),
+            ("--task-data", self.task_data),
+            ("--parent-run-id", self.parent_run_id),
+        ):
             if value is not None:
                 args += [flag, str(value)]
         return args
@@ -121,7 +171,9 @@ class Job(StageJob):
         worker_errors: list[str] = []
 
         def forward(line: str) -> None:
-            if f"{WORKER} (rank" in line and ": error: " in line:  # a worker's user error: report it as ours
+            if (
+                f"{WORKER} (rank" in line and ": error: " in line
+            ):  # a worker's user error: report it as ours
                 worker_errors.append(line.split(": error: ", 1)[1])
             self.log_line(line)
 
@@ -130,15 +182,24 @@ class Job(StageJob):
         if code != 0 and worker_errors:
             raise ValueError(worker_errors[0])
         if code != 0:
-            what = f"killed by signal {-code}" if code < 0 else f"exited with {code} (its traceback is above)"
-            failure = ValueError if code < 0 else errors.ReportedFailure  # killed from outside, or a bug
-            raise failure(f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
-                          "continue from the last complete checkpoint")
+            what = (
+                f"killed by signal {-code}"
+                if code < 0
+                else f"exited with {code} (its traceback is above)"
+            )
+            # killed from outside, or a bug
+            failure = ValueError if code < 0 else errors.ReportedFailure
+            raise failure(
+                f"pre-training workers {what}; outputs so far in {out}: re-run with --resume auto to "
+                "continue from the last complete checkpoint"
+            )
         # Each model's summary is written last: a run stopped short must not count as done.
         for model in (*(curve_point(step) for step in self.cfg.pretrain.curve_steps), FINAL):
             if not (out / model / TRAINING_NAME).is_file():
-                raise ValueError(f"pre-training workers exited without the model {out / model}: re-run with "
-                                 "--resume auto to continue from the last complete checkpoint")
+                raise ValueError(
+                    f"pre-training workers exited without the model {out / model}: re-run with "
+                    "--resume auto to continue from the last complete checkpoint"
+                )
         return {"final": str(out / FINAL)}
 
     def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
@@ -147,52 +208,94 @@ class Job(StageJob):
         if not parent_run_id or not result.cached:
             return
         cfg = self.cfg
-        log_finished(result.path, parent_run_id=parent_run_id, experiment=cfg.tracking.experiment,
-                     tracking_uri=cfg.tracking.tracking_uri,
-                     tags=stage_tags("pretrain", key=result.key, preset=cfg.preset, cached=True))
+        log_finished(
+            result.path,
+            parent_run_id=parent_run_id,
+            experiment=cfg.tracking.experiment,
+            tracking_uri=cfg.tracking.tracking_uri,
+            tags=stage_tags("pretrain", key=result.key, preset=cfg.preset, cached=True),
+        )
 
     def submit_to_slurm(self, out: Path) -> str:
         """Run the workers as the Slurm job of infra/multinode/slurm and wait for it; returns the job id."""
-        resolved = write_text(out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
-        env = {"SHARDS": str(self.shards.path), "TOKENIZER": str(self.tokenizer.path) if self.tokenizer else "",
-               "TASK_DATA": self.task_data or "", "OUT": str(out), "PRESET": str(resolved),
-               "GPUS_PER_NODE": str(self.nproc), "PARENT_RUN_ID": self.parent_run_id or ""}
+        resolved = write_text(
+            out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False)
+        )
+        env = {
+            "SHARDS": str(self.shards.path),
+            "TOKENIZER": str(self.tokenizer.path) if self.tokenizer else "",
+            "TASK_DATA": self.task_data or "",
+            "OUT": str(out),
+            "PRESET": str(resolved),
+            "GPUS_PER_NODE": str(self.nproc),
+            "PARENT_RUN_ID": self.parent_run_id or "",
+        }
         uri = self.cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         if uri:
-            env["MLFLOW_TRACKING_URI"] = uri  # the workers' tracking server when the config names none
+            env["MLFLOW_TRACKING_URI"] = (
+                uri  # the workers' tracking server when the config names none
+            )
         return slurm.run_job(slurm.script(), out, self.nnodes, env, self.log_line)
 
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--preset", default="paper", help="preset name or YAML file (default: paper)")
-    parser.add_argument("--shards", required=True, type=Path, help="gpt1 tokenize output (manifest.json + shards)")
-    parser.add_argument("--out", required=True, type=Path,
-                        help="output folder: checkpoints, final/, metrics, samples")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
-    parser.add_argument("--resume", help="'auto': continue from the latest complete checkpoint (if any); or a path")
+    parser.add_argument(
+        "--preset", default="paper", help="preset name or YAML file (default: paper)"
+    )
+    parser.add_argument(
+        "--shards", required=True, type=Path, help="gpt1 tokenize output (manifest.json + shards)"
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=Path,
+        help="output folder: checkpoints, final/, metrics, samples",
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    parser.add_argument(
+        "--resume", help="'auto': continue from the latest complete checkpoint (if any); or a path"
+    )
     parser.add_argument("--max-steps", type=int, help="pretrain.max_steps")
     parser.add_argument("--save-every", type=int, help="pretrain.save_every")
     parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="pretrain.precision")
     parser.add_argument("--zero-stage", type=int, choices=(0, 1, 2, 3), help="pretrain.zero_stage")
-    parser.add_argument("--nproc", type=int, default=1, help="worker processes on this machine (default 1)")
-    parser.add_argument("--nnodes", type=int, default=1,
-                        help="machines in the job (validation only: with --dry-run, see infra/multinode/)")
+    parser.add_argument(
+        "--nproc", type=int, default=1, help="worker processes on this machine (default 1)"
+    )
+    parser.add_argument(
+        "--nnodes",
+        type=int,
+        default=1,
+        help="machines in the job (validation only: with --dry-run, see infra/multinode/)",
+    )
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (tracking.tracking_uri)")
     parser.add_argument("--parent-run-id", help="MLflow parent run id (pipeline nesting)")
-    parser.add_argument("--tokenizer", type=Path, help="tokenizer folder (samples, probes, copied into OUT/final)")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="tokenizer folder (samples, probes, copied into OUT/final)"
+    )
     parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
     parser.add_argument("--probe-examples", type=int, help="pretrain.probe_max_examples")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="validate, write OUT/config.json and print the worker arguments (for multi-node "
-                             "launchers, infra/multinode/) without starting anything")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="validate, write OUT/config.json and print the worker arguments (for multi-node "
+        "launchers, infra/multinode/) without starting anything",
+    )
     add_output_args(parser)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
-    flags = {"pretrain.max_steps": args.max_steps, "pretrain.save_every": args.save_every,
-             "pretrain.precision": args.precision, "pretrain.zero_stage": args.zero_stage,
-             "pretrain.probe_max_examples": args.probe_examples, "tracking.tracking_uri": args.tracking_uri}
+    flags = {
+        "pretrain.max_steps": args.max_steps,
+        "pretrain.save_every": args.save_every,
+        "pretrain.precision": args.precision,
+        "pretrain.zero_stage": args.zero_stage,
+        "pretrain.probe_max_examples": args.probe_examples,
+        "tracking.tracking_uri": args.tracking_uri,
+    }
     return list(args.set) + [f"{key}={value}" for key, value in flags.items() if value is not None]
 
 
@@ -200,11 +303,20 @@ def job_from_args(args: argparse.Namespace) -> Job:
     if args.nproc < 1 or args.nnodes < 1:
         raise ValueError(f"--nproc and --nnodes must be >= 1, got {args.nproc} and {args.nnodes}")
     if args.nnodes > 1 and not args.dry_run:
-        raise ValueError("a multi-node job is started on every node by torchrun or the deepspeed launcher "
-                         "(infra/multinode/README.md); use --nnodes with --dry-run to validate it and write the config")
-    return Job(Ref.to(args.shards), Ref.to(args.tokenizer) if args.tokenizer else None,
-               load_config(args.preset, _overrides(args)), task_data=args.task_data, resume=args.resume,
-               nproc=args.nproc, nnodes=args.nnodes, parent_run_id=args.parent_run_id)
+        raise ValueError(
+            "a multi-node job is started on every node by torchrun or the deepspeed launcher "
+            "(infra/multinode/README.md); use --nnodes with --dry-run to validate it and write the config"
+        )
+    return Job(
+        Ref.to(args.shards),
+        Ref.to(args.tokenizer) if args.tokenizer else None,
+        load_config(args.preset, _overrides(args)),
+        task_data=args.task_data,
+        resume=args.resume,
+        nproc=args.nproc,
+        nnodes=args.nnodes,
+        parent_run_id=args.parent_run_id,
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:

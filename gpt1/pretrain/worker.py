@@ -5,13 +5,13 @@
 One worker: what `gpt1 pretrain` (gpt1.pretrain.stage: validation before launch, then one process directly or N
 through torchrun) and the multi-node launchers (torchrun, the deepspeed launcher; infra/multinode/) start.
 
-A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks:
-AdamW (decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a
-DeepSpeed engine whose config is derived from the same PretrainConfig (gpt1.pretrain.distributed). Every `eval_every`
-updates it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
-(gpt1.pretrain.probes), every `save_every` a resumable checkpoint (gpt1.pretrain.checkpoint), or each every so many minutes
-instead (`*_every_minutes`, gpt1.pretrain.cadence); at the end the consolidated fp32 weights go to OUT/final/
-(GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
+A worker maximises the LM likelihood L1 = sum_i log P(u_i | u_{i-k..i-1}) over packed n_ctx-token blocks: AdamW
+(decoupled weight decay on weights only), linear warmup then cosine to 0, gradient clipping, all through a DeepSpeed
+engine whose config is derived from the same PretrainConfig (gpt1.pretrain.distributed). Every `eval_every` updates
+it measures validation loss/perplexity and logs text samples, every `probe_every` the zero-shot probes
+(gpt1.pretrain.probes), every `save_every` a resumable checkpoint (gpt1.pretrain.checkpoint), or each every so many
+minutes instead (`*_every_minutes`, gpt1.pretrain.cadence); at the end the consolidated fp32 weights go to
+OUT/final/ (GPT1.from_pretrained), with tokenizer.json and a transformers export in OUT/final/hf/.
 
 Outputs:
     OUT/config.json              resolved config (written by `gpt1 pretrain`; read by every worker)
@@ -50,6 +50,7 @@ Choices where the spec is silent:
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import math
 import os
@@ -59,15 +60,30 @@ from pathlib import Path
 
 import torch
 
-from gpt1.model import optim
-from gpt1.model.transformer import TRAINING_NAME
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import Diverged, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
-from gpt1.pretrain.inputs import (CHECKPOINTS, FINAL, check_curve_steps, curve_point, load_tokenizer,
-                                  resolve_config, resume_point, task_data_source, total_steps)
+from gpt1.model import optim
+from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pretrain.cadence import Cadence
-from gpt1.pretrain.outputs import MetricsLog, log_pretrained_model, plot_loss_curve, read_metrics, stage_key
+from gpt1.pretrain.inputs import (
+    CHECKPOINTS,
+    FINAL,
+    check_curve_steps,
+    curve_point,
+    load_tokenizer,
+    resolve_config,
+    resume_point,
+    task_data_source,
+    total_steps,
+)
+from gpt1.pretrain.outputs import (
+    MetricsLog,
+    log_pretrained_model,
+    plot_loss_curve,
+    read_metrics,
+    stage_key,
+)
 from gpt1.progress import duration
 from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
@@ -76,7 +92,9 @@ log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
 SAMPLE_TOKENS = 32
-WORKER = "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
+WORKER = (
+    "gpt1 pretrain worker"  # prefix of a worker's one-line error, which the launching stage reports
+)
 
 
 # --------------------------------------------------------------------------------------------- a worker
@@ -113,10 +131,10 @@ class Pretraining:
     def __init__(self, cfg: PipelineConfig, args: argparse.Namespace, world):
         import deepspeed
 
-        from gpt1.pretrain.checkpoint import CheckpointManager
         from gpt1.data.tokenize import BlockReader, load_manifest
-        from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
         from gpt1.model.transformer import GPT1, flops_per_token
+        from gpt1.pretrain.checkpoint import CheckpointManager
+        from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
 
         self.args, self.world = args, world
         self.out = Path(args.out)
@@ -129,25 +147,41 @@ class Pretraining:
         self.layout = batch_layout(p, world.size)
         self.ds_config = deepspeed_config(p, world.size, self.device_kind)
 
-        self.train_data = BlockReader(self.shards, "train", seed=p.seed, rank=world.rank, world_size=world.size)
+        self.train_data = BlockReader(
+            self.shards, "train", seed=p.seed, rank=world.rank, world_size=world.size
+        )
         self.total = total_steps(p, len(self.train_data))
         if len(self.train_data) < p.global_batch_size or self.total < 1:
-            raise ValueError(f"{self.shards}: {len(self.train_data)} train blocks, fewer than one global batch "
-                             f"of {p.global_batch_size}")
+            raise ValueError(
+                f"{self.shards}: {len(self.train_data)} train blocks, fewer than one global batch "
+                f"of {p.global_batch_size}"
+            )
         check_curve_steps(p, self.total)
         self.tokens_per_step = p.global_batch_size * cfg.model.n_ctx
         self.flops_per_token = flops_per_token(cfg.model)
 
         torch.manual_seed(p.seed)  # identical initial weights on every rank
         model = GPT1(cfg.model)
-        if model.compile_for(self.device_kind):  # before the engine wraps it; compiles at the first step
-            log.info("model.compile=%s: transformer blocks compiled with torch.compile", cfg.model.compile)
+        if model.compile_for(
+            self.device_kind
+        ):  # before the engine wraps it; compiles at the first step
+            log.info(
+                "model.compile=%s: transformer blocks compiled with torch.compile",
+                cfg.model.compile,
+            )
         torch.manual_seed(p.seed + world.rank)  # per-rank dropout streams
-        scheduler = lambda opt: optim.scheduler(opt, warmup_steps=p.warmup_steps,  # noqa: E731
-                                                total_steps=self.total, schedule=p.schedule)
+        scheduler = functools.partial(
+            optim.scheduler,
+            warmup_steps=p.warmup_steps,
+            total_steps=self.total,
+            schedule=p.schedule,
+        )
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, model_parameters=optim.param_groups(model, p.weight_decay), config=self.ds_config,
-            lr_scheduler=scheduler)
+            model=model,
+            model_parameters=optim.param_groups(model, p.weight_decay),
+            config=self.ds_config,
+            lr_scheduler=scheduler,
+        )
         self.model = self.engine.module
         self.device = self.engine.device
         # Stage 0 fp32 is DeepSpeed's plain path, which clips without keeping the norm: measure it ourselves.
@@ -155,20 +189,24 @@ class Pretraining:
         # Text samples and probes read the whole model. Under ZeRO-3 its parameters are gathered collectively, so
         # every rank takes part; below that rank 0 runs them alone while the others wait at the next update.
         self.runs_diagnostics = world.is_main or p.zero_stage == 3
-        self.cadence = {"eval": Cadence(p.eval_every, p.eval_every_minutes),
-                        "probe": Cadence(p.probe_every, p.probe_every_minutes),
-                        "save": Cadence(p.save_every, p.save_every_minutes)}
+        self.cadence = {
+            "eval": Cadence(p.eval_every, p.eval_every_minutes),
+            "probe": Cadence(p.probe_every, p.probe_every_minutes),
+            "save": Cadence(p.save_every, p.save_every_minutes),
+        }
         self.window = Window()
 
-        self.checkpoints = CheckpointManager(self.out / CHECKPOINTS, rank=world.rank, world_size=world.size,
-                                             keep_last=p.keep_last)
+        self.checkpoints = CheckpointManager(
+            self.out / CHECKPOINTS, rank=world.rank, world_size=world.size, keep_last=p.keep_last
+        )
         self.tokenizer = load_tokenizer(args.tokenizer, self.manifest)
         self.probe_data = {}
         if self.tokenizer is not None and self.runs_diagnostics:
             from gpt1.pretrain.probes import load_probe_data
 
-            self.probe_data = load_probe_data(task_data_source(cfg, args.task_data), p.probe_max_examples,
-                                              cfg.finetune.task_data)
+            self.probe_data = load_probe_data(
+                task_data_source(cfg, args.task_data), p.probe_max_examples, cfg.finetune.task_data
+            )
         elif self.tokenizer is None:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
@@ -177,9 +215,14 @@ class Pretraining:
         if resume_from is not None:
             meta = self.checkpoints.load(self.engine, resume_from)
             self.train_data.load_state_dict(meta["reader"])
-            self.step, self.tokens_seen, self.run_id = meta["step"], meta["tokens_seen"], meta.get("run_id")
+            self.step, self.tokens_seen, self.run_id = (
+                meta["step"],
+                meta["tokens_seen"],
+                meta.get("run_id"),
+            )
             log.info("resumed from %s (update %d of %d)", resume_from, self.step, self.total)
-        self.reader_state = self.train_data.state_dict()  # after the last update trained (checkpoints save it)
+        # after the last update trained (checkpoints save it)
+        self.reader_state = self.train_data.state_dict()
 
         self.peak_flops, self.peak_source = None, ""
         self.run = self.metrics = self.bar = None
@@ -192,31 +235,54 @@ class Pretraining:
 
     # -- tracking --------------------------------------------------------------------------------------
     def _start_tracking(self, resumed: bool) -> None:
-        from gpt1.tracking.runs import monitor_system, stage_tags
         from gpt1.tracking.logger import RunLogger
+        from gpt1.tracking.runs import monitor_system, stage_tags
 
-        write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))  # the config this run resolved to
+        # the config this run resolved to
+        write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))
         write_json(self.out / "deepspeed_config.json", self.ds_config)
-        tags = {**stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
-                "gpt1.shards": self.manifest.get("key", "")}
-        self.run = RunLogger("pretrain", experiment=self.cfg.tracking.experiment, uri=self.cfg.tracking.tracking_uri,
-                             parent_run_id=self.args.parent_run_id, run_id=self.run_id, tags=tags)
+        tags = {
+            **stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
+            "gpt1.shards": self.manifest.get("key", ""),
+        }
+        self.run = RunLogger(
+            "pretrain",
+            experiment=self.cfg.tracking.experiment,
+            uri=self.cfg.tracking.tracking_uri,
+            parent_run_id=self.args.parent_run_id,
+            run_id=self.run_id,
+            tags=tags,
+        )
         monitor_system(self.run)
         environment = {f"env.{name}": value for name, value in versions().items()}
-        log.info("environment: %s", ", ".join(f"{k.removeprefix('env.')} {v}" for k, v in environment.items()))
+        log.info(
+            "environment: %s",
+            ", ".join(f"{k.removeprefix('env.')} {v}" for k, v in environment.items()),
+        )
         if resumed and self.run_id is not None:
             # params are already on the run (MLflow refuses to change a logged param); this start's are tags
             self.run.set_tags({"resumed_at_step": self.step, **environment})
             return
-        self.run.log_params({**flatten(self.cfg.model_dump(mode="json")), **environment,
-                             **flatten(self.ds_config, "deepspeed."),
-                             "world_size": self.world.size, "total_steps": self.total,
-                             "flops_per_token": self.flops_per_token, "peak_flops_per_device": self.peak_flops,
-                             "peak_flops_source": self.peak_source})
+        self.run.log_params(
+            {
+                **flatten(self.cfg.model_dump(mode="json")),
+                **environment,
+                **flatten(self.ds_config, "deepspeed."),
+                "world_size": self.world.size,
+                "total_steps": self.total,
+                "flops_per_token": self.flops_per_token,
+                "peak_flops_per_device": self.peak_flops,
+                "peak_flops_source": self.peak_source,
+            }
+        )
         self.run.log_dict(self.cfg.model_dump(mode="json"), "config.json")
         self.run.log_dict(self.ds_config, "deepspeed_config.json")
-        self.run.log_dataset("shards", self.manifest.get("key") or sha256_file(self.shards / "manifest.json"),
-                             str(self.shards.resolve()), context="training")
+        self.run.log_dataset(
+            "shards",
+            self.manifest.get("key") or sha256_file(self.shards / "manifest.json"),
+            str(self.shards.resolve()),
+            context="training",
+        )
 
     @property
     def run_id_now(self) -> str | None:
@@ -228,7 +294,9 @@ class Pretraining:
         self.metrics.flush()
 
     # -- training ------------------------------------------------------------------------------------------
-    def train_step(self, micro_batches: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | float | None]:
+    def train_step(
+        self, micro_batches: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | float | None]:
         """One optimizer update over this rank's (accum, micro, n_ctx+1) blocks: this rank's mean loss and the
         gradient norm, left on the device (nothing here waits for it; the logging window does, once)."""
         engine = self.engine
@@ -237,7 +305,8 @@ class Pretraining:
         for i, blocks in enumerate(micro_batches):
             blocks = blocks.to(self.device)  # already there when prefetched to a GPU
             loss = engine(blocks[:, :-1], targets=blocks[:, 1:]).loss
-            engine.backward(loss)  # DeepSpeed divides by the accumulation steps and averages across ranks
+            # DeepSpeed divides by the accumulation steps and averages across ranks
+            engine.backward(loss)
             if i == len(micro_batches) - 1 and self.norm_from_grads:
                 grads = [p.grad for p in self.model.parameters() if p.grad is not None]
                 grad_norm = torch.nn.utils.get_total_norm(grads)
@@ -253,7 +322,9 @@ class Pretraining:
 
         def epochs():
             while True:
-                yield from self.train_data.global_batches(self.layout.global_batch, self.layout.micro_batch)
+                yield from self.train_data.global_batches(
+                    self.layout.global_batch, self.layout.micro_batch
+                )
 
         return prefetched(epochs(), self.train_data, self.device)
 
@@ -261,10 +332,20 @@ class Pretraining:
         from tqdm import tqdm
 
         # disable=None: drawn on a terminal only (piped into Prefect logs, each redraw would be a record)
-        self.bar = tqdm(total=self.total, initial=self.step, desc="pretrain", unit="step",
-                        disable=None if self.world.is_main else True)
+        self.bar = tqdm(
+            total=self.total,
+            initial=self.step,
+            desc="pretrain",
+            unit="step",
+            disable=None if self.world.is_main else True,
+        )
         log_every = self.cfg.pretrain.log_every
-        actions = {"eval": self.evaluate, "probe": self.probe, "curve": self.write_curve_point, "save": self.save}
+        actions = {
+            "eval": self.evaluate,
+            "probe": self.probe,
+            "curve": self.write_curve_point,
+            "save": self.save,
+        }
         batches = self.batches()
         self.window.reset()
         while self.step < self.total:
@@ -284,7 +365,12 @@ class Pretraining:
                 self.log_window()
             if due:
                 started = time.perf_counter()
-                for name in ("eval", "probe", "curve", "save"):  # a curve point before the checkpoint that passes it
+                for name in (
+                    "eval",
+                    "probe",
+                    "curve",
+                    "save",
+                ):  # a curve point before the checkpoint that passes it
                     if name in due:
                         actions[name]()
                         if name in self.cadence:
@@ -301,8 +387,11 @@ class Pretraining:
         due = {name for name, cadence in self.cadence.items() if cadence.due_by_updates(self.step)}
         timed = [name for name, cadence in self.cadence.items() if cadence.timed]
         if boundary and timed:
-            flags = torch.tensor([self.cadence[name].due_by_time() for name in timed], dtype=torch.int32,
-                                 device=self.device)
+            flags = torch.tensor(
+                [self.cadence[name].due_by_time() for name in timed],
+                dtype=torch.int32,
+                device=self.device,
+            )
             torch.distributed.broadcast(flags, src=0)
             due.update(name for name, flag in zip(timed, flags.tolist()) if flag)
         return due
@@ -322,8 +411,10 @@ class Pretraining:
         first = self.step - len(losses) + 1
         for step, loss, grad_norm, lr in zip(range(first, self.step + 1), losses, norms, lrs):
             if not math.isfinite(loss) or (grad_norm is not None and not math.isfinite(grad_norm)):
-                raise Diverged(f"pre-training diverged at update {step}: loss {loss}, gradient norm {grad_norm} "
-                               f"(lr {lr:.3g}); {self.kept()}")
+                raise Diverged(
+                    f"pre-training diverged at update {step}: loss {loss}, gradient norm {grad_norm} "
+                    f"(lr {lr:.3g}); {self.kept()}"
+                )
             if self.metrics is not None:
                 self.metrics.write({"step": step, "loss": loss, "lr": lr, "grad_norm": grad_norm})
         if self.metrics is not None:
@@ -342,19 +433,38 @@ class Pretraining:
         if self.world.is_main and updates:
             tokens_per_s = updates * self.tokens_per_step / seconds
             grad_norm = window.norms[-1]
-            metrics = {"loss": sum(window.losses) / updates, "lr": window.lrs[-1], "grad_norm": grad_norm,
-                       "tokens_per_s": tokens_per_s, "tokens_seen": self.tokens_seen,
-                       "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size)}
-            self._record({"step": self.step, "tokens_per_s": tokens_per_s, "mfu": metrics["mfu"],
-                          "seconds_per_update": seconds / updates})
+            metrics = {
+                "loss": sum(window.losses) / updates,
+                "lr": window.lrs[-1],
+                "grad_norm": grad_norm,
+                "tokens_per_s": tokens_per_s,
+                "tokens_seen": self.tokens_seen,
+                "mfu": mfu(tokens_per_s, self.flops_per_token, self.peak_flops, self.world.size),
+            }
+            self._record(
+                {
+                    "step": self.step,
+                    "tokens_per_s": tokens_per_s,
+                    "mfu": metrics["mfu"],
+                    "seconds_per_update": seconds / updates,
+                }
+            )
             self.run.log_metrics(metrics, step=self.step)
             self.bar.update(updates)
             self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
             eta = (self.total - self.step) * seconds / updates
-            log.info("step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s", self.step, self.total,
-                     metrics["loss"], metrics["lr"], "n/a" if grad_norm is None else f"{grad_norm:.3f}",
-                     tokens_per_s, mfu_text, duration(eta))
+            log.info(
+                "step %d/%d loss %.4f lr %.3g grad_norm %s tokens/s %.0f mfu %s ETA %s",
+                self.step,
+                self.total,
+                metrics["loss"],
+                metrics["lr"],
+                "n/a" if grad_norm is None else f"{grad_norm:.3f}",
+                tokens_per_s,
+                mfu_text,
+                duration(eta),
+            )
         window.reset()
 
     # -- evaluation ------------------------------------------------------------------------------------------
@@ -363,7 +473,9 @@ class Pretraining:
         """Mean LM loss over the first eval_batches global batches of the val split (stored order)."""
         from gpt1.data.tokenize import BlockReader
 
-        reader = BlockReader(self.shards, "val", rank=self.world.rank, world_size=self.world.size, shuffle=False)
+        reader = BlockReader(
+            self.shards, "val", rank=self.world.rank, world_size=self.world.size, shuffle=False
+        )
         n_batches = self.validation_blocks(len(reader)) // self.layout.global_batch
         if n_batches == 0:
             return None
@@ -373,7 +485,9 @@ class Pretraining:
         for _ in range(n_batches):
             for blocks in next(steps):
                 blocks = blocks.to(self.device)
-                total[0] += self.engine(blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum").loss.double()
+                total[0] += self.engine(
+                    blocks[:, :-1], targets=blocks[:, 1:], loss_average="sum"
+                ).loss.double()
                 total[1] += blocks[:, 1:].numel()
         self.engine.train()
         torch.distributed.all_reduce(total)
@@ -395,7 +509,9 @@ class Pretraining:
             metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0))}
             self.run.log_metrics(metrics, step=self.step)
             self._record({"step": self.step, **metrics})
-            log.info("step %d: val loss %.4f, perplexity %.2f", self.step, val_loss, metrics["val_ppl"])
+            log.info(
+                "step %d: val loss %.4f, perplexity %.2f", self.step, val_loss, metrics["val_ppl"]
+            )
         if samples:
             name = f"samples/step-{self.step:08d}.txt"
             write_text(self.out / name, samples)
@@ -410,8 +526,15 @@ class Pretraining:
         generator = torch.Generator().manual_seed(self.cfg.pretrain.seed)
         lines = []
         for prompt in SAMPLE_PROMPTS:
-            text = continue_text(self.model, self.tokenizer, prompt, SAMPLE_TOKENS, temperature=0.8, top_k=40,
-                                 generator=generator)
+            text = continue_text(
+                self.model,
+                self.tokenizer,
+                prompt,
+                SAMPLE_TOKENS,
+                temperature=0.8,
+                top_k=40,
+                generator=generator,
+            )
             lines.append(f"[{prompt}] {text}")
         return f"step {self.step}\n" + "\n".join(lines) + "\n"
 
@@ -425,24 +548,37 @@ class Pretraining:
         if self.world.is_main:
             self.run.log_metrics(results, step=self.step)
             self._record({"step": self.step, **results})
-            log.info("step %d: zero-shot probes %s (%.1fs)", self.step,
-                     ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in results.items()),
-                     time.perf_counter() - started)
+            log.info(
+                "step %d: zero-shot probes %s (%.1fs)",
+                self.step,
+                ", ".join(f"{k.split('/')[1]} {v:.1f}" for k, v in results.items()),
+                time.perf_counter() - started,
+            )
 
     # -- checkpoints and the end -------------------------------------------------------------------------------
     def kept(self) -> str:
         """What a run stopped by divergence leaves: the checkpoint to resume from, and no final model."""
         latest = self.checkpoints.latest_complete()
-        where = f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
-        return (f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
-                "(--resume auto) or start over")
+        where = (
+            f"the last checkpoint, {latest}, is kept" if latest else "no checkpoint was written yet"
+        )
+        return (
+            f"{where}; no final model written. Lower pretrain.lr or raise pretrain.warmup_steps, then resume "
+            "(--resume auto) or start over"
+        )
 
     def check_weights(self) -> None:
         """Refuse to checkpoint non-finite weights (an update can make them so with a finite loss before it)."""
-        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        bad = [
+            name
+            for name, param in self.model.named_parameters()
+            if not bool(torch.isfinite(param).all())
+        ]
         if bad:
-            raise Diverged(f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
-                           f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}")
+            raise Diverged(
+                f"pre-training diverged at update {self.step}: {len(bad)} weight tensors hold NaN or "
+                f"inf ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''}); {self.kept()}"
+            )
 
     def save(self) -> Path:
         self.check_weights()
@@ -451,8 +587,13 @@ class Pretraining:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
             # reach MLflow now, not seconds later (a kill in between would lose it for good).
             self.run.flush()
-        meta = {"reader": self.reader_state, "tokens_seen": self.tokens_seen, "run_id": self.run_id_now,
-                "total_steps": self.total, "model": self.cfg.model.model_dump()}
+        meta = {
+            "reader": self.reader_state,
+            "tokens_seen": self.tokens_seen,
+            "run_id": self.run_id_now,
+            "total_steps": self.total,
+            "model": self.cfg.model.model_dump(),
+        }
         path = self.checkpoints.save(self.engine, self.step, meta)
         if self.world.is_main:
             log.info("checkpoint %s written in %.1fs", path, time.perf_counter() - started)
@@ -461,8 +602,8 @@ class Pretraining:
     def write_model(self, folder: Path):
         """The consolidated fp32 weights (gathered by every rank, from memory); rank 0 writes them with the
         tokenizer as a model folder (GPT1.from_pretrained) and returns the model; the other ranks None."""
-        from gpt1.pretrain.checkpoint import consolidated_state_dict
         from gpt1.model.transformer import GPT1
+        from gpt1.pretrain.checkpoint import consolidated_state_dict
 
         state = consolidated_state_dict(self.engine)
         if not self.world.is_main:
@@ -483,8 +624,14 @@ class Pretraining:
         folder = self.out / curve_point(self.step)
         if self.write_model(folder) is None:
             return
-        write_json(folder / TRAINING_NAME, {"steps": self.step, "tokens_seen": self.tokens_seen,
-                                      "weights_sha256": sha256_file(folder / WEIGHTS_NAME)})
+        write_json(
+            folder / TRAINING_NAME,
+            {
+                "steps": self.step,
+                "tokens_seen": self.tokens_seen,
+                "weights_sha256": sha256_file(folder / WEIGHTS_NAME),
+            },
+        )
         log.info("curve point: the model at update %d in %s", self.step, folder)
 
     def finish(self) -> None:
@@ -500,19 +647,36 @@ class Pretraining:
         from gpt1.model.transformer import WEIGHTS_NAME
 
         checkpoint = self.out / CHECKPOINTS / tag_for(self.step)
-        if self.tokenizer is None:  # a transformers folder without one loads a tokenizer that maps all text to 0
-            log.warning("no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
-                        "TOK --out DIR)", final / "hf", final)
+        if (
+            self.tokenizer is None
+        ):  # a transformers folder without one loads a tokenizer that maps all text to 0
+            log.warning(
+                "no transformers export in %s: no --tokenizer (later: gpt1 convert --to hf %s --tokenizer "
+                "TOK --out DIR)",
+                final / "hf",
+                final,
+            )
         else:
             try:
-                save_hf_folder(model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen))
-            except ValueError as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
+                save_hf_folder(
+                    model, self.tokenizer, final / "hf", pretrained_by(self.step, self.tokens_seen)
+                )
+            except (
+                ValueError
+            ) as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
                 log.warning("no transformers export in %s: %s", final / "hf", err)
-        summary = {"steps": self.step, "tokens_seen": self.tokens_seen, "checkpoint": str(checkpoint),
-                   "shards": str(self.shards.resolve()), "shards_key": self.manifest.get("key"),
-                   "tokenizer_sha256": self.manifest.get("tokenizer_sha256"), "mlflow_run_id": self.run_id_now,
-                   "weights_sha256": sha256_file(final / WEIGHTS_NAME), "peak_rss_mb": peak_rss_mb(),
-                   "corpus": self.manifest.get("composition")}
+        summary = {
+            "steps": self.step,
+            "tokens_seen": self.tokens_seen,
+            "checkpoint": str(checkpoint),
+            "shards": str(self.shards.resolve()),
+            "shards_key": self.manifest.get("key"),
+            "tokenizer_sha256": self.manifest.get("tokenizer_sha256"),
+            "mlflow_run_id": self.run_id_now,
+            "weights_sha256": sha256_file(final / WEIGHTS_NAME),
+            "peak_rss_mb": peak_rss_mb(),
+            "corpus": self.manifest.get("composition"),
+        }
         language_model = self.language_model()
         if language_model is not None:
             summary["language_model"] = language_model
@@ -539,17 +703,33 @@ class Pretraining:
         val_loss = read_metrics(self.out / "metrics.jsonl").get(self.step, {}).get("val_loss")
         val_blocks = self.validation_blocks(self.manifest["splits"]["val"]["rows"])
         if val_loss is None or val_blocks == 0:
-            log.warning("no validation loss at update %d: no n-gram baselines in training.json", self.step)
+            log.warning(
+                "no validation loss at update %d: no n-gram baselines in training.json", self.step
+            )
             return None
         started = time.perf_counter()
         try:
-            summary = language_model_summary(val_loss, baselines_for_shards(self.shards, val_blocks))
-        except ValueError as err:  # e.g. too few train blocks to fit and hold out: the model itself is fine
+            summary = language_model_summary(
+                val_loss, baselines_for_shards(self.shards, val_blocks)
+            )
+        except (
+            ValueError
+        ) as err:  # e.g. too few train blocks to fit and hold out: the model itself is fine
             log.warning("no n-gram baselines in training.json: %s", err)
             return None
-        self.run.log_metrics({f"lm/{name}": summary[name] for name in
-                              ("val_loss", "unigram_loss", "bigram_loss", "bigram_weight", "beats_bigram_by")},
-                             step=self.step)
+        self.run.log_metrics(
+            {
+                f"lm/{name}": summary[name]
+                for name in (
+                    "val_loss",
+                    "unigram_loss",
+                    "bigram_loss",
+                    "bigram_weight",
+                    "beats_bigram_by",
+                )
+            },
+            step=self.step,
+        )
         log.info("%s (n-gram baselines in %.1fs)", describe(summary), time.perf_counter() - started)
         return summary
 
@@ -559,22 +739,35 @@ class Pretraining:
 
 def worker_parser() -> argparse.ArgumentParser:
     # No option may prefix a launcher's own (torchrun/deepspeed would take `--d...`/`--n...` abbreviations).
-    parser = argparse.ArgumentParser(prog="python -m gpt1.pretrain", description="one pre-training worker")
-    parser.add_argument("--config", required=True, help="resolved config JSON (gpt1 pretrain writes OUT/config.json)")
+    parser = argparse.ArgumentParser(
+        prog="python -m gpt1.pretrain", description="one pre-training worker"
+    )
+    parser.add_argument(
+        "--config",
+        required=True,
+        help="resolved config JSON (gpt1 pretrain writes OUT/config.json)",
+    )
     parser.add_argument("--shards", required=True)
     parser.add_argument("--out", required=True)
-    parser.add_argument("--resume", help="'auto' (latest complete checkpoint) or a checkpoint directory")
-    parser.add_argument("--tokenizer", help="tokenizer folder: text samples, probes, OUT/final/tokenizer.json")
+    parser.add_argument(
+        "--resume", help="'auto' (latest complete checkpoint) or a checkpoint directory"
+    )
+    parser.add_argument(
+        "--tokenizer", help="tokenizer folder: text samples, probes, OUT/final/tokenizer.json"
+    )
     parser.add_argument("--task-data", help="folder of task folders for the zero-shot probes")
     parser.add_argument("--parent-run-id", help="MLflow parent run (pipeline nesting)")
-    parser.add_argument("--local_rank", "--local-rank", type=int, help="set by the deepspeed launcher; unused")
+    parser.add_argument(
+        "--local_rank", "--local-rank", type=int, help="set by the deepspeed launcher; unused"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     exit_with_parent()  # the launcher (gpt1 pretrain, a pipeline) died: stop training, release the output
     args = worker_parser().parse_args(argv)
-    rank = os.environ.get("RANK", "0")  # as the launcher set it; joining the world may itself fail (no CUDA)
+    # as the launcher set it; joining the world may itself fail (no CUDA)
+    rank = os.environ.get("RANK", "0")
     return exit_code(lambda: start(args), prefix=f"{WORKER} (rank {rank})")
 
 
@@ -582,8 +775,10 @@ def start(args: argparse.Namespace) -> int:
     from gpt1.pretrain.distributed import init_world
 
     world = init_world()
-    logging.basicConfig(level=logging.INFO if world.is_main else logging.WARNING,
-                        format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if world.is_main else logging.WARNING,
+        format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s",
+    )
     return train(config_from_dict(read_json(args.config)), args, world)
 
 

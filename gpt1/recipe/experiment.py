@@ -19,14 +19,25 @@ from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.finetune import stage as finetune
 from gpt1.finetune.stage import NOT_FINETUNE_SETTINGS
 from gpt1.io import size_on_disk, stable_hash
-from gpt1.pipeline.plan import Plan
 from gpt1.model.transformer import TRAINING_NAME
+from gpt1.pipeline.plan import Plan
 from gpt1.pretrain.inputs import CURVE, FINAL, curve_point
+from gpt1.report import stage as report
 from gpt1.stages.base import Ref, data_key
 
-VARIANTS = ("full", "no_pretrain", "no_aux_lm", "transfer_layers")  # the paper's Table 5 and Fig. 2 (left)
-CURVE_VARIANT = "step_"  # + N: the full run's fine-tunes of the headline tasks from the model at update N
-SEED_VARIANT = "_seed"  # + S: a variant fine-tuned with seed S, one of finetune.seeds beside finetune.seed
+# the paper's Table 5 and Fig. 2 (left)
+VARIANTS = (
+    "full",
+    "no_pretrain",
+    "no_aux_lm",
+    "transfer_layers",
+)
+CURVE_VARIANT = (
+    "step_"  # + N: the full run's fine-tunes of the headline tasks from the model at update N
+)
+SEED_VARIANT = (
+    "_seed"  # + S: a variant fine-tuned with seed S, one of finetune.seeds beside finetune.seed
+)
 
 
 def curve_variant(step: int) -> str:
@@ -67,14 +78,24 @@ def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
     configured, from an earlier model; it measures, so it registers no model."""
     name, seed = unseeded(variant)
     update = {}
-    if seed is not None:  # another seed's models are not registered: the first seed's are the variant's
-        update = {"finetune": cfg.finetune.model_copy(update={"seed": seed}),
-                  "tracking": cfg.tracking.model_copy(update={"register_models": False})}
+    if (
+        seed is not None
+    ):  # another seed's models are not registered: the first seed's are the variant's
+        update = {
+            "finetune": cfg.finetune.model_copy(update={"seed": seed}),
+            "tracking": cfg.tracking.model_copy(update={"register_models": False}),
+        }
     cfg = cfg.model_copy(update=update)
     if curve_step(name) is not None:
-        return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"register_models": False})})
-    changes = {"full": {}, "no_pretrain": {"from_scratch": True}, "no_aux_lm": {"aux_lm_weight": 0.0},
-               "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers}}[name]
+        return cfg.model_copy(
+            update={"tracking": cfg.tracking.model_copy(update={"register_models": False})}
+        )
+    changes = {
+        "full": {},
+        "no_pretrain": {"from_scratch": True},
+        "no_aux_lm": {"aux_lm_weight": 0.0},
+        "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers},
+    }[name]
     return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
 
 
@@ -84,8 +105,13 @@ class Experiment(Plan):
     `checkpoint`: fine-tune from this model instead of pre-training one (with `given_tokenizer` when the checkpoint
     holds none). The recipe sets the outputs (`samples`, `corpus`, ...) as it adds the steps that write them."""
 
-    def __init__(self, cfg: PipelineConfig, work: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
-                 tokenizer: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        cfg: PipelineConfig,
+        work: str | os.PathLike,
+        checkpoint: str | os.PathLike | None = None,
+        tokenizer: str | os.PathLike | None = None,
+    ):
         super().__init__(Path(work).absolute(), cfg)
         self.checkpoint = Ref.to(checkpoint) if checkpoint else None
         self.given_tokenizer = Ref.to(tokenizer) if tokenizer else None
@@ -105,8 +131,11 @@ class Experiment(Plan):
             curve = [curve_variant(step) for step in self.cfg.pretrain.curve_steps]
         first = self.cfg.finetune.seed
         seeds = range(first, first + self.cfg.finetune.seeds)
-        return [seeded(variant, seed, first) for variant in ["full", *self.cfg.orchestration.ablations, *curve]
-                for seed in seeds]
+        return [
+            seeded(variant, seed, first)
+            for variant in ["full", *self.cfg.orchestration.ablations, *curve]
+            for seed in seeds
+        ]
 
     def variant_tasks(self, variant: str) -> list[str]:
         """The tasks a variant fine-tunes: every task, but a curve point only the headline ones (the curve is of
@@ -132,8 +161,12 @@ class Experiment(Plan):
         if self.checkpoint is not None:
             return self.checkpoint
         if self.from_random_init(variant):
-            key = stable_hash({"random_init": self.cfg.model.model_dump(exclude={"vocab_size"}),
-                               "tokenizer": self.tokenizer.key})
+            key = stable_hash(
+                {
+                    "random_init": self.cfg.model.model_dump(exclude={"vocab_size"}),
+                    "tokenizer": self.tokenizer.key,
+                }
+            )
             return Ref(self.work / "random-init" / key, key)
         step = curve_step(variant)
         return self.model.inside(curve_point(step) if step is not None else FINAL)
@@ -145,16 +178,31 @@ class Experiment(Plan):
 
     def finetune_job(self, variant: str, task: str) -> finetune.Job:
         data, key = self.task_data(task)
-        init = self.cfg.model.model_dump(exclude={"vocab_size"}) if self.from_random_init(variant) else None
-        return finetune.Job(task, data, key, self.start(variant), self.tokenizer, self.variant_config(variant),
-                            run_name=finetune_step(variant, task), random_init=init)
+        init = (
+            self.cfg.model.model_dump(exclude={"vocab_size"})
+            if self.from_random_init(variant)
+            else None
+        )
+        return finetune.Job(
+            task,
+            data,
+            key,
+            self.start(variant),
+            self.tokenizer,
+            self.variant_config(variant),
+            run_name=finetune_step(variant, task),
+            random_init=init,
+        )
 
     def ready_early(self, name: str) -> bool:
         """A curve point's fine-tune may start while pre-training runs on, once the model it starts from is
         written (its training.json comes last); the final model's fine-tunes wait for the stage to end."""
         job = self.steps[name].job
-        return (isinstance(job, finetune.Job) and job.checkpoint.path.parent.name == CURVE
-                and (job.checkpoint.path / TRAINING_NAME).is_file())
+        return (
+            isinstance(job, finetune.Job)
+            and job.checkpoint.path.parent.name == CURVE
+            and (job.checkpoint.path / TRAINING_NAME).is_file()
+        )
 
     # -- folders ----------------------------------------------------------------------------------------------------
     def variant_dir(self, variant: str) -> Path:
@@ -164,11 +212,31 @@ class Experiment(Plan):
         # holding a result of other inputs. (Its content is in each task's own stage key: files edited in place
         # are refused there, by name, rather than silently mixing results across a running flow's tasks.)
         data = {task: self.task_source(task) for task in self.tasks}
-        return self.work / "finetune" / stable_hash({"start": self.start(variant).key, "finetune": settings,
-                                                     "tokenizer": tokenizer_key, "data": data})
+        return (
+            self.work
+            / "finetune"
+            / stable_hash(
+                {
+                    "start": self.start(variant).key,
+                    "finetune": settings,
+                    "tokenizer": tokenizer_key,
+                    "data": data,
+                }
+            )
+        )
 
     def task_dir(self, task: str, variant: str = "full") -> Path:
         return self.variant_dir(variant) / task
+
+    def report_job(self) -> report.Job:
+        """The report of every variant's fine-tunes (failed ones as failed, skipped tasks as not run)."""
+        return report.Job(
+            tuple(self.variant_dir(v) for v in self.variants),
+            tuple(self.variants),
+            tuple(sorted(self.missing_data().items())),
+            self.cfg.report.headline(),
+            tracking_uri=self.cfg.tracking.tracking_uri,
+        )
 
     def report_dir(self) -> Path:
         return self.work / "report" / stable_hash([str(self.variant_dir(v)) for v in self.variants])
@@ -197,7 +265,8 @@ class Experiment(Plan):
         """(where a task's files are, their content key)."""
         where = self.task_source(task)
         if self.reads_samples(task):
-            return where, self.samples.inside(f"tasks/{tasks.get(task).folder}").key  # not written yet
+            # not written yet
+            return where, self.samples.inside(f"tasks/{tasks.get(task).folder}").key
         return where, data_key(where)
 
     def missing_data(self) -> dict[str, str]:
@@ -222,9 +291,16 @@ class Experiment(Plan):
         def weight(task: str) -> int:
             return (size_on_disk(self.task_source(task)) or 1) * (tasks.get(task).n_choices or 1)
 
-        return sorted(self.tasks, key=weight, reverse=True)  # stable: equal weights keep finetune.tasks' order
+        # stable: equal weights keep finetune.tasks' order
+        return sorted(self.tasks, key=weight, reverse=True)
 
     def probe_data(self) -> str | None:
         """Where pre-training's zero-shot probes read task folders (None: the hub, per finetune.data)."""
         source = self.cfg.finetune.data
-        return str(self.samples.path / "tasks") if source == "sample" else None if source == "hf" else source
+        return (
+            str(self.samples.path / "tasks")
+            if source == "sample"
+            else None
+            if source == "hf"
+            else source
+        )

@@ -19,19 +19,19 @@ import shutil
 import socket
 import subprocess
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import httpx
 
 from gpt1 import tasks
 from gpt1.config import PipelineConfig
-from gpt1.pretrain.distributed import batch_layout
 from gpt1.io import size_on_disk
+from gpt1.pretrain.distributed import batch_layout
 from gpt1.recipe.experiment import Experiment, curve_step
-from gpt1.sample_data.tasks import SIZES
 from gpt1.recipe.recipe import plan as plan_run
+from gpt1.sample_data.tasks import SIZES
 from gpt1.stages.base import stage_jobs
 from gpt1.stages.outputs import is_done
 from gpt1.tasks import hub as task_hub
@@ -67,19 +67,35 @@ class Context:
         self.found.notes.append(text)
 
 
-def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool = True,
-               extra_checks: Iterable[Callable[[Context], None]] = ()) -> Findings:
+def run_checks(
+    cfg: PipelineConfig,
+    work: str | os.PathLike,
+    *,
+    services: bool = True,
+    extra_checks: Iterable[Callable[[Context], None]] = (),
+) -> Findings:
     """Every check (see the module docstring), then `extra_checks` (the orchestrator's); `services=False` skips
     the MLflow check (tests, dry planning)."""
     found = Findings()
     try:
         plan = plan_run(cfg, work)
-    except (OSError, ValueError) as err:  # a local source that cannot be read: the other checks go on without it
+    except (
+        OSError,
+        ValueError,
+    ) as err:  # a local source that cannot be read: the other checks go on without it
         found.problems.append(f"ingest.source: {err}")
-        plan = plan_run(cfg.model_copy(update={"ingest": cfg.ingest.model_copy(update={"source": "sample"})}), work)
+        plan = plan_run(
+            cfg.model_copy(update={"ingest": cfg.ingest.model_copy(update={"source": "sample"})}),
+            work,
+        )
     ctx = Context(cfg, Path(work).absolute(), plan, found, shared=Path(work).is_absolute())
-    checks: list[Callable[[Context], None]] = [check_corpus, check_task_data, check_settings, check_work_dir,
-                                               check_disk]
+    checks: list[Callable[[Context], None]] = [
+        check_corpus,
+        check_task_data,
+        check_settings,
+        check_work_dir,
+        check_disk,
+    ]
     if services:
         checks.append(check_mlflow)
     checks += extra_checks
@@ -87,7 +103,9 @@ def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool =
         try:
             check(ctx)
         except Exception as err:  # noqa: BLE001 - a check that cannot run is itself a problem to report
-            ctx.problem(f"{check.__name__.removeprefix('check_')}: could not be checked ({type(err).__name__}: {err})")
+            ctx.problem(
+                f"{check.__name__.removeprefix('check_')}: could not be checked ({type(err).__name__}: {err})"
+            )
     describe_run(ctx)
     return found
 
@@ -95,8 +113,10 @@ def run_checks(cfg: PipelineConfig, work: str | os.PathLike, *, services: bool =
 # -- data ---------------------------------------------------------------------------------------------------------
 def _hub_reachable(ctx: Context) -> bool:
     if ctx.hub_online is None:
-        offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes")
-                      for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        offline = any(
+            os.environ.get(v, "").lower() in ("1", "true", "yes")
+            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+        )
         if offline:
             ctx.hub_online = False
         else:
@@ -112,16 +132,22 @@ def _in_hub_cache(repo: str) -> bool:
     from huggingface_hub import constants
 
     folder = f"datasets--{repo.replace('/', '--')}"
-    return any((Path(root) / folder).is_dir() for root in {constants.HF_HUB_CACHE, os.environ.get(
-        "HF_DATASETS_CACHE", "")} if root)
+    return any(
+        (Path(root) / folder).is_dir()
+        for root in {constants.HF_HUB_CACHE, os.environ.get("HF_DATASETS_CACHE", "")}
+        if root
+    )
 
 
-def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None, override: str,
-                      layout: str = "") -> None:
+def check_hub_dataset(
+    ctx: Context, what: str, repo: str, revision: str | None, override: str, layout: str = ""
+) -> None:
     """A hub dataset the run reads: its revision found on the hub, or, offline, in the local cache; else a problem
     naming the override that gives a local copy instead (e.g. `ingest.source=DIR`) and the copy's `layout`."""
     if revision is None:
-        ctx.note(f"{what}: hf:{repo} has no pinned @revision: a re-run cannot tell if the hub copy changed")
+        ctx.note(
+            f"{what}: hf:{repo} has no pinned @revision: a re-run cannot tell if the hub copy changed"
+        )
     if _hub_reachable(ctx):
         from huggingface_hub import HfApi
         from huggingface_hub.errors import HfHubHTTPError
@@ -129,11 +155,15 @@ def check_hub_dataset(ctx: Context, what: str, repo: str, revision: str | None, 
         try:
             HfApi().dataset_info(repo, revision=revision, timeout=10)
         except HfHubHTTPError as err:
-            ctx.problem(f"{what}: hf:{repo}{'@' + revision if revision else ''} not found on the hub ({err})")
+            ctx.problem(
+                f"{what}: hf:{repo}{'@' + revision if revision else ''} not found on the hub ({err})"
+            )
     elif not _in_hub_cache(repo):
-        ctx.problem(f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; give a "
-                    f"local copy with the override `{override}`{layout} (`--set`, or the flow's overrides) or pre-fill "
-                    "the cache")
+        ctx.problem(
+            f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; give a "
+            f"local copy with the override `{override}`{layout} (`--set`, or the flow's overrides) or pre-fill "
+            "the cache"
+        )
 
 
 def check_corpus(ctx: Context) -> None:
@@ -167,21 +197,33 @@ def check_task_data(ctx: Context) -> None:
         spec = tasks.get(task)
         if ctx.plan.reads_samples(task):  # generated by the run itself, if the sample data has it
             if task not in SAMPLE_TASKS:
-                ctx.problem(f"finetune.data=sample: the sample data has no {task} (gpt1/sample_data/tasks.py writes "
-                            f"{', '.join(SAMPLE_TASKS)}): give its files as finetune.task_data.{task}=PATH, or leave "
-                            "it out of finetune.tasks")
+                ctx.problem(
+                    f"finetune.data=sample: the sample data has no {task} (gpt1/sample_data/tasks.py writes "
+                    f"{', '.join(SAMPLE_TASKS)}): give its files as finetune.task_data.{task}=PATH, or leave "
+                    "it out of finetune.tasks"
+                )
             continue
         where = ctx.plan.task_source(task)
         if where.startswith("hf:"):
             if spec.hf_manual:
-                ctx.problem(f"finetune.data=hf: {task} has no downloadable hub copy: {spec.hf_manual}")
+                ctx.problem(
+                    f"finetune.data=hf: {task} has no downloadable hub copy: {spec.hf_manual}"
+                )
                 continue
             repo, _config, revision = task_hub.parse_ref(where)
             if task in ctx.cfg.finetune.task_data:
-                check_hub_dataset(ctx, f"finetune {task}", repo, revision, f"finetune.task_data.{task}=DIR")
+                check_hub_dataset(
+                    ctx, f"finetune {task}", repo, revision, f"finetune.task_data.{task}=DIR"
+                )
             else:
-                check_hub_dataset(ctx, f"finetune {task}", repo, revision, "finetune.data=DIR",
-                                  f" (DIR/{spec.folder}/ holding its files)")
+                check_hub_dataset(
+                    ctx,
+                    f"finetune {task}",
+                    repo,
+                    revision,
+                    "finetune.data=DIR",
+                    f" (DIR/{spec.folder}/ holding its files)",
+                )
             continue
         for split in needed_splits(spec):
             try:
@@ -203,30 +245,42 @@ def check_settings(ctx: Context) -> None:
         ctx.problem(f"pretrain: {err}")
     layers = cfg.finetune.transfer_layers
     if layers is not None and layers > cfg.model.n_layer:
-        ctx.problem(f"finetune.transfer_layers={layers} but the model has model.n_layer={cfg.model.n_layer}")
+        ctx.problem(
+            f"finetune.transfer_layers={layers} but the model has model.n_layer={cfg.model.n_layer}"
+        )
     if "transfer_layers" in o.ablations and o.ablation_transfer_layers > cfg.model.n_layer:
-        ctx.problem(f"orchestration.ablation_transfer_layers={o.ablation_transfer_layers} > model.n_layer="
-                    f"{cfg.model.n_layer}")
+        ctx.problem(
+            f"orchestration.ablation_transfer_layers={o.ablation_transfer_layers} > model.n_layer="
+            f"{cfg.model.n_layer}"
+        )
     shards = ctx.plan.shards.path / "manifest.json"
     if shards.exists():
         from gpt1.data.tokenize import load_manifest
 
         n_ctx = load_manifest(shards.parent)["n_ctx"]
         if n_ctx != cfg.model.n_ctx:
-            ctx.problem(f"the cached shards {shards.parent} hold n_ctx={n_ctx} blocks, model.n_ctx={cfg.model.n_ctx}")
+            ctx.problem(
+                f"the cached shards {shards.parent} hold n_ctx={n_ctx} blocks, model.n_ctx={cfg.model.n_ctx}"
+            )
     if o.pretrain_launcher == "local" and o.pretrain_deployment is None:
         gpus = local_gpus()
         if gpus and o.pretrain_nproc > gpus:
-            ctx.problem(f"orchestration.pretrain_nproc={o.pretrain_nproc} but this machine has {gpus} GPU(s)")
+            ctx.problem(
+                f"orchestration.pretrain_nproc={o.pretrain_nproc} but this machine has {gpus} GPU(s)"
+            )
         elif not gpus and o.pretrain_nproc > 1:
-            ctx.note(f"pre-training runs {o.pretrain_nproc} processes on the CPU (gloo): no GPU on this machine")
+            ctx.note(
+                f"pre-training runs {o.pretrain_nproc} processes on the CPU (gloo): no GPU on this machine"
+            )
 
 
 def local_gpus() -> int:
     if shutil.which("nvidia-smi") is None:
         return 0
     try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+        listed = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return 0
     return sum(line.startswith("GPU ") for line in listed.splitlines())
@@ -243,8 +297,10 @@ def check_work_dir(ctx: Context) -> None:
         ctx.problem(f"work dir {work} is not writable ({err.strerror or err})")
     o = ctx.cfg.orchestration
     if (o.fanout == "deployment" or o.pretrain_deployment) and not ctx.shared:
-        ctx.problem(f"work dir {work}: give an absolute path on the shared volume when stages run in other pods "
-                    "(GPT1_WORK_DIR, the flow's work_dir)")
+        ctx.problem(
+            f"work dir {work}: give an absolute path on the shared volume when stages run in other pods "
+            "(GPT1_WORK_DIR, the flow's work_dir)"
+        )
 
 
 def n_parameters(cfg: PipelineConfig, vocab: int) -> int:
@@ -263,13 +319,24 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
         text = size_on_disk(cfg.ingest.source)
         if text is None:
             text = 5 * GIB if cfg.ingest.source.startswith("hf:") else 10**8
-        parts += [("corpus", text), ("shards", text)]  # Parquet text; ~2 bytes per token of ~4 characters
+        # Parquet text; ~2 bytes per token of ~4 characters
+        parts += [
+            ("corpus", text),
+            ("shards", text),
+        ]
     # fp32 weights + Adam moments per kept checkpoint, a model per curve point, final + HF export
     if plan.writes(plan.model) and not is_done(plan.model.path):
-        parts.append(("checkpoints", params * 16 * cfg.pretrain.keep_last + params * 4 * len(cfg.pretrain.curve_steps)
-                      + params * 8))
+        parts.append(
+            (
+                "checkpoints",
+                params * 16 * cfg.pretrain.keep_last
+                + params * 4 * len(cfg.pretrain.curve_steps)
+                + params * 8,
+            )
+        )
     runs = sum(len(plan.variant_tasks(variant)) for variant in plan.variants)
-    parts.append(("fine-tuned models", params * 4 * 2 * runs))  # the model folder and its MLflow copy
+    # the model folder and its MLflow copy
+    parts.append(("fine-tuned models", params * 4 * 2 * runs))
     return sum(b for _, b in parts), [f"{name} ~{b / GIB:.1f} GiB" for name, b in parts]
 
 
@@ -293,7 +360,9 @@ def check_mlflow(ctx: Context) -> None:
         folder = Path(uri.removeprefix("sqlite:///")).parent
         if not os.access(folder if folder.exists() else folder.parent, os.W_OK):
             ctx.problem(f"MLflow store {uri}: {folder} is not writable")
-        ctx.found.plan.append(f"tracking: {uri} (a local store: set MLFLOW_TRACKING_URI to a server to share runs)")
+        ctx.found.plan.append(
+            f"tracking: {uri} (a local store: set MLFLOW_TRACKING_URI to a server to share runs)"
+        )
         return
     if uri.startswith("http"):
         try:
@@ -307,7 +376,8 @@ def check_mlflow(ctx: Context) -> None:
     name = ctx.cfg.tracking.experiment
     experiment = client.get_experiment_by_name(name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-    client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)  # a write: credentials, permissions
+    # a write: credentials, permissions
+    client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)
     ctx.found.plan.append(f"tracking: experiment {name!r} on {uri}")
 
 
@@ -328,16 +398,30 @@ def describe_run(ctx: Context) -> None:
         else:
             done = sum(is_done(step.out) for step in steps)
             lines.append(f"  {stage:<16} {len(steps)} jobs, {done} finished (reused)")
-    where = (f"deployment {o.pretrain_deployment}" if o.pretrain_deployment else
-             f"Slurm, {o.pretrain_nnodes} node(s)" if o.pretrain_launcher == "slurm" else "this worker")
-    lines.append(f"  pre-training: {o.pretrain_nproc} process(es) per node on {where}; {cfg.model.n_layer} layers x "
-                 f"{cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} merges")
-    fan = (f"one flow run each of {o.finetune_deployment}" if o.fanout == "deployment" else
-           f"{o.finetune_concurrency} at a time on this worker")
+    where = (
+        f"deployment {o.pretrain_deployment}"
+        if o.pretrain_deployment
+        else f"Slurm, {o.pretrain_nnodes} node(s)"
+        if o.pretrain_launcher == "slurm"
+        else "this worker"
+    )
+    lines.append(
+        f"  pre-training: {o.pretrain_nproc} process(es) per node on {where}; {cfg.model.n_layer} layers x "
+        f"{cfg.model.n_embd}, ctx {cfg.model.n_ctx}, {cfg.train_tokenizer.merges:,} merges"
+    )
+    fan = (
+        f"one flow run each of {o.finetune_deployment}"
+        if o.fanout == "deployment"
+        else f"{o.finetune_concurrency} at a time on this worker"
+    )
     variants = [v for v in plan.variants if curve_step(v) is None]
-    lines.append(f"  fine-tunes: {len(plan.tasks)} task(s) x {len(variants)} variant(s) ({', '.join(variants)}), {fan}")
+    lines.append(
+        f"  fine-tunes: {len(plan.tasks)} task(s) x {len(variants)} variant(s) ({', '.join(variants)}), {fan}"
+    )
     curve = [v for v in plan.variants if curve_step(v) is not None]
     if curve:
-        lines.append(f"  the curve: {', '.join(plan.variant_tasks(curve[0]))} fine-tuned from the model at update "
-                     f"{', '.join(str(curve_step(v)) for v in curve)} of pre-training")
+        lines.append(
+            f"  the curve: {', '.join(plan.variant_tasks(curve[0]))} fine-tuned from the model at update "
+            f"{', '.join(str(curve_step(v)) for v in curve)} of pre-training"
+        )
     ctx.found.plan[:0] = lines

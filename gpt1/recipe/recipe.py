@@ -14,24 +14,29 @@ from __future__ import annotations
 
 import os
 
+from gpt1.config import PipelineConfig
 from gpt1.data.ingest import stage as ingest
 from gpt1.data.tokenize import stage as tokenize
 from gpt1.data.train_tokenizer import stage as train_tokenizer
 from gpt1.pretrain import stage as pretrain
-from gpt1.config import PipelineConfig
 from gpt1.recipe.experiment import Experiment, finetune_step
-from gpt1.report import stage as report
 from gpt1.sample_data import stage as sample_data
 from gpt1.stages.base import stage_jobs
 
 
-def plan(cfg: PipelineConfig, work: str | os.PathLike, checkpoint: str | os.PathLike | None = None,
-         tokenizer: str | os.PathLike | None = None) -> Experiment:
+def plan(
+    cfg: PipelineConfig,
+    work: str | os.PathLike,
+    checkpoint: str | os.PathLike | None = None,
+    tokenizer: str | os.PathLike | None = None,
+) -> Experiment:
     """The run `cfg` describes, its folders under `work`; with `checkpoint` (and `tokenizer` when it holds none),
     fine-tunes of that model instead of this run's pre-training."""
     unknown = sorted(set(cfg.orchestration.retries) - set(stage_jobs()))
     if unknown:
-        raise ValueError(f"orchestration.retries: unknown stage(s) {unknown}; stages: {list(stage_jobs())}")
+        raise ValueError(
+            f"orchestration.retries: unknown stage(s) {unknown}; stages: {list(stage_jobs())}"
+        )
     return recipe(Experiment(cfg, work, checkpoint, tokenizer))
 
 
@@ -43,21 +48,18 @@ def recipe(x: Experiment) -> Experiment:
         x.samples = x.add(sample_data.Job(seed=cfg.sample_data.seed))
 
     books = x.samples.inside("books") if cfg.ingest.source == "sample" else None
-    x.corpus = corpus = x.add(ingest.Job.of(cfg.ingest, books, [ingest.TaskFiles(task, *x.task_data(task)) for task in x.tasks]))
-    x.tokenizer_out = x.add(train_tokenizer.Job(corpus, cfg.train_tokenizer))
-    x.shards = shards = x.add(tokenize.Job(corpus, x.tokenizer_out, n_ctx=cfg.model.n_ctx, shard_rows=cfg.tokenize.shard_rows,
-                                align_documents=cfg.tokenize.align_documents, workers=cfg.tokenize.workers))
+    task_files = [ingest.TaskFiles(task, *x.task_data(task)) for task in x.tasks]
+    x.corpus = corpus = x.add(ingest.Job.of(cfg.ingest, books, task_files))
+    x.tokenizer_out = tokenizer = x.add(train_tokenizer.Job(corpus, cfg.train_tokenizer))
+    x.shards = shards = x.add(tokenize.Job.of(corpus, tokenizer, cfg))
     if x.checkpoint is None:
-        o = cfg.orchestration
-        x.model = x.add(pretrain.Job(shards, x.tokenizer_out, cfg, task_data=x.probe_data(), resume="auto",
-                                     nproc=o.pretrain_nproc, nnodes=o.pretrain_nnodes, launcher=o.pretrain_launcher))
+        x.model = x.add(pretrain.Job.of(shards, tokenizer, cfg, task_data=x.probe_data()))
 
     for task in x.tasks_heaviest_first():
         for variant in (v for v in x.variants if task in x.variant_tasks(v)):
-            x.add(x.finetune_job(variant, task), name=finetune_step(variant, task), out=x.task_dir(task, variant))
+            job = x.finetune_job(variant, task)
+            x.add(job, name=finetune_step(variant, task), out=x.task_dir(task, variant))
 
-    results = x.add(report.Job(tuple(x.variant_dir(v) for v in x.variants), tuple(x.variants),
-                               tuple(sorted(x.missing_data().items())), cfg.report.headline(),
-                               tracking_uri=cfg.tracking.tracking_uri), out=x.report_dir(), force=True)
+    results = x.add(x.report_job(), out=x.report_dir(), force=True)
     x.keep_what_makes(results)
     return x

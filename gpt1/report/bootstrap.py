@@ -23,7 +23,9 @@ from gpt1.tasks import REGISTRY
 
 RESAMPLES = 1000
 CONFIDENCE = 0.95
-BLOCK_VALUES = 2_000_000  # predictions gathered per block of resamples: bounds memory on large evaluation sets
+BLOCK_VALUES = (
+    2_000_000  # predictions gathered per block of resamples: bounds memory on large evaluation sets
+)
 
 
 def metric_name(task: str, metric: str, groups: np.ndarray | None) -> str:
@@ -57,7 +59,7 @@ def _mcc(y, p, g):
     pred_counts = np.stack([(p == c).sum(axis=1) for c in classes], axis=1).astype(float)
     correct = (y == p).sum(axis=1).astype(float)
     covariance = correct * n - (true_counts * pred_counts).sum(axis=1)
-    spread = (n * n - (true_counts ** 2).sum(axis=1)) * (n * n - (pred_counts ** 2).sum(axis=1))
+    spread = (n * n - (true_counts**2).sum(axis=1)) * (n * n - (pred_counts**2).sum(axis=1))
     return _ratio(covariance, np.sqrt(spread))
 
 
@@ -65,7 +67,7 @@ def _pearson(y, p, g):
     constant = (np.ptp(y, axis=1) == 0) | (np.ptp(p, axis=1) == 0)
     y = y - y.mean(axis=1, keepdims=True)
     p = p - p.mean(axis=1, keepdims=True)
-    r = _ratio((y * p).sum(axis=1), np.sqrt((y ** 2).sum(axis=1) * (p ** 2).sum(axis=1)))
+    r = _ratio((y * p).sum(axis=1), np.sqrt((y**2).sum(axis=1) * (p**2).sum(axis=1)))
     return np.where(constant, 0.0, r)
 
 
@@ -88,7 +90,13 @@ def _ratio(numerator, denominator):
     return np.divide(numerator, denominator, out=np.zeros_like(numerator), where=denominator != 0)
 
 
-FUNCTIONS = {"accuracy": _accuracy, "f1": _f1, "mcc": _mcc, "pearson": _pearson, "spearman": _spearman}
+FUNCTIONS = {
+    "accuracy": _accuracy,
+    "f1": _f1,
+    "mcc": _mcc,
+    "pearson": _pearson,
+    "spearman": _spearman,
+}
 
 
 def _function(task: str, name: str):
@@ -102,8 +110,14 @@ def _function(task: str, name: str):
     raise ValueError(f"{task}: no metric {name!r}")
 
 
-def scores(task: str, metric: str, labels: np.ndarray, predictions: np.ndarray, samples: np.ndarray,
-           groups: np.ndarray | None = None) -> np.ndarray:
+def scores(
+    task: str,
+    metric: str,
+    labels: np.ndarray,
+    predictions: np.ndarray,
+    samples: np.ndarray,
+    groups: np.ndarray | None = None,
+) -> np.ndarray:
     """`metric` (percent) of each prediction row (a seed) on each resample: shape (len(samples), len(predictions)).
     `samples` holds one row of example indices per resample."""
     function = _function(task, metric_name(task, metric, groups))
@@ -122,8 +136,17 @@ def resample(n: int, groups: np.ndarray | None, rng: np.random.Generator, count:
     return np.concatenate(blocks, axis=1)
 
 
-def paired_differences(task: str, metric: str, labels, groups, first, second, *, resamples: int = RESAMPLES,
-                       seed: int | list[int] = 0) -> np.ndarray:
+def paired_differences(
+    task: str,
+    metric: str,
+    labels,
+    groups,
+    first,
+    second,
+    *,
+    resamples: int = RESAMPLES,
+    seed: int | list[int] = 0,
+) -> np.ndarray:
     """The seed-averaged score of `first` minus that of `second` (each a (seeds, n) array of predictions on the same
     n rows) on each of `resamples` paired resamples of the rows."""
     labels = np.asarray(labels)
@@ -131,14 +154,18 @@ def paired_differences(task: str, metric: str, labels, groups, first, second, *,
     first, second = np.atleast_2d(np.asarray(first)), np.atleast_2d(np.asarray(second))
     n = len(labels)
     if first.shape[1] != n or second.shape[1] != n:
-        raise ValueError(f"{task}: predictions of {first.shape[1]} and {second.shape[1]} rows for {n} labels")
+        raise ValueError(
+            f"{task}: predictions of {first.shape[1]} and {second.shape[1]} rows for {n} labels"
+        )
     rng = np.random.default_rng(seed)
     block = max(1, BLOCK_VALUES // (n * max(len(first), len(second))))
     draws = []
     for start in range(0, resamples, block):
         samples = resample(n, groups, rng, min(block, resamples - start))
-        draws.append(scores(task, metric, labels, first, samples, groups).mean(axis=1)
-                     - scores(task, metric, labels, second, samples, groups).mean(axis=1))
+        draws.append(
+            scores(task, metric, labels, first, samples, groups).mean(axis=1)
+            - scores(task, metric, labels, second, samples, groups).mean(axis=1)
+        )
     return np.concatenate(draws)
 
 
@@ -147,7 +174,9 @@ def on_rows(task: str, metric: str, labels, predictions, groups=None) -> float:
     labels = np.asarray(labels)
     groups = None if groups is None else np.asarray(groups, dtype=object)
     rows = np.arange(len(labels))[None, :]
-    return float(scores(task, metric, labels, np.atleast_2d(np.asarray(predictions)), rows, groups).mean())
+    return float(
+        scores(task, metric, labels, np.atleast_2d(np.asarray(predictions)), rows, groups).mean()
+    )
 
 
 def interval(draws: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:

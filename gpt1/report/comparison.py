@@ -36,7 +36,15 @@ from gpt1.tasks import REGISTRY, get
 
 SEED = 0
 SETTINGS = {"resamples": bootstrap.RESAMPLES, "confidence": bootstrap.CONFIDENCE, "seed": SEED}
-NOT_A_SETTING = ("seed", "seeds", "from_scratch", "tasks", "data", "task_data")  # what may differ within one comparison
+# what may differ within one comparison
+NOT_A_SETTING = (
+    "seed",
+    "seeds",
+    "from_scratch",
+    "tasks",
+    "data",
+    "task_data",
+)
 
 
 SCRATCH = "scratch"
@@ -52,8 +60,14 @@ def variant_of(run) -> tuple[str, str | None] | None:
     settings = result.get("finetune_config")
     if settings is None:
         parts = set(result.get("ablation", "full").split("+"))
-        return "+".join(sorted(parts - {"full", "no_pretrain"})), SCRATCH if "no_pretrain" in parts else None
-    start = SCRATCH if settings.get("from_scratch") else (result.get("pretraining") or {}).get("weights_sha256")
+        return "+".join(
+            sorted(parts - {"full", "no_pretrain"})
+        ), SCRATCH if "no_pretrain" in parts else None
+    start = (
+        SCRATCH
+        if settings.get("from_scratch")
+        else (result.get("pretraining") or {}).get("weights_sha256")
+    )
     return stable_hash({k: v for k, v in settings.items() if k not in NOT_A_SETTING}), start
 
 
@@ -73,10 +87,20 @@ def pairs(runs: list) -> list[tuple[list[list], list]]:
             variants.setdefault(key, []).append(run)
     found = []
     for (setting, start), scratch in variants.items():
-        twins = [group for (other, begun), group in variants.items() if other == setting and begun != SCRATCH]
+        twins = [
+            group
+            for (other, begun), group in variants.items()
+            if other == setting and begun != SCRATCH
+        ]
         if start == SCRATCH and twins:
-            found.append((sorted(twins, key=lambda group: pretraining(group).get("tokens_seen", float("inf"))),
-                          scratch))
+            found.append(
+                (
+                    sorted(
+                        twins, key=lambda group: pretraining(group).get("tokens_seen", float("inf"))
+                    ),
+                    scratch,
+                )
+            )
     return found
 
 
@@ -85,7 +109,9 @@ def read_predictions(task: str, result: dict, task_dir: Path) -> dict:
     spec = get(task)
     files = (result.get("files") or {}).get(result["eval_split"])
     if not files:
-        raise FileNotFoundError(f"{task_dir}: its metrics.json names no predictions of {result['eval_split']}")
+        raise FileNotFoundError(
+            f"{task_dir}: its metrics.json names no predictions of {result['eval_split']}"
+        )
     lines = (task_dir / files[0]).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
 
@@ -93,12 +119,17 @@ def read_predictions(task: str, result: dict, task_dir: Path) -> dict:
         return float(value) if spec.regression else spec.labels.index(value)
 
     groups = [r.get("group") for r in records]
-    return {"ids": [r["id"] for r in records], "labels": np.array([number(r["label"]) for r in records]),
-            "predicted": np.array([number(r["prediction"]) for r in records]),
-            "groups": None if all(g is None for g in groups) else np.array(groups, dtype=object)}
+    return {
+        "ids": [r["id"] for r in records],
+        "labels": np.array([number(r["label"]) for r in records]),
+        "predicted": np.array([number(r["prediction"]) for r in records]),
+        "groups": None if all(g is None for g in groups) else np.array(groups, dtype=object),
+    }
 
 
-def compare_task(task: str, metric: str, pretrained: list, scratch: list) -> tuple[dict, np.ndarray | None]:
+def compare_task(
+    task: str, metric: str, pretrained: list, scratch: list
+) -> tuple[dict, np.ndarray | None]:
     """One task's entry (both variants' seed-averaged scores, the difference and its interval) and its draws; an
     entry holding only `reason` and no draws when it cannot be compared."""
     sides = []
@@ -108,23 +139,48 @@ def compare_task(task: str, metric: str, pretrained: list, scratch: list) -> tup
             labels = ", ".join(failed or [r.label for r in runs])
             return {"reason": f"failed in {labels}" if failed else f"not run in {labels}"}, None
         try:
-            sides.append([read_predictions(task, r.results[task], r.dirs[task]) for r in runs if task in r.results])
+            sides.append(
+                [
+                    read_predictions(task, r.results[task], r.dirs[task])
+                    for r in runs
+                    if task in r.results
+                ]
+            )
         except (OSError, ValueError, KeyError) as err:
             return {"reason": f"no predictions to compare ({type(err).__name__}: {err})"}, None
     first = sides[0][0]
-    if any(s["ids"] != first["ids"] or not np.array_equal(s["labels"], first["labels"])
-           for side in sides for s in side):
+    if any(
+        s["ids"] != first["ids"] or not np.array_equal(s["labels"], first["labels"])
+        for side in sides
+        for s in side
+    ):
         return {"reason": "the variants were scored on different rows"}, None
     predictions = [np.stack([s["predicted"] for s in side]) for side in sides]
     labels, groups = first["labels"], first["groups"]
-    draws = bootstrap.paired_differences(task, metric, labels, groups, *predictions,
-                                         seed=[SEED, list(REGISTRY).index(task)])
+    draws = bootstrap.paired_differences(
+        task, metric, labels, groups, *predictions, seed=[SEED, list(REGISTRY).index(task)]
+    )
     scores = [bootstrap.on_rows(task, metric, labels, p, groups) for p in predictions]
     low, high = bootstrap.interval(draws)
-    bar = next((r.baselines[task].get("metrics", {}).get(metric) for r in pretrained if task in r.baselines), None)
-    return {"metric": metric_label(task, metric), "pretrained": scores[0], "from_scratch": scores[1],
-            "difference": scores[0] - scores[1], "low": low, "high": high, "examples": len(labels),
-            "seeds": [len(p) for p in predictions], "baseline": bar}, draws
+    bar = next(
+        (
+            r.baselines[task].get("metrics", {}).get(metric)
+            for r in pretrained
+            if task in r.baselines
+        ),
+        None,
+    )
+    return {
+        "metric": metric_label(task, metric),
+        "pretrained": scores[0],
+        "from_scratch": scores[1],
+        "difference": scores[0] - scores[1],
+        "low": low,
+        "high": high,
+        "examples": len(labels),
+        "seeds": [len(p) for p in predictions],
+        "baseline": bar,
+    }, draws
 
 
 def metric_label(task: str, metric: str) -> str:
@@ -138,23 +194,47 @@ def compare(runs: list, headline: tuple[tuple[str, str], ...] | None = None) -> 
     for twins, scratch in pairs(runs):
         pretrained = twins[-1]
         ran = {t for r in pretrained + scratch for t in (*r.results, *r.errors)}
-        wanted = headline if headline is not None else tuple(
-            (t, "primary") for t in sorted(ran, key=list(REGISTRY).index))
-        tasks, draws = compare_tasks(sorted(ran | set(dict(wanted)), key=list(REGISTRY).index), wanted, pretrained,
-                                     scratch)
+        wanted = (
+            headline
+            if headline is not None
+            else tuple((t, "primary") for t in sorted(ran, key=list(REGISTRY).index))
+        )
+        tasks, draws = compare_tasks(
+            sorted(ran | set(dict(wanted)), key=list(REGISTRY).index), wanted, pretrained, scratch
+        )
         curve, curve_draws = [], []
         for group in twins if len(twins) > 1 else []:
-            point_tasks, point_draws = compare_tasks([task for task, _ in wanted], wanted, group, scratch)
-            curve.append({"pretrained": label(group), "runs": [r.label for r in group],
-                          "steps": pretraining(group).get("steps"), "tokens": pretraining(group).get("tokens_seen"),
-                          "tasks": point_tasks, "headline": headline_mean(wanted, point_tasks, point_draws)})
+            point_tasks, point_draws = compare_tasks(
+                [task for task, _ in wanted], wanted, group, scratch
+            )
+            curve.append(
+                {
+                    "pretrained": label(group),
+                    "runs": [r.label for r in group],
+                    "steps": pretraining(group).get("steps"),
+                    "tokens": pretraining(group).get("tokens_seen"),
+                    "tasks": point_tasks,
+                    "headline": headline_mean(wanted, point_tasks, point_draws),
+                }
+            )
             curve_draws.append(point_draws)
-        found.append({"pretrained": label(pretrained), "from_scratch": label(scratch),
-                      "runs": {"pretrained": [r.label for r in pretrained], "from_scratch": [r.label for r in scratch]},
-                      **SETTINGS, "pretraining": pretraining(pretrained), "tasks": tasks,
-                      "headline": headline_mean(wanted, tasks, draws), "per_seed": per_seed(wanted, pretrained, scratch),
-                      "curve": curve,
-                      "trend": trend(curve, curve_draws, [task for task, _ in wanted]) if curve else None})
+        found.append(
+            {
+                "pretrained": label(pretrained),
+                "from_scratch": label(scratch),
+                "runs": {
+                    "pretrained": [r.label for r in pretrained],
+                    "from_scratch": [r.label for r in scratch],
+                },
+                **SETTINGS,
+                "pretraining": pretraining(pretrained),
+                "tasks": tasks,
+                "headline": headline_mean(wanted, tasks, draws),
+                "per_seed": per_seed(wanted, pretrained, scratch),
+                "curve": curve,
+                "trend": trend(curve, curve_draws, [task for task, _ in wanted]) if curve else None,
+            }
+        )
     return found
 
 
@@ -175,8 +255,17 @@ def per_seed(wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: lis
         twin = [r for r in scratch if seed_of(r) == seed]
         tasks, draws = compare_tasks([task for task, _ in wanted], wanted, ours, twin)
         mean = headline_mean(wanted, tasks, draws)
-        found.append({"seed": seed, "runs": [r.label for r in ours + twin],
-                      **{key: mean[key] for key in ("difference", "low", "high", "verdict") if key in mean}})
+        found.append(
+            {
+                "seed": seed,
+                "runs": [r.label for r in ours + twin],
+                **{
+                    key: mean[key]
+                    for key in ("difference", "low", "high", "verdict")
+                    if key in mean
+                },
+            }
+        )
     return found
 
 
@@ -190,20 +279,24 @@ def trend(curve: list[dict], draws: list[dict], headline: list[str]) -> dict:
         return {"reason": "a headline task was not compared at every point"}
     x = np.log2([p["tokens"] for p in curve])
     x = (x - x.mean()) / ((x - x.mean()) @ (x - x.mean()))
-    means = np.stack([np.mean([point[task] for task in headline], axis=0) for point in draws])  # (points, draws)
+    # (points, draws)
+    means = np.stack([np.mean([point[task] for task in headline], axis=0) for point in draws])
     low, high = bootstrap.interval(x @ means)
     slope = float(x @ np.array([p["headline"]["difference"] for p in curve]))
     return {"per_doubling": slope, "low": low, "high": high, "verdict": verdict(low, high)}
 
 
-def compare_tasks(names: list[str], wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list
-                  ) -> tuple[dict, dict]:
+def compare_tasks(
+    names: list[str], wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list
+) -> tuple[dict, dict]:
     """Each of `names` compared on its headline metric (else its primary one): (entries, the draws of those
     compared)."""
     metric_of = dict(wanted)
     tasks, draws = {}, {}
     for task in names:
-        tasks[task], task_draws = compare_task(task, metric_of.get(task, "primary"), pretrained, scratch)
+        tasks[task], task_draws = compare_task(
+            task, metric_of.get(task, "primary"), pretrained, scratch
+        )
         if task_draws is not None:
             draws[task] = task_draws
     return tasks, draws
@@ -212,7 +305,9 @@ def compare_tasks(names: list[str], wanted: tuple[tuple[str, str], ...], pretrai
 def curve_only(comparisons: list[dict]) -> set[str]:
     """The labels of runs that are only points of a curve (fine-tunes from fewer pre-training tokens than the run
     they are compared beside): the report shows them in the curve, not in the paper's tables."""
-    return {name for c in comparisons for point in c.get("curve", [])[:-1] for name in point["runs"]}
+    return {
+        name for c in comparisons for point in c.get("curve", [])[:-1] for name in point["runs"]
+    }
 
 
 def label(runs: list) -> str:
@@ -222,13 +317,17 @@ def label(runs: list) -> str:
 def headline_mean(wanted: tuple[tuple[str, str], ...], tasks: dict, draws: dict) -> dict:
     """The mean over the headline tasks that were compared, with its interval; `missing`: the others."""
     compared = [task for task, _ in wanted if task in draws]
-    entry = {"tasks": {task: metric_label(task, metric) for task, metric in wanted},
-             "missing": [task for task, _ in wanted if task not in draws]}
+    entry = {
+        "tasks": {task: metric_label(task, metric) for task, metric in wanted},
+        "missing": [task for task, _ in wanted if task not in draws],
+    }
     if not compared:
         return entry
     low, high = bootstrap.interval(np.mean([draws[task] for task in compared], axis=0))
-    mean = {side: float(np.mean([tasks[task][side] for task in compared]))
-            for side in ("pretrained", "from_scratch", "difference")}
+    mean = {
+        side: float(np.mean([tasks[task][side] for task in compared]))
+        for side in ("pretrained", "from_scratch", "difference")
+    }
     bars = [tasks[task].get("baseline") for task in compared]
     if None not in bars:
         mean["baseline"] = float(np.mean(bars))
@@ -243,33 +342,60 @@ def verdict(low: float, high: float) -> str:
 VERDICT_LINES = {
     "gain": "**Verdict: pre-training helps here.** The headline mean's interval lies above 0.",
     "loss": "**Verdict: pre-training hurts here.** The headline mean's interval lies below 0: the from-scratch "
-            "model did better.",
+    "model did better.",
     "not shown": "**Verdict: this run does not show that pre-training helps.** The headline mean's interval spans "
-                 "0, so these evaluation rows cannot tell its difference from none.",
+    "0, so these evaluation rows cannot tell its difference from none.",
 }
 
 
 # -- results.md ---------------------------------------------------------------------------------------------------
 def markdown(comparisons: list[dict]) -> str:
     """The comparisons as results.md shows them, with how to read an interval."""
-    parts = ["### Pre-trained minus from scratch (paired bootstrap, 95% interval)", "",
-             f"Each interval resamples the evaluation rows {bootstrap.RESAMPLES:,} times (seed {SEED}) and scores "
-             "both variants on the same resample. An interval above 0 is a gain that the choice of evaluation rows "
-             "does not explain; one that spans 0 is a difference these rows cannot tell from none."]
+    parts = [
+        "### Pre-trained minus from scratch (paired bootstrap, 95% interval)",
+        "",
+        f"Each interval resamples the evaluation rows {bootstrap.RESAMPLES:,} times (seed {SEED}) and scores "
+        "both variants on the same resample. An interval above 0 is a gain that the choice of evaluation rows "
+        "does not explain; one that spans 0 is a difference these rows cannot tell from none.",
+    ]
     for comparison in comparisons:
         pre, scratch = comparison["pretrained"], comparison["from_scratch"]
-        rows = [[f"{REGISTRY[task].title} ({entry['metric']})", fmt(entry["pretrained"]), fmt(entry["from_scratch"]),
-                 signed(entry["difference"]), f"[{signed(entry['low'])}, {signed(entry['high'])}]",
-                 fmt(entry.get("baseline")), str(entry["examples"])]
-                for task, entry in comparison["tasks"].items() if "reason" not in entry]
+        rows = [
+            [
+                f"{REGISTRY[task].title} ({entry['metric']})",
+                fmt(entry["pretrained"]),
+                fmt(entry["from_scratch"]),
+                signed(entry["difference"]),
+                f"[{signed(entry['low'])}, {signed(entry['high'])}]",
+                fmt(entry.get("baseline")),
+                str(entry["examples"]),
+            ]
+            for task, entry in comparison["tasks"].items()
+            if "reason" not in entry
+        ]
         mean = comparison["headline"]
-        names = ", ".join(f"{REGISTRY[task].title} {metric}" for task, metric in mean["tasks"].items())
+        names = ", ".join(
+            f"{REGISTRY[task].title} {metric}" for task, metric in mean["tasks"].items()
+        )
         if "difference" in mean:
-            rows.append([f"**headline mean** ({names})", fmt(mean["pretrained"]), fmt(mean["from_scratch"]),
-                         f"**{signed(mean['difference'])}**", f"**[{signed(mean['low'])}, {signed(mean['high'])}]**",
-                         fmt(mean.get("baseline")), MISSING])
-        parts += ["", markdown_table(["Task (metric)", pre, scratch, "difference", "95% interval", "non-neural",
-                                      "rows"], rows)]
+            rows.append(
+                [
+                    f"**headline mean** ({names})",
+                    fmt(mean["pretrained"]),
+                    fmt(mean["from_scratch"]),
+                    f"**{signed(mean['difference'])}**",
+                    f"**[{signed(mean['low'])}, {signed(mean['high'])}]**",
+                    fmt(mean.get("baseline")),
+                    MISSING,
+                ]
+            )
+        parts += [
+            "",
+            markdown_table(
+                ["Task (metric)", pre, scratch, "difference", "95% interval", "non-neural", "rows"],
+                rows,
+            ),
+        ]
         if "verdict" in mean:
             parts += ["", VERDICT_LINES[mean["verdict"]]]
         if comparison.get("per_seed"):
@@ -280,10 +406,15 @@ def markdown(comparisons: list[dict]) -> str:
         quality = pretraining_lines(comparison["pretraining"])
         if quality:
             parts += ["", *quality]
-        missing = [f"{REGISTRY[task].title}: {entry['reason']}" for task, entry in comparison["tasks"].items()
-                   if "reason" in entry]
+        missing = [
+            f"{REGISTRY[task].title}: {entry['reason']}"
+            for task, entry in comparison["tasks"].items()
+            if "reason" in entry
+        ]
         if mean["missing"]:
-            missing.append(f"headline mean without {', '.join(REGISTRY[t].title for t in mean['missing'])}")
+            missing.append(
+                f"headline mean without {', '.join(REGISTRY[t].title for t in mean['missing'])}"
+            )
         if missing:
             parts += ["", f"Not compared ({pre} vs {scratch}): " + "; ".join(missing) + "."]
         if comparison["curve"]:
@@ -292,17 +423,26 @@ def markdown(comparisons: list[dict]) -> str:
 
 
 def seeds_line(seeds: list[dict]) -> str:
-    cells = [f"seed {entry['seed']} {signed(entry['difference'])} [{signed(entry['low'])}, {signed(entry['high'])}]"
-             for entry in seeds if "difference" in entry]
-    return ("**Per seed** (each seed's pre-trained and from-scratch fine-tunes on their own; the interval above "
-            "averages them within each resample): " + "; ".join(cells) + ".")
+    cells = [
+        f"seed {entry['seed']} {signed(entry['difference'])} [{signed(entry['low'])}, {signed(entry['high'])}]"
+        for entry in seeds
+        if "difference" in entry
+    ]
+    return (
+        "**Per seed** (each seed's pre-trained and from-scratch fine-tunes on their own; the interval above "
+        "averages them within each resample): " + "; ".join(cells) + "."
+    )
 
 
 def baseline_standing(comparison: dict, pre: str, scratch: str) -> str | None:
     """Where both variants stand against the non-neural baseline on the headline tasks, in words."""
     names = list(comparison["headline"]["tasks"])
     entries = {task: comparison["tasks"].get(task, {}) for task in names}
-    scored = {task: e for task, e in entries.items() if e.get("baseline") is not None and "difference" in e}
+    scored = {
+        task: e
+        for task, e in entries.items()
+        if e.get("baseline") is not None and "difference" in e
+    }
     if not scored:
         return None
 
@@ -314,8 +454,10 @@ def baseline_standing(comparison: dict, pre: str, scratch: str) -> str | None:
         text += f" ({', '.join(above)})" if above else ""
         return text + (f" and below on {', '.join(below)}" if below else "")
 
-    return ("**Against the non-neural baseline** (the same rows and metric; the table's column): "
-            f"{side('pretrained', pre)}; {side('from_scratch', scratch)}.")
+    return (
+        "**Against the non-neural baseline** (the same rows and metric; the table's column): "
+        f"{side('pretrained', pre)}; {side('from_scratch', scratch)}."
+    )
 
 
 def pretraining_lines(found: dict) -> list[str]:
@@ -325,8 +467,11 @@ def pretraining_lines(found: dict) -> list[str]:
     if corpus:
         tokens = corpus["train_tokens"]
         total = max(sum(tokens.values()), 1)
-        mix = ", ".join(f"{ORIGIN_NAMES.get(origin, origin)} {n:,} ({n / total:.0%})" for origin, n in tokens.items()
-                        if n)
+        mix = ", ".join(
+            f"{ORIGIN_NAMES.get(origin, origin)} {n:,} ({n / total:.0%})"
+            for origin, n in tokens.items()
+            if n
+        )
         text = f"**Pre-training corpus**: {total:,} train tokens: {mix}"
         if corpus.get("task_text_tasks"):
             text += f" (the train rows of {', '.join(REGISTRY[t].title for t in corpus['task_text_tasks'])})"
@@ -334,18 +479,23 @@ def pretraining_lines(found: dict) -> list[str]:
         leak = corpus.get("leak_check")
         if leak:
             removed = leak["sentences_removed"]
-            text += (f" Leak check: {sum(removed.values()):,} sentences removed because a dev or test file of "
-                     f"{', '.join(REGISTRY[t].title for t in leak['tasks'])} holds them ("
-                     + ", ".join(f"{ORIGIN_NAMES.get(o, o)} {n:,}" for o, n in removed.items()) + ").")
+            text += (
+                f" Leak check: {sum(removed.values()):,} sentences removed because a dev or test file of "
+                f"{', '.join(REGISTRY[t].title for t in leak['tasks'])} holds them ("
+                + ", ".join(f"{ORIGIN_NAMES.get(o, o)} {n:,}" for o, n in removed.items())
+                + ")."
+            )
         lines.append(text)
     model = found.get("language_model")
     if model:
         ahead = model["beats_bigram_by"]
-        lines.append(f"**Pre-training quality**: validation loss {model['val_loss']:.3f} nats/token against "
-                     f"{model['bigram_loss']:.3f} for an interpolated bigram and {model['unigram_loss']:.3f} for a "
-                     f"unigram model fitted on the same train tokens and scored on the same "
-                     f"{model['scored_tokens']:,} validation tokens: the language model is "
-                     f"{abs(ahead):.3f} nats/token {'below' if ahead > 0 else 'above'} the bigram.")
+        lines.append(
+            f"**Pre-training quality**: validation loss {model['val_loss']:.3f} nats/token against "
+            f"{model['bigram_loss']:.3f} for an interpolated bigram and {model['unigram_loss']:.3f} for a "
+            f"unigram model fitted on the same train tokens and scored on the same "
+            f"{model['scored_tokens']:,} validation tokens: the language model is "
+            f"{abs(ahead):.3f} nats/token {'below' if ahead > 0 else 'above'} the bigram."
+        )
     return lines
 
 
@@ -359,34 +509,67 @@ def curve_markdown(comparison: dict) -> str:
     rows = []
     for point in comparison["curve"]:
         mean = point["headline"]
-        cells = [signed(point["tasks"][t]["difference"]) if "difference" in point["tasks"].get(t, {}) else MISSING
-                 for t in names]
-        interval = f"{signed(mean['difference'])} [{signed(mean['low'])}, {signed(mean['high'])}]" \
-            if "difference" in mean else MISSING
-        rows.append([point["pretrained"], fmt_count(point["steps"]), fmt_count(point["tokens"]), *cells, interval,
-                     mean.get("verdict", MISSING)])
-    header = ["Pre-trained model", "updates", "tokens",
-              *(f"{REGISTRY[t].title} ({m})" for t, m in comparison["headline"]["tasks"].items()),
-              "headline mean [95% interval]", "verdict"]
-    return "\n".join([f"#### The curve: {comparison['pretrained']} minus {comparison['from_scratch']} against "
-                      "pre-training tokens", "",
-                      "The same fine-tuning of the headline tasks from the models pre-training wrote on its way "
-                      f"(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens). "
-                      "Each row's verdict is its own interval's; among several points one may clear 0 by chance, "
-                      "so the curve is read by its trend.",
-                      "", markdown_table(header, rows), "", trend_line(comparison["trend"])])
+        cells = [
+            signed(point["tasks"][t]["difference"])
+            if "difference" in point["tasks"].get(t, {})
+            else MISSING
+            for t in names
+        ]
+        interval = (
+            f"{signed(mean['difference'])} [{signed(mean['low'])}, {signed(mean['high'])}]"
+            if "difference" in mean
+            else MISSING
+        )
+        rows.append(
+            [
+                point["pretrained"],
+                fmt_count(point["steps"]),
+                fmt_count(point["tokens"]),
+                *cells,
+                interval,
+                mean.get("verdict", MISSING),
+            ]
+        )
+    header = [
+        "Pre-trained model",
+        "updates",
+        "tokens",
+        *(f"{REGISTRY[t].title} ({m})" for t, m in comparison["headline"]["tasks"].items()),
+        "headline mean [95% interval]",
+        "verdict",
+    ]
+    return "\n".join(
+        [
+            f"#### The curve: {comparison['pretrained']} minus {comparison['from_scratch']} against "
+            "pre-training tokens",
+            "",
+            "The same fine-tuning of the headline tasks from the models pre-training wrote on its way "
+            "(pretrain.curve_steps) and at its end, each against the same from-scratch twin (0 tokens). "
+            "Each row's verdict is its own interval's; among several points one may clear 0 by chance, "
+            "so the curve is read by its trend.",
+            "",
+            markdown_table(header, rows),
+            "",
+            trend_line(comparison["trend"]),
+        ]
+    )
 
 
-TREND_WORDS = {"gain": "it rises with more pre-training", "loss": "it falls with more pre-training",
-               "not shown": "these points cannot tell it from flat"}
+TREND_WORDS = {
+    "gain": "it rises with more pre-training",
+    "loss": "it falls with more pre-training",
+    "not shown": "these points cannot tell it from flat",
+}
 
 
 def trend_line(found: dict) -> str:
     if "reason" in found:
         return f"No trend: {found['reason']}."
-    return (f"**Trend**: per doubling of pre-training tokens the headline mean changes by "
-            f"{signed(found['per_doubling'])} [{signed(found['low'])}, {signed(found['high'])}] (least squares "
-            f"against log2 tokens, its interval from the same resamples): {TREND_WORDS[found['verdict']]}.")
+    return (
+        f"**Trend**: per doubling of pre-training tokens the headline mean changes by "
+        f"{signed(found['per_doubling'])} [{signed(found['low'])}, {signed(found['high'])}] (least squares "
+        f"against log2 tokens, its interval from the same resamples): {TREND_WORDS[found['verdict']]}."
+    )
 
 
 def fmt_count(value: int | None) -> str:

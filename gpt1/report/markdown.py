@@ -9,7 +9,11 @@ MISSING = "—"
 
 def fmt(value: float | None) -> str:
     """One decimal, as the paper's tables; MISSING for no value."""
-    return MISSING if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.1f}"
+    return (
+        MISSING
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.1f}"
+    )
 
 
 def signed(value: float | None) -> str:
@@ -19,6 +23,9 @@ def signed(value: float | None) -> str:
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A table whose first column is text and the others right-aligned numbers."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)

@@ -12,8 +12,8 @@ pre-trained minus from-scratch differences with their intervals; the baselines' 
 DIR/results.png (primary metric per task, grouped bars), DIR/results.json (everything results.md shows, in the
 shape docs/tracking.md gives) and, when the runs hold a curve (fine-tunes of the models pre-training wrote at
 `pretrain.curve_steps`), DIR/curve.png: the headline gain against pre-training tokens. The curve's earlier points
-appear in its table and figure, not in the paper's tables. With --run-id the three files are also logged as artifacts of that MLflow run
-(the pipeline's parent run) together with the numbers of `headline_metrics`.
+appear in its table and figure, not in the paper's tables. With --run-id the three files are also logged as
+artifacts of that MLflow run (the pipeline's parent run) together with the numbers of `headline_metrics`.
 
 The baselines (gpt1.report.baselines) are fitted here, on the rows each fine-tune's metrics.json records; the
 comparisons (gpt1.report.comparison) are computed from the fine-tunes' predictions.
@@ -54,8 +54,11 @@ REPORT_MD, REPORT_PNG, REPORT_JSON = "results.md", "results.png", "results.json"
 CURVE_PNG = "curve.png"  # the headline gain against pre-training tokens, when the runs hold a curve
 
 GLUE = "glue"  # the GLUE average's pseudo-task in the tables: `metrics.glue_score` for runs
-TABLE_TITLES = {2: "Table 2: natural language inference", 3: "Table 3: question answering and commonsense reasoning",
-                4: "Table 4: semantic similarity and classification"}
+TABLE_TITLES = {
+    2: "Table 2: natural language inference",
+    3: "Table 3: question answering and commonsense reasoning",
+    4: "Table 4: semantic similarity and classification",
+}
 GLUE_TABLE = 4
 
 
@@ -64,7 +67,9 @@ def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
     tasks the paper does not report (`TaskSpec.table` None) get a table of their own."""
     found = []
     for number, title in (*TABLE_TITLES.items(), (None, "Other tasks (not in the paper)")):
-        specs = sorted((s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order)
+        specs = sorted(
+            (s for s in REGISTRY.values() if s.table == number), key=lambda s: s.table_order
+        )
         columns = [(c.header, s.name, c.metric) for s in specs for c in s.report_columns]
         if number == GLUE_TABLE:
             columns.append(("GLUE", GLUE, "primary"))
@@ -77,10 +82,15 @@ def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
 ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
 # Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
 ABLATIONS = ("no_pretrain", "no_aux_lm")
-PAPER_ABLATIONS = {setting: {s.name: s.paper_ablations[setting] for s in REGISTRY.values() if s.glue}
-                   for setting in ABLATIONS}
-ABLATION_TITLES = {"full": "Transformer w/ aux LM (full)", "no_pretrain": "Transformer w/o pre-training",
-                   "no_aux_lm": "Transformer w/o aux LM"}
+PAPER_ABLATIONS = {
+    setting: {s.name: s.paper_ablations[setting] for s in REGISTRY.values() if s.glue}
+    for setting in ABLATIONS
+}
+ABLATION_TITLES = {
+    "full": "Transformer w/ aux LM (full)",
+    "no_pretrain": "Transformer w/o pre-training",
+    "no_aux_lm": "Transformer w/o aux LM",
+}
 
 
 @dataclass
@@ -91,8 +101,10 @@ class Run:
     path: Path
     results: dict[str, dict] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    dirs: dict[str, Path] = field(default_factory=dict)  # task -> the folder its result was read from
-    baselines: dict[str, dict] = field(default_factory=dict)  # task -> the non-neural baseline on its rows
+    # task -> the folder its result was read from
+    dirs: dict[str, Path] = field(default_factory=dict)
+    # task -> the non-neural baseline on its rows
+    baselines: dict[str, dict] = field(default_factory=dict)
 
     def value(self, task: str, key: str) -> float | None:
         if task == GLUE:
@@ -116,7 +128,13 @@ class Run:
 
     def glue_score(self) -> float | None:
         """The GLUE average; none when a GLUE task is missing or was scored on its training rows."""
-        return _glue({t: r.get("metrics", {}) for t, r in self.results.items() if not r.get("eval_on_training_rows")})
+        return _glue(
+            {
+                t: r.get("metrics", {})
+                for t, r in self.results.items()
+                if not r.get("eval_on_training_rows")
+            }
+        )
 
     def cell(self, task: str, key: str) -> str:
         if task in self.errors:
@@ -154,11 +172,15 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
         raise FileNotFoundError(f"results folder {root} does not exist")
     dirs = task_dirs(root)
     if not dirs:
-        raise FileNotFoundError(f"{root}: no task results ({METRICS_FILE} or {ERROR_FILE}) in it or its sub-folders")
+        raise FileNotFoundError(
+            f"{root}: no task results ({METRICS_FILE} or {ERROR_FILE}) in it or its sub-folders"
+        )
     run = Run(label, root)
     for path in dirs:
         done, failed = path / METRICS_FILE, path / ERROR_FILE
-        if failed.is_file() and (not done.is_file() or failed.stat().st_mtime >= done.stat().st_mtime):
+        if failed.is_file() and (
+            not done.is_file() or failed.stat().st_mtime >= done.stat().st_mtime
+        ):
             error = read_json(failed)
             run.errors[error.get("task", path.name)] = error.get("error", "unknown error")
             continue
@@ -170,7 +192,8 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
         if task in run.results:
             log.warning("%s: a second result for %s in %s, ignored", done, task, root)
             continue
-        result["wall_seconds"] = (read_marker(path) or {}).get("seconds")  # the whole stage, as it measured it
+        # the whole stage, as it measured it
+        result["wall_seconds"] = (read_marker(path) or {}).get("seconds")
         result["peak_rss_mb"] = (result.get("train") or {}).get("peak_rss_mb")
         run.results[task] = result
         run.dirs[task] = path
@@ -184,7 +207,9 @@ def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -
     for i, path in enumerate(paths):
         path = Path(path)
         label = labels[i] if labels else (path.parent.name if is_task_dir(path) else path.name)
-        while label in seen:  # the same folder name twice (e.g. two `.../full`): keep both, distinguishable
+        while (
+            label in seen
+        ):  # the same folder name twice (e.g. two `.../full`): keep both, distinguishable
             label += "'"
         seen.add(label)
         runs.append(read_run(path, label))
@@ -213,7 +238,9 @@ def score_baselines(runs: list[Run]) -> None:
             try:
                 rows = baselines.Rows.of(result)
             except KeyError as err:
-                run.baselines[task] = {"error": f"its metrics.json does not say which rows it read (no {err})"}
+                run.baselines[task] = {
+                    "error": f"its metrics.json does not say which rows it read (no {err})"
+                }
                 continue
             if rows not in scored:
                 scored[rows] = _baseline(rows)
@@ -226,9 +253,16 @@ def _baseline(rows: baselines.Rows) -> dict:
     except Exception as err:  # noqa: BLE001 - a baseline that cannot be made is a note, never a missing report
         log.warning("%s: no non-neural baseline: %s: %s", rows.task, type(err).__name__, err)
         return {"error": f"{type(err).__name__}: {err}"}
-    log.info("%s: non-neural baseline %.2f (%s; %d train rows, %s: %d rows, %.1fs)", rows.task,
-             outcome["metrics"]["primary"], outcome["method"], outcome["train_rows"], outcome["eval_split"],
-             outcome["eval_rows"], outcome["seconds"])
+    log.info(
+        "%s: non-neural baseline %.2f (%s; %d train rows, %s: %d rows, %.1fs)",
+        rows.task,
+        outcome["metrics"]["primary"],
+        outcome["method"],
+        outcome["train_rows"],
+        outcome["eval_split"],
+        outcome["eval_rows"],
+        outcome["seconds"],
+    )
     return outcome
 
 
@@ -239,11 +273,15 @@ def paper_tables(runs: list[Run]) -> str:
         rows = [["GPT-1 (paper)"] + [fmt(paper_value(t, k)) for _, t, k in columns]]
         rows += [[f"ours: {run.label}"] + [run.cell(t, k) for _, t, k in columns] for run in runs]
         rows.append(["majority class"] + [fmt(first_majority(runs, t, k)) for _, t, k in columns])
-        rows.append(["non-neural baseline"] + [fmt(first_baseline(runs, t, k)) for _, t, k in columns])
+        rows.append(
+            ["non-neural baseline"] + [fmt(first_baseline(runs, t, k)) for _, t, k in columns]
+        )
         parts.append(f"### {title}\n\n{markdown_table(header, rows)}")
     if any(r.below_baseline(t, k) for r in runs for _, columns in tables() for _, t, k in columns):
-        parts.append(f"{BELOW.strip()} below the non-neural baseline of its task (the row \"non-neural baseline\": "
-                     "trained on the fine-tune's own train rows and scored on its rows; see Baselines).")
+        parts.append(
+            f'{BELOW.strip()} below the non-neural baseline of its task (the row "non-neural baseline": '
+            "trained on the fine-tune's own train rows and scored on its rows; see Baselines)."
+        )
     return "\n\n".join(parts)
 
 
@@ -252,14 +290,23 @@ def ablation_table(runs: list[Run]) -> str:
     full = {t: paper_value(t, "primary") for _, t in ABLATION_COLUMNS}
     rows = []
     for setting, values in (("full", full), *PAPER_ABLATIONS.items()):
-        rows.append([f"paper: {ABLATION_TITLES[setting]}", fmt(metrics.PAPER_AVERAGES[setting])]
-                    + [fmt(values[t]) for _, t in ABLATION_COLUMNS])
+        rows.append(
+            [f"paper: {ABLATION_TITLES[setting]}", fmt(metrics.PAPER_AVERAGES[setting])]
+            + [fmt(values[t]) for _, t in ABLATION_COLUMNS]
+        )
     for run in runs:
-        rows.append([f"ours: {run.label} ({run.ablation})", fmt(run.glue_score())]
-                    + [run.cell(t, "primary") for _, t in ABLATION_COLUMNS])
-    for name, first in (("majority class", first_majority), ("non-neural baseline", first_baseline)):
-        rows.append([name, fmt(first(runs, GLUE, "primary"))] + [fmt(first(runs, t, "primary"))
-                                                                 for _, t in ABLATION_COLUMNS])
+        rows.append(
+            [f"ours: {run.label} ({run.ablation})", fmt(run.glue_score())]
+            + [run.cell(t, "primary") for _, t in ABLATION_COLUMNS]
+        )
+    for name, first in (
+        ("majority class", first_majority),
+        ("non-neural baseline", first_baseline),
+    ):
+        rows.append(
+            [name, fmt(first(runs, GLUE, "primary"))]
+            + [fmt(first(runs, t, "primary")) for _, t in ABLATION_COLUMNS]
+        )
     return f"### Table 5: ablations (GLUE tasks, primary metric)\n\n{markdown_table(header, rows)}"
 
 
@@ -275,7 +322,9 @@ def notes(runs: list[Run]) -> list[str]:
         for task, result in sorted(run.results.items()):
             split, paper_split = result.get("eval_split"), REGISTRY[task].eval_splits[0]
             if result.get("eval_on_training_rows"):
-                out.append(f"{run.label}/{task}: SCORED ON TRAINING ROWS (--allow-eval-on-train): not a result")
+                out.append(
+                    f"{run.label}/{task}: SCORED ON TRAINING ROWS (--allow-eval-on-train): not a result"
+                )
             if split and split != paper_split:
                 out.append(f"{run.label}/{task}: scored on {split} (the paper: {paper_split})")
     return out
@@ -295,8 +344,9 @@ def scored_rows_table(runs: list[Run]) -> str:
         return f"{rows['split']}: {rows['rows']}{overlap}"
 
     table = [[f"ours: {r.label}", *(cell(r.results.get(t)) for t in tasks_run)] for r in runs]
-    return "### Rows scored (split: examples)\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)],
-                                                                     table)
+    return "### Rows scored (split: examples)\n\n" + markdown_table(
+        ["Run", *(REGISTRY[t].title for t in tasks_run)], table
+    )
 
 
 def baselines_table(runs: list[Run]) -> str:
@@ -305,63 +355,109 @@ def baselines_table(runs: list[Run]) -> str:
     rows = []
     for task in sorted({t for r in runs for t in r.results}, key=list(REGISTRY).index):
         outcome = next((r.baselines[task] for r in runs if task in r.baselines), {})
-        rows.append([REGISTRY[task].title, fmt(first_majority(runs, task, "primary")),
-                     fmt(outcome.get("metrics", {}).get("primary")), outcome.get("method", MISSING),
-                     str(outcome.get("train_rows", MISSING)),
-                     f"{outcome['eval_split']}: {outcome['eval_rows']}" if "eval_rows" in outcome else MISSING])
+        rows.append(
+            [
+                REGISTRY[task].title,
+                fmt(first_majority(runs, task, "primary")),
+                fmt(outcome.get("metrics", {}).get("primary")),
+                outcome.get("method", MISSING),
+                str(outcome.get("train_rows", MISSING)),
+                f"{outcome['eval_split']}: {outcome['eval_rows']}"
+                if "eval_rows" in outcome
+                else MISSING,
+            ]
+        )
     return "### Baselines (primary metric)\n\n" + markdown_table(
-        ["Task", "majority class", "non-neural", "method", "train rows", "rows scored"], rows)
+        ["Task", "majority class", "non-neural", "method", "train rows", "rows scored"], rows
+    )
 
 
 def per_task_table(runs: list[Run], field: str, title: str) -> str:
     """One number per fine-tune: `wall_seconds` (the stage's own measure: loading, training, evaluation, outputs)
     or `peak_rss_mb` (the fine-tune's own peak resident memory)."""
     tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
-    rows = [[f"ours: {r.label}", *(f"{r.results[t][field]:.0f}" if r.results.get(t, {}).get(field)
-                                  else MISSING for t in tasks_run)] for r in runs]
-    return f"### {title}\n\n" + markdown_table(["Run", *(REGISTRY[t].title for t in tasks_run)], rows)
+    rows = [
+        [
+            f"ours: {r.label}",
+            *(
+                f"{r.results[t][field]:.0f}" if r.results.get(t, {}).get(field) else MISSING
+                for t in tasks_run
+            ),
+        ]
+        for r in runs
+    ]
+    return f"### {title}\n\n" + markdown_table(
+        ["Run", *(REGISTRY[t].title for t in tasks_run)], rows
+    )
 
 
-SAMPLE_DATA_NOTE = ("**Generated sample data**: easy by construction, so these numbers show the mechanism (pre-trained "
-                    "above from-scratch), not the paper's. Real text and the complete GLUE files: the `gpt1/mini` "
-                    "deployment (`python scripts/watch_run.py gpt1/mini`, docs/mini.md); the paper's recipe: "
-                    "`prefect deployment run gpt1/full` on a GPU cluster (docs/cluster.md).")
+SAMPLE_DATA_NOTE = (
+    "**Generated sample data**: easy by construction, so these numbers show the mechanism (pre-trained "
+    "above from-scratch), not the paper's. Real text and the complete GLUE files: the `gpt1/mini` "
+    "deployment (`python scripts/watch_run.py gpt1/mini`, docs/mini.md); the paper's recipe: "
+    "`prefect deployment run gpt1/full` on a GPU cluster (docs/cluster.md)."
+)
 
 
 def on_sample_data(runs: list[Run]) -> bool:
     """Whether every task result was fine-tuned on the generated sample data (its folder under a `gpt1 sample-data`
     output, which holds sample_data.json)."""
-    paths = [Path(result["data"]["path"]) for run in runs for result in run.results.values()
-             if isinstance(result.get("data"), dict) and result["data"].get("path")]
-    return bool(paths) and all(any((parent / "sample_data.json").is_file() for parent in path.parents[:3])
-                               for path in paths)
+    paths = [
+        Path(result["data"]["path"])
+        for run in runs
+        for result in run.results.values()
+        if isinstance(result.get("data"), dict) and result["data"].get("path")
+    ]
+    return bool(paths) and all(
+        any((parent / "sample_data.json").is_file() for parent in path.parents[:3])
+        for path in paths
+    )
 
 
-def render_markdown(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> str:
+def render_markdown(
+    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()
+) -> str:
     sample = on_sample_data(runs)
-    text = ["# GPT-1 fine-tuning results" + (" on generated sample data" if sample else ""), "",
-            *([SAMPLE_DATA_NOTE, ""] if sample else []),
-            "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
-            "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
-            "of the 8 GLUE tasks (the paper's Table 5 \"Avg. Score\", 74.7 for GPT-1); the paper row shows its GLUE "
-            "server score. — = not run, failed = see Errors.", "",
-            "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs), "", paper_tables(runs)]
+    text = [
+        "# GPT-1 fine-tuning results" + (" on generated sample data" if sample else ""),
+        "",
+        *([SAMPLE_DATA_NOTE, ""] if sample else []),
+        "Paper: Radford et al. (2018), test-set numbers. Ours: the evaluation split of each task's metrics.json "
+        "(dev for the GLUE tasks, whose test labels are hidden). GLUE for our runs is the mean primary metric "
+        'of the 8 GLUE tasks (the paper\'s Table 5 "Avg. Score", 74.7 for GPT-1); the paper row shows its GLUE '
+        "server score. — = not run, failed = see Errors.",
+        "",
+        "Runs: " + ", ".join(f"`{r.label}` ({r.path})" for r in runs),
+        "",
+        paper_tables(runs),
+    ]
     if len(runs) > 1 or any(r.ablation not in ("full", MISSING) for r in runs):
         text += ["", ablation_table(runs)]
     if comparisons:
         text += ["", comparison.markdown(comparisons)]
     if any(r.results for r in runs):
-        text += ["", baselines_table(runs), "", scored_rows_table(runs),
-                 "", per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
-                 "", per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)")]
+        text += [
+            "",
+            baselines_table(runs),
+            "",
+            scored_rows_table(runs),
+            "",
+            per_task_table(runs, "wall_seconds", "Fine-tune wall time (s)"),
+            "",
+            per_task_table(runs, "peak_rss_mb", "Fine-tune peak RSS (MB)"),
+        ]
     if not_run:
-        text += ["", "### Not run", ""] + [f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())]
+        text += ["", "### Not run", ""] + [
+            f"- {REGISTRY[t].title}: {why}" for t, why in sorted(not_run.items())
+        ]
     extra = notes(runs)
     if extra:
         text += ["", "### Notes", ""] + [f"- {n}" for n in extra]
     errors = [(r.label, t, e) for r in runs for t, e in sorted(r.errors.items())]
     if errors:
-        text += ["", "### Errors", ""] + [f"- {label}/{task}: {error}" for label, task, error in errors]
+        text += ["", "### Errors", ""] + [
+            f"- {label}/{task}: {error}" for label, task, error in errors
+        ]
     return "\n".join(text) + "\n"
 
 
@@ -389,13 +485,35 @@ def results_figure(runs: list[Run]):
     import matplotlib.pyplot as plt
 
     all_columns = [c for _, cols in tables() for c in cols]
-    ours = [c for c in all_columns if any(r.value(c[1], c[2]) is not None or c[1] in r.errors for r in runs)]
+    ours = [
+        c
+        for c in all_columns
+        if any(r.value(c[1], c[2]) is not None or c[1] in r.errors for r in runs)
+    ]
     columns = ours or all_columns
     series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns], [None] * len(columns))]
-    series += [(f"ours: {r.label}", [r.value(t, k) for _, t, k in columns],
-                [FAILED if t in r.errors else "not run" for _, t, _ in columns]) for r in runs]
-    series.append(("majority class", [first_majority(runs, t, k) for _, t, k in columns], [None] * len(columns)))
-    series.append(("non-neural baseline", [first_baseline(runs, t, k) for _, t, k in columns], [None] * len(columns)))
+    series += [
+        (
+            f"ours: {r.label}",
+            [r.value(t, k) for _, t, k in columns],
+            [FAILED if t in r.errors else "not run" for _, t, _ in columns],
+        )
+        for r in runs
+    ]
+    series.append(
+        (
+            "majority class",
+            [first_majority(runs, t, k) for _, t, k in columns],
+            [None] * len(columns),
+        )
+    )
+    series.append(
+        (
+            "non-neural baseline",
+            [first_baseline(runs, t, k) for _, t, k in columns],
+            [None] * len(columns),
+        )
+    )
     colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9", "#d8b365"]
 
     bar, gap = 0.32, 0.45  # inches per bar and between groups
@@ -403,27 +521,45 @@ def results_figure(runs: list[Run]):
     fig, ax = plt.subplots(figsize=(7.5, 1.6 + group * len(columns)), dpi=100, layout="constrained")
     values = [v for _, vals, _ in series for v in vals if v is not None]
     low, high = min([0.0, *values]), max([100.0, *values])
-    for g, (name, task, _) in enumerate(columns):
+    for g in range(len(columns)):
         for i, (label, vals, missing) in enumerate(series):
             y = g * group / bar + i  # in bar units, top to bottom
             value = vals[g]
             if value is None:
                 if missing[g]:
-                    ax.text(0, y, f" {missing[g]}", va="center", ha="left", fontsize=10, color="#555555")
+                    ax.text(
+                        0, y, f" {missing[g]}", va="center", ha="left", fontsize=10, color="#555555"
+                    )
                 continue
             ax.barh(y, value, height=0.85, color=colors[i], label=label if g == 0 else None)
-            ax.plot([0], [y], marker="|", markersize=11, markeredgewidth=3, color=colors[i])  # shows a zero too
-            ax.text(value, y, f" {value:.1f} ", va="center", ha="left" if value >= 0 else "right", fontsize=10)
+            # shows a zero too
+            ax.plot([0], [y], marker="|", markersize=11, markeredgewidth=3, color=colors[i])
+            ax.text(
+                value,
+                y,
+                f" {value:.1f} ",
+                va="center",
+                ha="left" if value >= 0 else "right",
+                fontsize=10,
+            )
     centers = [g * group / bar + (len(series) - 1) / 2 for g in range(len(columns))]
     ax.set_yticks(centers, [name for name, _, _ in columns], fontsize=11)
-    ax.set_ylim((len(columns) - 1) * group / bar + len(series) - 0.4, -0.6)  # top to bottom, no empty margins
-    ax.set_xlim(low - (18 if low < 0 else 3), high + 15)  # room for the value labels and the zero marks
+    # top to bottom, no empty margins
+    ax.set_ylim((len(columns) - 1) * group / bar + len(series) - 0.4, -0.6)
+    # room for the value labels and the zero marks
+    ax.set_xlim(low - (18 if low < 0 else 3), high + 15)
     ax.axvline(0, color="black", linewidth=0.6)
     ax.set_xlabel("score (%; MCC and Pearson x 100)", fontsize=11)
     # The title heads the legend, above the bars: constrained layout makes room for one block there (a suptitle
     # beside an axes legend was drawn over it).
-    fig.legend(fontsize=10, loc="outside upper center", ncols=min(len(series), 3), frameon=False,
-               title="GPT-1 fine-tuning: ours vs the paper", title_fontsize=13)
+    fig.legend(
+        fontsize=10,
+        loc="outside upper center",
+        ncols=min(len(series), 3),
+        frameon=False,
+        title="GPT-1 fine-tuning: ours vs the paper",
+        title_fontsize=13,
+    )
     ax.grid(axis="x", alpha=0.3)
     return fig
 
@@ -436,70 +572,126 @@ def curve_figure(compared: dict):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = [p for p in compared["curve"] if p["tokens"] is not None and "difference" in p["headline"]]
+    points = [
+        p for p in compared["curve"] if p["tokens"] is not None and "difference" in p["headline"]
+    ]
     tokens = [0.0] + [p["tokens"] / 1e6 for p in points]
     fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=100, layout="constrained")
     for task, metric in compared["headline"]["tasks"].items():
         values = [0.0] + [p["tasks"].get(task, {}).get("difference", float("nan")) for p in points]
-        ax.plot(tokens, values, marker=".", linewidth=1, alpha=0.6, label=f"{REGISTRY[task].title} ({metric})")
+        ax.plot(
+            tokens,
+            values,
+            marker=".",
+            linewidth=1,
+            alpha=0.6,
+            label=f"{REGISTRY[task].title} ({metric})",
+        )
     mean = [0.0] + [p["headline"]["difference"] for p in points]
     below = [0.0] + [p["headline"]["difference"] - p["headline"]["low"] for p in points]
     above = [0.0] + [p["headline"]["high"] - p["headline"]["difference"] for p in points]
-    ax.errorbar(tokens, mean, yerr=[below, above], color="black", marker="o", linewidth=2, capsize=4,
-                label="headline mean, 95% interval")
+    ax.errorbar(
+        tokens,
+        mean,
+        yerr=[below, above],
+        color="black",
+        marker="o",
+        linewidth=2,
+        capsize=4,
+        label="headline mean, 95% interval",
+    )
     ax.axhline(0, color="grey", linewidth=0.8)
     ax.set_xlabel("pre-training tokens (millions)", fontsize=11)
     ax.set_ylabel(f"{compared['pretrained']} minus {compared['from_scratch']}", fontsize=11)
     ax.set_title("Pre-trained minus from scratch against pre-training tokens", fontsize=13)
     slope = compared.get("trend") or {}
     if "per_doubling" in slope:
-        ax.text(0.99, 0.02, f"headline mean per doubling of tokens: {slope['per_doubling']:+.1f} "
-                f"[{slope['low']:+.1f}, {slope['high']:+.1f}]", transform=ax.transAxes, ha="right", fontsize=9)
+        ax.text(
+            0.99,
+            0.02,
+            f"headline mean per doubling of tokens: {slope['per_doubling']:+.1f} "
+            f"[{slope['low']:+.1f}, {slope['high']:+.1f}]",
+            transform=ax.transAxes,
+            ha="right",
+            fontsize=9,
+        )
     ax.legend(fontsize=9)
     ax.grid(alpha=0.3)
     return fig
 
 
-def summary(runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()) -> dict:
+def summary(
+    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()
+) -> dict:
     """results.json: what the tables show, the baselines and the comparisons (docs/tracking.md has its shape)."""
     tasks_run = {t for r in runs for t in r.baselines}
     return {
-        "runs": {r.label: {"path": str(r.path), "ablation": r.ablation, "glue_score": r.glue_score(),
-                           "tasks": {t: {"metrics": res.get("metrics"), "majority": res.get("majority"),
-                                         "below_baseline": r.below_baseline(t, "primary"),
-                                         "eval_split": res.get("eval_split"), "evaluated_on": res.get("evaluated_on"),
-                                         "eval_on_training_rows": res.get("eval_on_training_rows", False),
-                                         "wall_seconds": res.get("wall_seconds"),
-                                         "peak_rss_mb": res.get("peak_rss_mb")}
-                                     for t, res in sorted(r.results.items())},
-                           "errors": r.errors} for r in runs},
-        "baselines": {t: next(r.baselines[t] for r in runs if t in r.baselines) for t in sorted(tasks_run)},
+        "runs": {
+            r.label: {
+                "path": str(r.path),
+                "ablation": r.ablation,
+                "glue_score": r.glue_score(),
+                "tasks": {
+                    t: {
+                        "metrics": res.get("metrics"),
+                        "majority": res.get("majority"),
+                        "below_baseline": r.below_baseline(t, "primary"),
+                        "eval_split": res.get("eval_split"),
+                        "evaluated_on": res.get("evaluated_on"),
+                        "eval_on_training_rows": res.get("eval_on_training_rows", False),
+                        "wall_seconds": res.get("wall_seconds"),
+                        "peak_rss_mb": res.get("peak_rss_mb"),
+                    }
+                    for t, res in sorted(r.results.items())
+                },
+                "errors": r.errors,
+            }
+            for r in runs
+        },
+        "baselines": {
+            t: next(r.baselines[t] for r in runs if t in r.baselines) for t in sorted(tasks_run)
+        },
         "comparisons": list(comparisons),
-        "paper": metrics.PAPER_RESULTS, "paper_ablations": PAPER_ABLATIONS, "paper_averages": metrics.PAPER_AVERAGES,
+        "paper": metrics.PAPER_RESULTS,
+        "paper_ablations": PAPER_ABLATIONS,
+        "paper_averages": metrics.PAPER_AVERAGES,
         "not_run": not_run or {},
     }
 
 
-def build_report(results: list[str | os.PathLike], out_dir: str | os.PathLike, labels: list[str] | None = None, *,
-                 not_run: dict[str, str] | None = None, headline: tuple[tuple[str, str], ...] | None = None
-                 ) -> dict[str, Path]:
+def build_report(
+    results: list[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    labels: list[str] | None = None,
+    *,
+    not_run: dict[str, str] | None = None,
+    headline: tuple[tuple[str, str], ...] | None = None,
+) -> dict[str, Path]:
     """Write results.md, results.png and results.json to `out_dir`; returns their paths.
     `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures.
     `headline`: the (task, metric) pairs whose mean difference is the comparison's headline (None: every task)."""
     runs = read_runs(list(results), labels)
     score_baselines(runs)
     comparisons = comparison.compare(runs, headline)
-    shown = [run for run in runs if run.label not in comparison.curve_only(comparisons)]  # the curve shows the rest
+    # the curve shows the rest
+    shown = [run for run in runs if run.label not in comparison.curve_only(comparisons)]
     out_dir = Path(out_dir)
-    files = {"markdown": write_text(out_dir / REPORT_MD, render_markdown(shown, not_run, comparisons)),
-             "plot": plot(results_figure(shown), out_dir / REPORT_PNG),
-             "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run, comparisons))}
+    files = {
+        "markdown": write_text(out_dir / REPORT_MD, render_markdown(shown, not_run, comparisons)),
+        "plot": plot(results_figure(shown), out_dir / REPORT_PNG),
+        "json": write_json(out_dir / REPORT_JSON, summary(runs, not_run, comparisons)),
+    }
     curves = [c for c in comparisons if c["curve"]]
     if curves:  # one: only the full run has fine-tunes from earlier models of its pre-training
         files["curve"] = plot(curve_figure(curves[0]), out_dir / CURVE_PNG)
     for run in runs:
-        log.info("%s: %d tasks, %d failed, GLUE average %s", run.label, len(run.results), len(run.errors),
-                 fmt(run.glue_score()))
+        log.info(
+            "%s: %d tasks, %d failed, GLUE average %s",
+            run.label,
+            len(run.results),
+            len(run.errors),
+            fmt(run.glue_score()),
+        )
     return files
 
 
@@ -512,26 +704,49 @@ def headline_metrics(results_json: dict) -> dict[str, float]:
     `lm/unigram_loss`, prefixed `<variant>/` when the pre-trained side is an ablation."""
     found: dict[str, float] = {}
     for task, outcome in results_json.get("baselines", {}).items():
-        found.update({f"baseline/task/{task}/{name}": value for name, value in outcome.get("metrics", {}).items()})
+        found.update(
+            {
+                f"baseline/task/{task}/{name}": value
+                for name, value in outcome.get("metrics", {}).items()
+            }
+        )
     for compared in results_json.get("comparisons", []):
         first = compared["runs"]["pretrained"][0]
         prefix = "" if first == "full" else f"{first}/"
-        entries = [(f"task/{task}/{e['metric']}", e) for task, e in compared["tasks"].items() if "difference" in e]
+        entries = [
+            (f"task/{task}/{e['metric']}", e)
+            for task, e in compared["tasks"].items()
+            if "difference" in e
+        ]
         if "difference" in compared["headline"]:
             entries.append(("headline_mean", compared["headline"]))
         for name, entry in entries:
-            found.update({f"{prefix}gain/{name}": entry["difference"], f"{prefix}gain/{name}/low": entry["low"],
-                          f"{prefix}gain/{name}/high": entry["high"]})
+            found.update(
+                {
+                    f"{prefix}gain/{name}": entry["difference"],
+                    f"{prefix}gain/{name}/low": entry["low"],
+                    f"{prefix}gain/{name}/high": entry["high"],
+                }
+            )
         model = (compared.get("pretraining") or {}).get("language_model") or {}
-        found.update({f"{prefix}lm/{name}": model[name] for name in ("val_loss", "bigram_loss", "unigram_loss",
-                                                                     "beats_bigram_by") if name in model})
+        found.update(
+            {
+                f"{prefix}lm/{name}": model[name]
+                for name in ("val_loss", "bigram_loss", "unigram_loss", "beats_bigram_by")
+                if name in model
+            }
+        )
         for seed in compared.get("per_seed", []):
             if "difference" in seed:
                 found[f"{prefix}gain/headline_mean/seed_{seed['seed']}"] = seed["difference"]
         slope = compared.get("trend") or {}
         if "per_doubling" in slope:
-            found.update({f"{prefix}gain/headline_mean_per_doubling{end}": slope[key]
-                          for end, key in (("", "per_doubling"), ("/low", "low"), ("/high", "high"))})
+            found.update(
+                {
+                    f"{prefix}gain/headline_mean_per_doubling{end}": slope[key]
+                    for end, key in (("", "per_doubling"), ("/low", "low"), ("/high", "high"))
+                }
+            )
     for variant, result in results_json["runs"].items():
         prefix = "" if variant == "full" else f"{variant}/"
         for task, entry in result.get("tasks", {}).items():
@@ -555,11 +770,19 @@ def log_to_run(out_dir: str | os.PathLike, run_id: str, tracking_uri: str | None
             parent.log_artifact(out_dir / name, "report")
     report = read_json(out_dir / REPORT_JSON)
     parent.log_metrics(headline_metrics(report))
-    for compared in report.get("comparisons", [])[:1]:  # the full run's curve: MLflow draws it against updates
+    for compared in report.get("comparisons", [])[
+        :1
+    ]:  # the full run's curve: MLflow draws it against updates
         for point in compared.get("curve", []):
             if point["steps"] is not None and "difference" in point["headline"]:
-                parent.log_metrics({f"curve/gain/headline_mean{end}": point["headline"][key]
-                                    for end, key in (("", "difference"), ("/low", "low"), ("/high", "high"))},
-                                   step=point["steps"])
+                parent.log_metrics(
+                    {
+                        f"curve/gain/headline_mean{end}": point["headline"][key]
+                        for end, key in (("", "difference"), ("/low", "low"), ("/high", "high"))
+                    },
+                    step=point["steps"],
+                )
     if not parent.flush():
-        log.warning("report not (fully) logged to MLflow run %s: tracking server unreachable", run_id)
+        log.warning(
+            "report not (fully) logged to MLflow run %s: tracking server unreachable", run_id
+        )

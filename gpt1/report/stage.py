@@ -34,8 +34,13 @@ def results_key(path: Path) -> str | None:
     for task_dir in task_dirs(path):
         marker = read_marker(task_dir)
         error = task_dir / ERROR
-        state.append((task_dir.name, marker.get("key") if marker else None,
-                      error.stat().st_mtime if error.is_file() else None))
+        state.append(
+            (
+                task_dir.name,
+                marker.get("key") if marker else None,
+                error.stat().st_mtime if error.is_file() else None,
+            )
+        )
     return stable_hash(state)
 
 
@@ -53,14 +58,21 @@ class Job(StageJob):
     results: tuple[Path, ...]
     labels: tuple[str, ...] | None = None
     not_run: tuple[tuple[str, str], ...] = ()  # (task, why) left out on purpose
-    headline: tuple[tuple[str, str], ...] | None = None  # (task, metric) of the headline mean; None: every task
+    headline: tuple[tuple[str, str], ...] | None = (
+        None  # (task, metric) of the headline mean; None: every task
+    )
     parent_run_id: str | None = None
     tracking_uri: str | None = None
 
     def identity(self) -> dict:
-        return {"results": [results_key(path) for path in self.results], "labels": self.labels,
-                "not_run": self.not_run, "headline": self.headline, "baselines": baselines.SETTINGS,
-                "bootstrap": comparison.SETTINGS}
+        return {
+            "results": [results_key(path) for path in self.results],
+            "labels": self.labels,
+            "not_run": self.not_run,
+            "headline": self.headline,
+            "baselines": baselines.SETTINGS,
+            "bootstrap": comparison.SETTINGS,
+        }
 
     def input_paths(self) -> dict[str, str]:
         return {f"results[{i}]": str(path) for i, path in enumerate(self.results)}
@@ -71,10 +83,18 @@ class Job(StageJob):
             raise FileNotFoundError(f"no results to report: {', '.join(missing)} do not exist")
 
     def build(self, out: Path) -> dict:
-        ran = [(path, label) for path, label in zip(self.results, self.labels or [None] * len(self.results))
-               if path.is_dir()]
-        files = build_report([path for path, _ in ran], out, [label for _, label in ran] if self.labels else None,
-                             not_run=dict(self.not_run), headline=self.headline)
+        ran = [
+            (path, label)
+            for path, label in zip(self.results, self.labels or [None] * len(self.results))
+            if path.is_dir()
+        ]
+        files = build_report(
+            [path for path, _ in ran],
+            out,
+            [label for _, label in ran] if self.labels else None,
+            not_run=dict(self.not_run),
+            headline=self.headline,
+        )
         if self.parent_run_id:
             log_to_run(out, self.parent_run_id, self.tracking_uri)
         return {"files": {kind: path.name for kind, path in files.items()}}
@@ -86,16 +106,33 @@ class Job(StageJob):
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", required=True, nargs="+", type=Path, metavar="DIR",
-                        help="results folders: one per run (a task folder or a folder of task folders)")
-    parser.add_argument("--labels", "--label", nargs="+", metavar="LABEL",
-                        help="a name per results folder, in order (default: folder names)")
-    parser.add_argument("--headline", nargs="+", metavar="TASK[:METRIC]",
-                        help="the tasks of the headline mean pre-trained minus from-scratch difference, e.g. stsb "
-                             "sst2 mrpc:accuracy (default: every task; the config's report.headline_tasks)")
+    parser.add_argument(
+        "--results",
+        required=True,
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="results folders: one per run (a task folder or a folder of task folders)",
+    )
+    parser.add_argument(
+        "--labels",
+        "--label",
+        nargs="+",
+        metavar="LABEL",
+        help="a name per results folder, in order (default: folder names)",
+    )
+    parser.add_argument(
+        "--headline",
+        nargs="+",
+        metavar="TASK[:METRIC]",
+        help="the tasks of the headline mean pre-trained minus from-scratch difference, e.g. stsb "
+        "sst2 mrpc:accuracy (default: every task; the config's report.headline_tasks)",
+    )
     parser.add_argument("--out", required=True, type=Path, help="where results.md/png/json go")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI of --run-id")
-    parser.add_argument("--run-id", help="MLflow run (the pipeline's parent run) to log the report to")
+    parser.add_argument(
+        "--run-id", help="MLflow run (the pipeline's parent run) to log the report to"
+    )
     add_output_args(parser)
 
 
@@ -104,10 +141,17 @@ def run_cli(args: argparse.Namespace) -> int:
         if not path.is_dir():
             raise FileNotFoundError(f"results folder {path} does not exist")
     if args.labels and len(args.labels) != len(args.results):
-        raise ValueError(f"--labels: {len(args.labels)} labels for {len(args.results)} results folders")
+        raise ValueError(
+            f"--labels: {len(args.labels)} labels for {len(args.results)} results folders"
+        )
     headline = tuple(headline_metric(item) for item in args.headline) if args.headline else None
-    job = Job(tuple(path.absolute() for path in args.results), tuple(args.labels) if args.labels else None,
-              headline=headline, parent_run_id=args.run_id, tracking_uri=args.tracking_uri)
+    job = Job(
+        tuple(path.absolute() for path in args.results),
+        tuple(args.labels) if args.labels else None,
+        headline=headline,
+        parent_run_id=args.run_id,
+        tracking_uri=args.tracking_uri,
+    )
     result = run_from_args(job, args)
     markdown = result.path / result.marker["files"]["markdown"]
     print(markdown.read_text(encoding="utf-8"))

@@ -20,7 +20,8 @@ import warnings
 from pathlib import Path
 
 REQUIRE_CUDA = "GPT1_REQUIRE_CUDA"
-DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")  # the loaded NVIDIA kernel module's version
+# the loaded NVIDIA kernel module's version
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 
 
 class CudaUnavailable(OSError):
@@ -35,7 +36,9 @@ def cuda_required() -> bool:
 def driver_version() -> str | None:
     """The NVIDIA driver's version, read without CUDA (which may be what is broken); None without a driver."""
     try:
-        found = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", DRIVER_VERSION_FILE.read_text())
+        found = re.search(
+            r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", DRIVER_VERSION_FILE.read_text()
+        )
         if found:
             return found[1]
     except OSError:
@@ -44,8 +47,12 @@ def driver_version() -> str | None:
     if smi is None:
         return None
     try:
-        done = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                              text=True, timeout=20)
+        done = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.split()
@@ -66,8 +73,11 @@ def cuda_problem() -> str | None:
         return None
     said = " ".join(str(caught[0].message).split()) if caught else ""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    return "torch.cuda.is_available() is False" + (f" ({said})" if said else "") + \
-        (f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+    return (
+        "torch.cuda.is_available() is False"
+        + (f" ({said})" if said else "")
+        + (f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+    )
 
 
 def require_cuda(what: str, problem: str | None = None) -> None:
@@ -80,8 +90,10 @@ def require_cuda(what: str, problem: str | None = None) -> None:
         return
     import torch
 
-    raise CudaUnavailable(f"{what} needs CUDA ({REQUIRE_CUDA}=1) but {problem} (torch {torch.__version__}, CUDA "
-                          f"build {torch.version.cuda or 'none'}, NVIDIA driver {driver_version() or 'not found'})")
+    raise CudaUnavailable(
+        f"{what} needs CUDA ({REQUIRE_CUDA}=1) but {problem} (torch {torch.__version__}, CUDA "
+        f"build {torch.version.cuda or 'none'}, NVIDIA driver {driver_version() or 'not found'})"
+    )
 
 
 def training_device(what: str) -> str:
@@ -110,8 +122,15 @@ def versions() -> dict[str, str | int | None]:
     except PackageNotFoundError:
         deepspeed = None
     found: dict[str, str | int | None] = {
-        "torch": torch.__version__, "cuda": torch.version.cuda, "deepspeed": deepspeed,
-        "cudnn": None, "nccl": None, "driver": driver_version(), "gpu": None, "gpu_count": 0}
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "deepspeed": deepspeed,
+        "cudnn": None,
+        "nccl": None,
+        "driver": driver_version(),
+        "gpu": None,
+        "gpu_count": 0,
+    }
     if cuda_problem() is None:
         found["cudnn"] = str(torch.backends.cudnn.version())
         found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))

@@ -21,12 +21,16 @@ def torch_device(name: str | None, what: str = "training") -> torch.device:
     try:
         device = torch.device(name)
     except RuntimeError:
-        raise ValueError(f"--device {name!r}: not a torch device; use one of cpu, cuda, cuda:N, mps") from None
+        raise ValueError(
+            f"--device {name!r}: not a torch device; use one of cpu, cuda, cuda:N, mps"
+        ) from None
     if device.type not in USABLE:
         raise ValueError(f"--device {name!r}: models run on {', '.join(USABLE)}, not {device.type}")
     if device.type == "cuda":
         if torch.version.cuda is None:
-            raise ValueError(f"--device {name!r}: this torch ({torch.__version__}) is a CPU-only build")
+            raise ValueError(
+                f"--device {name!r}: this torch ({torch.__version__}) is a CPU-only build"
+            )
         count = torch.cuda.device_count()
         if count == 0 or (device.index or 0) >= count:
             raise ValueError(f"--device {name!r}: this machine has {count} CUDA device(s)")

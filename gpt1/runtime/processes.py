@@ -13,7 +13,6 @@ flows start stages from short-lived threads; and it reaches only direct children
 from __future__ import annotations
 
 import contextlib
-
 import logging
 import os
 import signal
@@ -22,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +72,35 @@ def exit_with_parent() -> None:
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
-def stream(cmd: list[str], log_line: Callable[[str], None] = print, env: dict[str, str] | None = None, *,
-           new_session: bool = False, pass_fds: Iterable[int] = ()) -> int:
+def stream(
+    cmd: list[str],
+    log_line: Callable[[str], None] = print,
+    env: dict[str, str] | None = None,
+    *,
+    new_session: bool = False,
+    pass_fds: Iterable[int] = (),
+) -> int:
     """Run `cmd`, forwarding each line of its output (stdout and stderr) to `log_line`; returns its exit code
     (negative: killed by that signal). Progress bars are off (piped output has no terminal to redraw).
     `new_session`: the command and everything it starts form a process group of their own."""
     merged = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **os.environ, **(env or {})}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            env=merged, start_new_session=new_session, pass_fds=tuple(pass_fds))
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=merged,
+        start_new_session=new_session,
+        pass_fds=tuple(pass_fds),
+    )
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
             log_line(line.rstrip())
-    except BaseException:  # interrupted (Ctrl-C, a failing flow): the command must not run on unwatched
+    except (
+        BaseException
+    ):  # interrupted (Ctrl-C, a failing flow): the command must not run on unwatched
         proc.terminate()
         raise
     finally:
@@ -93,8 +108,9 @@ def stream(cmd: list[str], log_line: Callable[[str], None] = print, env: dict[st
     return code
 
 
-def run_stage_command(cmd: list[str], log_line: Callable[[str], None] = print,
-                      env: dict[str, str] | None = None) -> None:
+def run_stage_command(
+    cmd: list[str], log_line: Callable[[str], None] = print, env: dict[str, str] | None = None
+) -> None:
     """Run a `gpt1 ...` command as a stage does: in a session of its own, stopped when this process dies, its
     output streamed; raises RuntimeError if it fails."""
     code = stream(cmd, log_line, {**(env or {}), **parent_env()}, new_session=True)
@@ -145,8 +161,10 @@ def peak_rss_mb() -> float | None:
         import resource
     except ImportError:  # Windows
         return None
-    scale = 1024 * 1024 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, kB on Linux
+    # ru_maxrss: bytes on macOS, kB on Linux
+    scale = 1024 * 1024 if sys.platform == "darwin" else 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

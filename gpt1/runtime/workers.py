@@ -44,9 +44,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterable
 
 from gpt1.runtime.processes import PARENT_PID_ENV, alive, threads_per_process
 
@@ -103,7 +103,9 @@ class WorkerPool:
         """Start every worker process now, each from a thread of its own; `run` waits for a start in progress. A
         start that fails here is tried again (and its error raised) by the first job of that worker."""
         for worker in self._workers:
-            threading.Thread(target=worker.start_quietly, name=f"worker-{worker.index}-start", daemon=True).start()
+            threading.Thread(
+                target=worker.start_quietly, name=f"worker-{worker.index}-start", daemon=True
+            ).start()
 
     @property
     def pids(self) -> list[int]:
@@ -118,7 +120,7 @@ class WorkerPool:
         for worker in self._workers:
             worker.wait_stopped()
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -134,8 +136,10 @@ class _Worker:
         self.index, self.threads, self.preload = index, threads, preload
         self.pid: int | None = None
         self._executor: ProcessPoolExecutor | None = None
-        self._starting = threading.Lock()  # one start at a time: `start_quietly` in the background, or `run`
-        self._lock = threading.Lock()  # guards the current job's routing (the reader thread reads it)
+        # one start at a time: `start_quietly` in the background, or `run`
+        self._starting = threading.Lock()
+        # guards the current job's routing (the reader thread reads it)
+        self._lock = threading.Lock()
         self._job: int | None = None
         self._sink: Callable[[str], None] | None = None
         self._job_output_done = threading.Event()
@@ -155,19 +159,27 @@ class _Worker:
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         reader, writer = context.Pipe(duplex=False)
-        executor = ProcessPoolExecutor(1, mp_context=context, initializer=_worker_main,
-                                       initargs=(writer, os.getpid(), self.threads, self.preload))
+        executor = ProcessPoolExecutor(
+            1,
+            mp_context=context,
+            initializer=_worker_main,
+            initargs=(writer, os.getpid(), self.threads, self.preload),
+        )
         try:
-            self.pid = executor.submit(os.getpid).result()  # starts the process; the imports happen here, once
+            # starts the process; the imports happen here, once
+            self.pid = executor.submit(os.getpid).result()
         except BrokenProcessPool:
             executor.shutdown(wait=False)
-            raise WorkerDied("a worker process died while starting (its imports failed or it was killed); see the "
-                             "log lines before this error") from None
+            raise WorkerDied(
+                "a worker process died while starting (its imports failed or it was killed); see the "
+                "log lines before this error"
+            ) from None
         finally:
             writer.close()  # the worker holds the only writing end now: its exit ends the reader below
         self._executor = executor
-        threading.Thread(target=self._forward, args=(reader,), name=f"worker-{self.index}-output",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._forward, args=(reader,), name=f"worker-{self.index}-output", daemon=True
+        ).start()
 
     def _forward(self, reader) -> None:
         """Route the worker's lines to the current job's sink (other lines, e.g. start-up, to this module's log)."""
@@ -203,8 +215,10 @@ class _Worker:
             return code, pid
         except BrokenProcessPool:
             self._discard()
-            raise WorkerDied(f"the worker process {pid} running {_describe(job)} ended abruptly (killed by a "
-                             "signal, e.g. out of memory); the worker is replaced for the jobs after it") from None
+            raise WorkerDied(
+                f"the worker process {pid} running {_describe(job)} ended abruptly (killed by a "
+                "signal, e.g. out of memory); the worker is replaced for the jobs after it"
+            ) from None
         finally:
             with self._lock:
                 self._job, self._sink = None, None
@@ -277,7 +291,9 @@ class _JobOutput(io.TextIOBase):
     def flush(self) -> None:  # lines are sent as they complete; a partial line waits for its end
         pass
 
-    def isatty(self) -> bool:  # progress bars (tqdm, disable=None) stay off, as in a piped subprocess
+    def isatty(
+        self,
+    ) -> bool:  # progress bars (tqdm, disable=None) stay off, as in a piped subprocess
         return False
 
     def writable(self) -> bool:
@@ -302,7 +318,8 @@ def _worker_main(writer, parent_pid: int, threads: str, preload: tuple[str, ...]
     threading.Thread(target=exit_with_parent, name="exit-with-parent", daemon=True).start()
     for module in preload:
         importlib.import_module(module)
-    atexit.register(os._exit, 0)  # registered after the imports, so it runs before their exit handlers
+    # registered after the imports, so it runs before their exit handlers
+    atexit.register(os._exit, 0)
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         torch.set_num_threads(int(threads))

@@ -79,8 +79,13 @@ def _generator_version() -> str:
     """Hash of the generator's code: cached sample data is reused only while the code that wrote it is unchanged
     (the pipeline keys its sample stage by this). Its syntax tree, so that layout and comments do not count; the
     stage's own module (its job and command) writes nothing."""
-    return stable_hash([ast.dump(ast.parse(path.read_text(encoding="utf-8")))
-                        for path in sorted(Path(__file__).parent.glob("*.py")) if path.name != "stage.py"])
+    return stable_hash(
+        [
+            ast.dump(ast.parse(path.read_text(encoding="utf-8")))
+            for path in sorted(Path(__file__).parent.glob("*.py"))
+            if path.name != "stage.py"
+        ]
+    )
 
 
 GENERATOR_VERSION = _generator_version()
@@ -101,12 +106,22 @@ def write_sample_data(out_dir: str | Path, seed: int = 0) -> dict:
     }
     write_json(out / "sample_data.json", summary)
     seconds = time.perf_counter() - start
-    log.info("sample data in %s: %d books (%.1f MB, %.1f MB/s), %d task examples, %.1f s", out, books["files"],
-             books["bytes"] / 1e6, books["bytes"] / 1e6 / max(seconds, 1e-9),
-             sum(sum(v.values()) for v in counts.values()), seconds)
+    log.info(
+        "sample data in %s: %d books (%.1f MB, %.1f MB/s), %d task examples, %.1f s",
+        out,
+        books["files"],
+        books["bytes"] / 1e6,
+        books["bytes"] / 1e6 / max(seconds, 1e-9),
+        sum(sum(v.values()) for v in counts.values()),
+        seconds,
+    )
     return summary
 
 
 def lexicon_summary(vocab: lex.Vocabulary) -> dict:
-    return {"sentiment": vocab.sentiment, "members": vocab.members, "intransitive": vocab.intransitive,
-            "transitive": vocab.transitive}
+    return {
+        "sentiment": vocab.sentiment,
+        "members": vocab.members,
+        "intransitive": vocab.intransitive,
+        "transitive": vocab.transitive,
+    }

@@ -9,9 +9,15 @@ from gpt1.io import write_text
 from gpt1.sample_data.text import words
 
 
-def tsv(path: Path, header: list[str] | None, rows: list[list], final_newline: bool = True, bom: bool = False):
+def tsv(
+    path: Path,
+    header: list[str] | None,
+    rows: list[list],
+    final_newline: bool = True,
+    bom: bool = False,
+):
     """GLUE-style tsv: TAB-separated, no quoting at all (so no field may hold a TAB or a newline)."""
-    lines = ([("\ufeff" if bom else "") + "\t".join(header)] if header else [])
+    lines = [("\ufeff" if bom else "") + "\t".join(header)] if header else []
     for row in rows:
         fields = [str(f) for f in row]
         if any("\t" in f or "\n" in f for f in fields):
@@ -31,9 +37,30 @@ def binary_parse(text: str) -> str:
     return f"( {inner} {end} )" if end else f"( {inner} )"
 
 
-FUNCTION_TAGS = {"a": "DT", "an": "DT", "the": "DT", "is": "VBZ", "was": "VBD", "and": "CC", "of": "IN",
-                 "in": "IN", "on": "IN", "at": "IN", "by": "IN", "near": "IN", "to": "TO", "i": "PRP", "we": "PRP",
-                 "it": "PRP", "only": "JJ", "thing": "NN", ".": ".", ",": ",", "?": ".", "!": "."}
+FUNCTION_TAGS = {
+    "a": "DT",
+    "an": "DT",
+    "the": "DT",
+    "is": "VBZ",
+    "was": "VBD",
+    "and": "CC",
+    "of": "IN",
+    "in": "IN",
+    "on": "IN",
+    "at": "IN",
+    "by": "IN",
+    "near": "IN",
+    "to": "TO",
+    "i": "PRP",
+    "we": "PRP",
+    "it": "PRP",
+    "only": "JJ",
+    "thing": "NN",
+    ".": ".",
+    ",": ",",
+    "?": ".",
+    "!": ".",
+}
 
 
 def flat_parse(text: str) -> str:
@@ -57,7 +84,9 @@ NLI_LABEL_NAMES = ("entailment", "neutral", "contradiction")
 def annotators(rng: random.Random, gold: str) -> list[str]:
     """Five annotator labels with `gold` in the majority (3-5 votes), in random order."""
     agree = rng.choice((3, 4, 4, 5, 5, 5))
-    votes = [gold] * agree + [rng.choice([x for x in NLI_LABEL_NAMES if x != gold]) for _ in range(5 - agree)]
+    votes = [gold] * agree + [
+        rng.choice([x for x in NLI_LABEL_NAMES if x != gold]) for _ in range(5 - agree)
+    ]
     rng.shuffle(votes)
     return votes
 

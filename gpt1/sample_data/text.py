@@ -33,10 +33,16 @@ def person(rng: random.Random, avoid: str | None = None) -> Person:
 def say(template: str, p: Person | None = None, **slots) -> str:
     """Fill a template ({n} {he} {his} {him}, capitalised {He} {His}) and capitalise the sentence."""
     if p is not None:
-        slots.update(n=p.name, he=p.he, his=p.his, him=p.him, He=p.he.capitalize(), His=p.his.capitalize())
+        slots.update(
+            n=p.name, he=p.he, his=p.his, him=p.him, He=p.he.capitalize(), His=p.his.capitalize()
+        )
     text = template.format(**slots)
     first = re.search(r"[A-Za-z]", text)  # capitalise after a leading quote, too
-    return text if first is None else text[:first.start()] + text[first.start()].upper() + text[first.start() + 1:]
+    return (
+        text
+        if first is None
+        else text[: first.start()] + text[first.start()].upper() + text[first.start() + 1 :]
+    )
 
 
 def a(word: str) -> str:

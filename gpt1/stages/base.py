@@ -47,11 +47,11 @@ class Ref:
     key: str
 
     @classmethod
-    def to(cls, path: str | os.PathLike) -> "Ref":
+    def to(cls, path: str | os.PathLike) -> Ref:
         """The input at `path`, keyed from what is on disk (see `input_key`)."""
         return cls(Path(path).absolute(), input_key(path))
 
-    def inside(self, relative: str) -> "Ref":
+    def inside(self, relative: str) -> Ref:
         """A folder inside this input, keyed as `input_key` keys it once this input is written."""
         return Ref(self.path / relative, stable_hash([self.key, relative]))
 
@@ -64,7 +64,11 @@ def data_key(data: str) -> str:
     with nothing there yet: its name, so a plan can be made; the stage reading it then names what is missing)."""
     if data.startswith("hf:"):
         return data
-    return input_key(data) if Path(data).exists() else stable_hash(["missing", str(Path(data).absolute())])
+    return (
+        input_key(data)
+        if Path(data).exists()
+        else stable_hash(["missing", str(Path(data).absolute())])
+    )
 
 
 def input_key(path: str | os.PathLike) -> str:
@@ -98,20 +102,38 @@ class StageJob:
 
     stage: ClassVar[str]  # the CLI command, the work folder, the MLflow and Prefect run name
     summary: ClassVar[str]  # one line, for `gpt1 --help`
-    mode: ClassVar[str] = "atomic"  # how the output is written: atomic | resume | restart (gpt1.stages.outputs)
-    record_failure: ClassVar[bool] = False  # a failure leaves error.json in the output folder (for the report)
+    mode: ClassVar[str] = (
+        "atomic"  # how the output is written: atomic | resume | restart (gpt1.stages.outputs)
+    )
+    record_failure: ClassVar[bool] = (
+        False  # a failure leaves error.json in the output folder (for the report)
+    )
     # How the pipeline runs it:
-    section: ClassVar[str | None] = None  # its settings in gpt1.config.PipelineConfig, logged with its MLflow run
-    retries: ClassVar[int] = 0  # how often the flow retries a failed job (orchestration.retries overrides)
-    compute: ClassVar[bool] = False  # holds one of the flow's local compute slots while it runs (training)
-    in_worker: ClassVar[bool] = False  # runs in one of the flow's reused worker processes, not the flow's own
-    logs_itself: ClassVar[bool] = False  # logs its own MLflow run (else the pipeline logs a child run for it)
-    after_failures: ClassVar[bool] = False  # runs once its inputs have ended, even if some failed (the report)
+    section: ClassVar[str | None] = (
+        None  # its settings in gpt1.config.PipelineConfig, logged with its MLflow run
+    )
+    retries: ClassVar[int] = (
+        0  # how often the flow retries a failed job (orchestration.retries overrides)
+    )
+    compute: ClassVar[bool] = (
+        False  # holds one of the flow's local compute slots while it runs (training)
+    )
+    in_worker: ClassVar[bool] = (
+        False  # runs in one of the flow's reused worker processes, not the flow's own
+    )
+    logs_itself: ClassVar[bool] = (
+        False  # logs its own MLflow run (else the pipeline logs a child run for it)
+    )
+    after_failures: ClassVar[bool] = (
+        False  # runs once its inputs have ended, even if some failed (the report)
+    )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "stage" in cls.__dict__ and "summary" in cls.__dict__:  # a stage with a command (a job without a
-            _STAGE_JOBS[cls.stage] = cls                                # summary runs only from Python)
+        if (
+            "stage" in cls.__dict__ and "summary" in cls.__dict__
+        ):  # a stage with a command (a job without a
+            _STAGE_JOBS[cls.stage] = cls  # summary runs only from Python)
 
     def identity(self) -> dict[str, Any]:
         """The input keys and settings that decide the output (what the key hashes)."""
@@ -129,16 +151,33 @@ class StageJob:
     def key(self) -> str:
         return stable_hash({"stage": self.stage, **self.identity()})
 
-    def run(self, out: str | os.PathLike, *, wait: bool, force: bool = False, expect_key: str | None = None,
-            log_line=None) -> Result:
+    def run(
+        self,
+        out: str | os.PathLike,
+        *,
+        wait: bool,
+        force: bool = False,
+        expect_key: str | None = None,
+        log_line=None,
+    ) -> Result:
         """Build into `out` unless a finished output of this key is there; see gpt1.stages.outputs."""
         key = self.key()
         if expect_key is not None and expect_key != key:
-            raise ValueError(f"{self.stage}: the inputs and settings given hash to key {key}, but the caller "
-                             f"planned {expect_key} (an input changed since the plan was made?)")
-        with outputs.claim(out, self.stage, key, wait=wait, force=force, mode=self.mode,
-                           info={"inputs": self.input_paths()}, record_failure=self.record_failure,
-                           log_line=log_line) as output:
+            raise ValueError(
+                f"{self.stage}: the inputs and settings given hash to key {key}, but the caller "
+                f"planned {expect_key} (an input changed since the plan was made?)"
+            )
+        with outputs.claim(
+            out,
+            self.stage,
+            key,
+            wait=wait,
+            force=force,
+            mode=self.mode,
+            info={"inputs": self.input_paths()},
+            record_failure=self.record_failure,
+            log_line=log_line,
+        ) as output:
             if output.done:
                 log.info("%s: up to date (%s, key %s)", self.stage, output.path, key)
                 return Result(output.path, key, output.marker, cached=True)
@@ -153,20 +192,24 @@ class StageJob:
     # What the pipeline records about a run of this stage in MLflow (gpt1.pipeline.lineage) ---------------------
     def lineage_inputs(self) -> dict[str, tuple[str, Any]]:
         """Each input as (content key, dataset source) for the stage's MLflow run: its `Ref`s by default."""
-        return {name: (value.key, str(value.path)) for name, value in vars(self).items() if isinstance(value, Ref)}
+        return {
+            name: (value.key, str(value.path))
+            for name, value in vars(self).items()
+            if isinstance(value, Ref)
+        }
 
-    def output_profile(self, result: "Result") -> dict[str, Any] | None:
+    def output_profile(self, result: Result) -> dict[str, Any] | None:
         """A few numbers MLflow shows beside the stage's output dataset (e.g. what a corpus is made of)."""
         return None
 
-    def resolved_params(self, result: "Result") -> dict[str, Any]:
+    def resolved_params(self, result: Result) -> dict[str, Any]:
         """Values a finished output fixes for every later stage (e.g. the vocabulary learnt), for the parent run."""
         return {}
 
-    def log_reuse(self, result: "Result", parent_run_id: str | None) -> None:
+    def log_reuse(self, result: Result, parent_run_id: str | None) -> None:
         """For stages that log their own MLflow run: show an output an earlier run made under this parent too."""
 
-    def with_context(self, **context: Any) -> "StageJob":
+    def with_context(self, **context: Any) -> StageJob:
         """This job with how-it-runs values (an MLflow parent run, a log line sink, threads) set on the fields it
         has; those never change its key."""
         own = {f.name for f in fields(self)}
@@ -189,7 +232,9 @@ class Step:
     name: str  # unique in its plan: the stage's name, or e.g. "finetune-full-sst2" for one of many
     job: StageJob
     out: Path
-    force: bool = False  # replace an output of other inputs in `out` (a folder named before its inputs exist)
+    force: bool = (
+        False  # replace an output of other inputs in `out` (a folder named before its inputs exist)
+    )
 
     @property
     def stage(self) -> str:
@@ -199,12 +244,19 @@ class Step:
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """The output options every stage command shares."""
     group = parser.add_argument_group("output folder")
-    group.add_argument("--wait", action="store_true",
-                       help="if another process is writing the same output, wait for it (default: refuse)")
-    group.add_argument("--force", action="store_true",
-                       help="replace an output folder that holds something else (another stage's output, other "
-                            "settings, unknown files)")
-    group.add_argument("--expect-key", help=argparse.SUPPRESS)  # set by gpt1.pipeline: the key it planned
+    group.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another process is writing the same output, wait for it (default: refuse)",
+    )
+    group.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an output folder that holds something else (another stage's output, other "
+        "settings, unknown files)",
+    )
+    # set by gpt1.pipeline: the key it planned
+    group.add_argument("--expect-key", help=argparse.SUPPRESS)
 
 
 def run_from_args(job: StageJob, args: argparse.Namespace) -> Result:

@@ -46,9 +46,10 @@ import shutil
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from gpt1.io import OutputError, atomic_dir, read_json, write_json
 
@@ -57,7 +58,9 @@ log = logging.getLogger(__name__)
 DONE = ".done"
 IDENTITY = ".stage.json"
 ERROR = "error.json"
-LOCK_FDS_ENV = "GPT1_OUTPUT_LOCK_FDS"  # "fd,fd": output locks a launching process passed on to this one
+LOCK_FDS_ENV = (
+    "GPT1_OUTPUT_LOCK_FDS"  # "fd,fd": output locks a launching process passed on to this one
+)
 
 
 class OutputBusy(OutputError):
@@ -119,7 +122,8 @@ class Lock:
 
     def release(self) -> None:
         if not self.inherited and self.fd >= 0:
-            os.close(self.fd)  # closing our descriptor drops the lock unless a child still holds a copy
+            # closing our descriptor drops the lock unless a child still holds a copy
+            os.close(self.fd)
         self.fd = -1
 
     def inherit_env(self) -> dict[str, str]:
@@ -131,7 +135,8 @@ class Lock:
         return {LOCK_FDS_ENV: ",".join(dict.fromkeys(fds))}
 
 
-_HELD: dict[Path, Lock] = {}  # outputs this process has claimed, for launchers passing the lock on (`held`)
+# outputs this process has claimed, for launchers passing the lock on (`held`)
+_HELD: dict[Path, Lock] = {}
 
 
 def held(out: str | os.PathLike) -> Lock:
@@ -150,7 +155,9 @@ def lock(out: Path, *, wait: bool, log_line: Callable[[str], None] | None = None
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as err:
-        raise OutputError(f"cannot write output {out}: {err.strerror or err} ({path.parent})") from None
+        raise OutputError(
+            f"cannot write output {out}: {err.strerror or err} ({path.parent})"
+        ) from None
     for inherited in _inherited_fds():
         if _same_file(inherited, path):
             os.close(fd)
@@ -161,12 +168,20 @@ def lock(out: Path, *, wait: bool, log_line: Callable[[str], None] | None = None
         holder = _holder(path)
         if not wait:
             os.close(fd)
-            raise OutputBusy(f"{out} is being written by another process ({holder}); wait for it to finish or "
-                             "use another output folder") from None
+            raise OutputBusy(
+                f"{out} is being written by another process ({holder}); wait for it to finish or "
+                "use another output folder"
+            ) from None
         (log_line or log.info)(f"waiting for {out}: another process is writing it ({holder})")
         fcntl.flock(fd, fcntl.LOCK_EX)
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
-            "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[:500]}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": time.time(),
+        "command": " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(sys.argv))[
+            :500
+        ],
+    }
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
@@ -240,12 +255,20 @@ class Output:
         if self.mode != "atomic":
             self.begin()
             info = write(self.path) or {}
-            return mark_done(self.path, self.stage, self.key, {"seconds": round(time.time() - started, 3),
-                                                                  **self.info, **info})
+            return mark_done(
+                self.path,
+                self.stage,
+                self.key,
+                {"seconds": round(time.time() - started, 3), **self.info, **info},
+            )
         with atomic_dir(self.path) as tmp:  # swapped in whole only once the marker is written
             info = write(tmp) or {}
-            marker = mark_done(tmp, self.stage, self.key, {"seconds": round(time.time() - started, 3),
-                                                             **self.info, **info})
+            marker = mark_done(
+                tmp,
+                self.stage,
+                self.key,
+                {"seconds": round(time.time() - started, 3), **self.info, **info},
+            )
         return marker
 
     def begin(self) -> None:
@@ -255,20 +278,31 @@ class Output:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / ERROR).unlink(missing_ok=True)
         if self.state != "partial" or self.mode == "restart":
-            write_json(self.path / IDENTITY, {"stage": self.stage, "key": self.key, "started": time.time(),
-                                              **self.info})
+            write_json(
+                self.path / IDENTITY,
+                {"stage": self.stage, "key": self.key, "started": time.time(), **self.info},
+            )
 
     def fail(self, err: BaseException) -> None:
         """After a failed build: our own unfinished build is removed unless it can resume, and with
         `record_failure` error.json (for the report) takes the place of the result that could not be made."""
-        if self.mode == "resume" and self.path.is_dir() and {p.name for p in self.path.iterdir()} <= {IDENTITY}:
+        if (
+            self.mode == "resume"
+            and self.path.is_dir()
+            and {p.name for p in self.path.iterdir()} <= {IDENTITY}
+        ):
             shutil.rmtree(self.path)  # nothing was made that a re-run could continue from
             return
         if not self.record_failure:
             if self.mode == "restart" and describe(self.path, self.stage, self.key) == "partial":
                 shutil.rmtree(self.path)
             return
-        record = {"stage": self.stage, "key": self.key, "error": f"{type(err).__name__}: {err}", "time": time.time()}
+        record = {
+            "stage": self.stage,
+            "key": self.key,
+            "error": f"{type(err).__name__}: {err}",
+            "time": time.time(),
+        }
         if self.mode == "resume":
             if self.path.is_dir():
                 write_json(self.path / ERROR, record)
@@ -286,7 +320,11 @@ def _remove_leftovers(out: Path) -> None:
     are removed; an earlier output moved aside for a swap that never completed is put back."""
     for path in sorted(out.parent.glob(f".{glob.escape(out.name)}.old-*")):
         if not out.exists() and not out.is_symlink():
-            log.warning("%s: putting back the output an interrupted run had moved aside (%s)", out, path.name)
+            log.warning(
+                "%s: putting back the output an interrupted run had moved aside (%s)",
+                out,
+                path.name,
+            )
             os.replace(path, out)
         else:
             shutil.rmtree(path, ignore_errors=True)
@@ -296,9 +334,18 @@ def _remove_leftovers(out: Path) -> None:
 
 
 @contextlib.contextmanager
-def claim(out: str | os.PathLike, stage: str, key: str, *, wait: bool, force: bool = False, mode: str = "atomic",
-          info: dict | None = None, record_failure: bool = False,
-          log_line: Callable[[str], None] | None = None) -> Iterator[Output]:
+def claim(
+    out: str | os.PathLike,
+    stage: str,
+    key: str,
+    *,
+    wait: bool,
+    force: bool = False,
+    mode: str = "atomic",
+    info: dict | None = None,
+    record_failure: bool = False,
+    log_line: Callable[[str], None] | None = None,
+) -> Iterator[Output]:
     """Lock `out` for (stage, key) and say what it holds; refuses (OutputError) what must not be replaced.
     A build raising inside the block is cleaned up after (`Output.fail`) and re-raised."""
     out = Path(out).absolute()
@@ -329,7 +376,13 @@ def claim(out: str | os.PathLike, stage: str, key: str, *, wait: bool, force: bo
 def _refusal(out: Path, stage: str, key: str, state: str) -> str:
     if state == "stale":
         other = (read_marker(out) or _identity(out)).get("key")
-        return (f"{out} holds a `{stage}` output of other inputs or settings (key {other}, this run {key}); use "
-                "another output folder, or --force to replace it")
-    what = "a file" if out.exists() and not out.is_dir() else "files that are not a `" + stage + "` output"
+        return (
+            f"{out} holds a `{stage}` output of other inputs or settings (key {other}, this run {key}); use "
+            "another output folder, or --force to replace it"
+        )
+    what = (
+        "a file"
+        if out.exists() and not out.is_dir()
+        else "files that are not a `" + stage + "` output"
+    )
     return f"{out} exists and holds {what}; refusing to replace it (use another output folder, or --force)"

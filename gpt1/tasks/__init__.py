@@ -13,11 +13,36 @@ evaluate, write_submission). This package never imports training code, nor the r
 """
 
 from gpt1.tasks import metrics
-from gpt1.tasks.examples import ChoiceExample, LoadReport, PairExample, TaskData, TextExample, content
+from gpt1.tasks.examples import (
+    ChoiceExample,
+    LoadReport,
+    PairExample,
+    TaskData,
+    TextExample,
+    content,
+)
 from gpt1.tasks.loading import evaluate, load, peek, write_submission
 from gpt1.tasks.registry import GLUE_TASKS, REGISTRY, TASKS, get
 from gpt1.tasks.spec import TaskSpec
 from gpt1.tasks.transforms import Encoded, collate
 
-__all__ = ["TASKS", "GLUE_TASKS", "REGISTRY", "TaskSpec", "get", "load", "peek", "evaluate", "write_submission", "metrics",
-           "Encoded", "collate", "TextExample", "PairExample", "ChoiceExample", "LoadReport", "TaskData", "content"]
+__all__ = [
+    "TASKS",
+    "GLUE_TASKS",
+    "REGISTRY",
+    "TaskSpec",
+    "get",
+    "load",
+    "peek",
+    "evaluate",
+    "write_submission",
+    "metrics",
+    "Encoded",
+    "collate",
+    "TextExample",
+    "PairExample",
+    "ChoiceExample",
+    "LoadReport",
+    "TaskData",
+    "content",
+]

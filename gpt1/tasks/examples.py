@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from gpt1.io import InputError
 
@@ -71,7 +70,9 @@ Example = TextExample | PairExample | ChoiceExample
 
 def content(example: Example) -> tuple:
     """An example without its id and group: two rows with equal content are the same example."""
-    return tuple(getattr(example, name) for name in example.__slots__ if name not in ("id", "group"))
+    return tuple(
+        getattr(example, name) for name in example.__slots__ if name not in ("id", "group")
+    )
 
 
 class RowError(Exception):
@@ -140,17 +141,25 @@ class LoadReport:
             raise InputError(
                 f"{self.task}/{self.split}: {sum(self.bad.values())} of {self.rows} rows malformed "
                 f"({self.bad_fraction:.2%} > max_bad_fraction {max_bad_fraction:.2%}); by reason "
-                f"{dict(self.bad)}; first: {first.reason}" + (f" ({first.detail})" if first.detail else ""),
-                file=first.file, line=first.line, field=first.field)
+                f"{dict(self.bad)}; first: {first.reason}"
+                + (f" ({first.detail})" if first.detail else ""),
+                file=first.file,
+                line=first.line,
+                field=first.field,
+            )
         if not self.examples:
-            raise InputError(f"{self.task}/{self.split}: no examples"
-                             + (f" (excluded: {dict(self.excluded)})" if self.excluded else ""),
-                             file=", ".join(self.sources) or self.path)
+            raise InputError(
+                f"{self.task}/{self.split}: no examples"
+                + (f" (excluded: {dict(self.excluded)})" if self.excluded else ""),
+                file=", ".join(self.sources) or self.path,
+            )
 
     def summary(self) -> str:
         rate = self.rows / max(self.seconds, 1e-9)
-        text = (f"{self.task}/{self.split}: {self.examples} examples from {self.rows} rows in {self.seconds:.2f}s "
-                f"({rate:,.0f} rows/s)")
+        text = (
+            f"{self.task}/{self.split}: {self.examples} examples from {self.rows} rows in {self.seconds:.2f}s "
+            f"({rate:,.0f} rows/s)"
+        )
         if self.excluded:
             text += f"; excluded {dict(self.excluded)}"
         if self.bad:
@@ -158,9 +167,18 @@ class LoadReport:
         return text
 
     def to_dict(self) -> dict:
-        return {"task": self.task, "split": self.split, "path": self.path, "sources": self.sources,
-                "rows": self.rows, "examples": self.examples, "bad": dict(self.bad), "excluded": dict(self.excluded),
-                "bad_rows": [str(b) for b in self.bad_rows[:100]], "seconds": round(self.seconds, 3)}
+        return {
+            "task": self.task,
+            "split": self.split,
+            "path": self.path,
+            "sources": self.sources,
+            "rows": self.rows,
+            "examples": self.examples,
+            "bad": dict(self.bad),
+            "excluded": dict(self.excluded),
+            "bad_rows": [str(b) for b in self.bad_rows[:100]],
+            "seconds": round(self.seconds, 3),
+        }
 
 
 class TaskData(Sequence):

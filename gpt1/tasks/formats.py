@@ -43,8 +43,8 @@ import itertools
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from gpt1.io import InputError
 from gpt1.tasks.examples import ChoiceExample, Example, Excluded, PairExample, RowError, TextExample
@@ -64,15 +64,20 @@ def text_or_pair(id: str, texts: tuple[str, ...], label, group: str | None) -> E
     return PairExample(id, texts[0], texts[1], label, group)
 
 
-def not_this_task(spec: TaskSpec, file: str, what: str, expected: str, line: int = 1,
-                  field: str | None = None) -> InputError:
-    return InputError(f"not a file of {spec.title} ({spec.name}): {what}; expected {expected}", file=file, line=line,
-                      field=field)
+def not_this_task(
+    spec: TaskSpec, file: str, what: str, expected: str, line: int = 1, field: str | None = None
+) -> InputError:
+    return InputError(
+        f"not a file of {spec.title} ({spec.name}): {what}; expected {expected}",
+        file=file,
+        line=line,
+        field=field,
+    )
 
 
 def in_own_folder(spec: TaskSpec, path: Path) -> bool:
     """Whether the file sits in the task's folder as distributed (`CoLA/test.tsv`, `RACE/dev/high/1.txt`)."""
-    return spec.folder in [p.name for p in path.parents[:spec.folder_depth + 1]]
+    return spec.folder in [p.name for p in path.parents[: spec.folder_depth + 1]]
 
 
 def check_folder(spec: TaskSpec, path: Path) -> None:
@@ -81,8 +86,11 @@ def check_folder(spec: TaskSpec, path: Path) -> None:
         return
     owner = next((s for s in REGISTRY.values() if s is not spec and in_own_folder(s, path)), None)
     if owner is not None:
-        raise InputError(f"not a file of {spec.title} ({spec.name}): it is in {owner.folder}/, the folder of "
-                         f"{owner.title} ({owner.name}) as distributed; {spec.title}'s is {spec.folder}/", file=path)
+        raise InputError(
+            f"not a file of {spec.title} ({spec.name}): it is in {owner.folder}/, the folder of "
+            f"{owner.title} ({owner.name}) as distributed; {spec.title}'s is {spec.folder}/",
+            file=path,
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -94,7 +102,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM):]
+                raw = raw[len(_BOM) :]
             raw = raw.rstrip(b"\n").removesuffix(b"\r")
             try:
                 yield number, raw.decode("utf-8")
@@ -129,7 +137,8 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
     has_label = cols.label in index
     has_id = cols.id in index
     used = [*cols.text, *([cols.label] if has_label else []), *([cols.id] if has_id else [])]
-    needed = 1 + max(index[name] for name in used if name != tail)  # fields a row of another width must have
+    # fields a row of another width must have
+    needed = 1 + max(index[name] for name in used if name != tail)
 
     def get(fields: list[str], name: str) -> str:
         if name == tail and len(fields) != width:
@@ -150,7 +159,11 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
         try:
             texts = tuple(get(fields, name).strip() for name in cols.text)
             label = spec.parse_label(get(fields, cols.label), cols.label) if has_label else None
-            yield file, number, text_or_pair(get(fields, cols.id) if has_id else str(row), texts, label, group)
+            yield (
+                file,
+                number,
+                text_or_pair(get(fields, cols.id) if has_id else str(row), texts, label, group),
+            )
         except (RowError, Excluded) as item:
             yield file, number, item
 
@@ -162,22 +175,43 @@ def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> lis
     expected = []
     headers = [h for h in cols.headers if cols.label in h or not spec.labelled_split(split)]
     if headers:
-        expected.append("a header " + " or ".join("\t".join(h) if len(h) < 8 else f"of {len(h)} columns "
-                                                  f"{h[0]}..{h[-1]}" for h in headers))
+        expected.append(
+            "a header "
+            + " or ".join(
+                "\t".join(h) if len(h) < 8 else f"of {len(h)} columns {h[0]}..{h[-1]}"
+                for h in headers
+            )
+        )
     if cols.headerless:
-        expected.append(f"{' or '.join(map(str, (len(cols.headerless), *cols.widths)))} tab-separated fields "
-                        f"({', '.join(cols.headerless)}) with a {spec.title} label")
+        expected.append(
+            f"{' or '.join(map(str, (len(cols.headerless), *cols.widths)))} tab-separated fields "
+            f"({', '.join(cols.headerless)}) with a {spec.title} label"
+        )
     expected = " or ".join(expected)
     if tuple(fields) in cols.headers:
         if spec.labelled_split(split) and cols.label not in fields:
-            raise not_this_task(spec, file, f"its header has no label column {cols.label!r} for the {split} split "
-                                "(a test file?)", expected, field="header")
-        sharing = [s.title for s in REGISTRY.values()
-                   if s is not spec and s.columns and tuple(fields) in s.columns.headers]
+            raise not_this_task(
+                spec,
+                file,
+                f"its header has no label column {cols.label!r} for the {split} split "
+                "(a test file?)",
+                expected,
+                field="header",
+            )
+        sharing = [
+            s.title
+            for s in REGISTRY.values()
+            if s is not spec and s.columns and tuple(fields) in s.columns.headers
+        ]
         if sharing and not in_own_folder(spec, Path(file)):
-            raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(sharing)}? Their files share this header "
-                             f"{fields}: only the folder as distributed tells them apart; put the file in a folder "
-                             f"named {spec.folder}/", file=file, line=1, field="header")
+            raise InputError(
+                f"{spec.title} ({spec.name}) or {' or '.join(sharing)}? Their files share this header "
+                f"{fields}: only the folder as distributed tells them apart; put the file in a folder "
+                f"named {spec.folder}/",
+                file=file,
+                line=1,
+                field="header",
+            )
         return fields
     if cols.headerless and len(fields) in (len(cols.headerless), *cols.widths):
         label_at = cols.headerless.index(cols.label)
@@ -187,10 +221,20 @@ def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> lis
         except Excluded:
             return None
         except RowError as err:
-            raise not_this_task(spec, file, f"line 1 is neither a header nor a data row ({err} "
-                                f"{fields[label_at][:40]!r})", expected, field=cols.label) from None
-    raise not_this_task(spec, file, f"line 1 has {len(fields)} fields {[f[:30] for f in fields[:6]]}", expected,
-                        field="header")
+            raise not_this_task(
+                spec,
+                file,
+                f"line 1 is neither a header nor a data row ({err} {fields[label_at][:40]!r})",
+                expected,
+                field=cols.label,
+            ) from None
+    raise not_this_task(
+        spec,
+        file,
+        f"line 1 has {len(fields)} fields {[f[:30] for f in fields[:6]]}",
+        expected,
+        field="header",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -233,10 +277,20 @@ def _check_record_keys(spec: TaskSpec, file: str, record: dict) -> None:
     foreign = sorted(set(record) - spec.records.keys)
     missing = sorted(spec.records.required - set(record))
     if foreign or missing:
-        what = ", ".join(part for part in (f"keys {foreign} it should not have" if foreign else "",
-                                           f"no {missing}" if missing else "") if part)
-        raise not_this_task(spec, file, f"its first record has {what}",
-                            f"records with {sorted(spec.records.required)} among {sorted(spec.records.keys)}")
+        what = ", ".join(
+            part
+            for part in (
+                f"keys {foreign} it should not have" if foreign else "",
+                f"no {missing}" if missing else "",
+            )
+            if part
+        )
+        raise not_this_task(
+            spec,
+            file,
+            f"its first record has {what}",
+            f"records with {sorted(spec.records.required)} among {sorted(spec.records.keys)}",
+        )
 
 
 def _json_record(line: str) -> dict:
@@ -271,7 +325,11 @@ def read_race(spec: TaskSpec, files: list[Path]) -> Rows:
             yield file, 1, RowError("not UTF-8", detail=f"byte {err.start}")
             continue
         except json.JSONDecodeError as err:
-            yield file, err.lineno, RowError("not a RACE article", detail=f"invalid JSON: {err.msg}")
+            yield (
+                file,
+                err.lineno,
+                RowError("not a RACE article", detail=f"invalid JSON: {err.msg}"),
+            )
             continue
         level = path.parent.name if path.parent.name in spec.groups else None
         yield from race_article(spec, article, file, level)
@@ -284,8 +342,15 @@ def race_article(spec: TaskSpec, article, file: str, level: str | None) -> Rows:
         return
     questions, options = article.get("questions"), article.get("options")
     answers = article.get("answers")  # absent on an unlabelled test set
-    if not isinstance(questions, list) or not isinstance(options, list) or len(questions) != len(options) \
-            or (answers is not None and (not isinstance(answers, list) or len(answers) != len(questions))):
+    if (
+        not isinstance(questions, list)
+        or not isinstance(options, list)
+        or len(questions) != len(options)
+        or (
+            answers is not None
+            and (not isinstance(answers, list) or len(answers) != len(questions))
+        )
+    ):
         yield file, 1, RowError("questions/options/answers differ", field="questions")
         return
     article_id = str(article.get("id") or Path(file).name)
@@ -295,11 +360,29 @@ def race_article(spec: TaskSpec, article, file: str, level: str | None) -> Rows:
         try:
             if not isinstance(question, str):
                 raise RowError("missing text", field=f"questions[{q}]")
-            if not isinstance(opts, list) or len(opts) != spec.n_choices or not all(isinstance(o, str) for o in opts):
-                raise RowError(f"expected {spec.n_choices} options", field=f"options[{q}]", detail=repr(opts)[:80])
+            if (
+                not isinstance(opts, list)
+                or len(opts) != spec.n_choices
+                or not all(isinstance(o, str) for o in opts)
+            ):
+                raise RowError(
+                    f"expected {spec.n_choices} options",
+                    field=f"options[{q}]",
+                    detail=repr(opts)[:80],
+                )
             label = spec.parse_label(answers[q], f"answers[{q}]") if answers is not None else None
-            yield file, 1, ChoiceExample(f"{article_id}#{q}", article["article"].strip(), question.strip(),
-                                         tuple(o.strip() for o in opts), label, level)
+            yield (
+                file,
+                1,
+                ChoiceExample(
+                    f"{article_id}#{q}",
+                    article["article"].strip(),
+                    question.strip(),
+                    tuple(o.strip() for o in opts),
+                    label,
+                    level,
+                ),
+            )
         except (RowError, Excluded) as item:
             yield file, 1, item
 
@@ -313,8 +396,12 @@ def race_files(spec: TaskSpec, root: Path, split: str) -> list[Path]:
     if root.name in levels:
         return _numbered(root.glob("*.txt"))
     if not any((root / level).is_dir() for level in levels):
-        split_dirs = _find(root, lambda d, names, files: d.name == split and any(lv in names for lv in levels),
-                           SEARCH_DEPTH + spec.folder_depth - 1)  # the split folder is one above the files
+        # the split folder is one above the files
+        split_dirs = _find(
+            root,
+            lambda d, names, files: d.name == split and any(lv in names for lv in levels),
+            SEARCH_DEPTH + spec.folder_depth - 1,
+        )
         if not split_dirs:
             return []
         if len(split_dirs) > 1:
@@ -330,8 +417,15 @@ def _numbered(paths) -> list[Path]:
 # ---------------------------------------------------------------------------------------------------------------
 # Story Cloze
 
-STORY_COLUMNS = ("InputStoryid", "InputSentence1", "InputSentence2", "InputSentence3", "InputSentence4",
-                 "RandomFifthSentenceQuiz1", "RandomFifthSentenceQuiz2")
+STORY_COLUMNS = (
+    "InputStoryid",
+    "InputSentence1",
+    "InputSentence2",
+    "InputSentence3",
+    "InputSentence4",
+    "RandomFifthSentenceQuiz1",
+    "RandomFifthSentenceQuiz2",
+)
 STORY_ANSWER = "AnswerRightEnding"
 
 
@@ -346,11 +440,18 @@ def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
         return
     header = _csv_fields(first[1]) if isinstance(first[1], str) else None
     if not isinstance(header, list):
-        raise InputError("not a Story Cloze csv: unreadable header", file=file, line=1, field="header")
+        raise InputError(
+            "not a Story Cloze csv: unreadable header", file=file, line=1, field="header"
+        )
     missing = [c for c in STORY_COLUMNS if c not in header]
     if missing:
-        raise not_this_task(spec, file, f"its header lacks {missing}", f"a csv header with {list(STORY_COLUMNS)}"
-                            f" (+ {STORY_ANSWER})", field="header")
+        raise not_this_task(
+            spec,
+            file,
+            f"its header lacks {missing}",
+            f"a csv header with {list(STORY_COLUMNS)} (+ {STORY_ANSWER})",
+            field="header",
+        )
     index = {name: i for i, name in enumerate(header)}
     for number, line in lines:
         try:
@@ -365,8 +466,16 @@ def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
                 raise RowError(f"expected {len(header)} fields", detail=f"got {len(fields)}")
             story = " ".join(fields[index[f"InputSentence{i}"]].strip() for i in range(1, 5))
             endings = tuple(fields[index[f"RandomFifthSentenceQuiz{i}"]].strip() for i in (1, 2))
-            label = spec.parse_label(fields[index[STORY_ANSWER]], STORY_ANSWER) if STORY_ANSWER in index else None
-            yield file, number, ChoiceExample(fields[index["InputStoryid"]], story, "", endings, label)
+            label = (
+                spec.parse_label(fields[index[STORY_ANSWER]], STORY_ANSWER)
+                if STORY_ANSWER in index
+                else None
+            )
+            yield (
+                file,
+                number,
+                ChoiceExample(fields[index["InputStoryid"]], story, "", endings, label),
+            )
         except (RowError, Excluded) as item:
             yield file, number, item
 
@@ -382,15 +491,20 @@ def _csv_fields(line: str) -> list[str] | RowError:
 def story_cloze_file(root: Path, split: str) -> Path | None:
     """The csv whose name ends with the split word: 'val' (our train split) or 'test'."""
     wanted = {"train": "val", "test": "test"}[split]
-    matches = [p for p in files_near(root, lambda name: name.lower().endswith(".csv"))
-               if _split_word(p.stem) == wanted]
+    matches = [
+        p
+        for p in files_near(root, lambda name: name.lower().endswith(".csv"))
+        if _split_word(p.stem) == wanted
+    ]
     if len(matches) > 1:
         raise ambiguous(root, f"Story Cloze {wanted} csv", matches)
     return matches[0] if matches else None
 
 
 def _split_word(stem: str) -> str | None:
-    words = [w for w in re.findall(r"[a-z]+", stem.lower()) if w in ("val", "validation", "dev", "test")]
+    words = [
+        w for w in re.findall(r"[a-z]+", stem.lower()) if w in ("val", "validation", "dev", "test")
+    ]
     if not words:
         return None
     return "test" if words[-1] == "test" else "val"
@@ -407,7 +521,7 @@ def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> 
         if (root / name).is_file():
             return root / name
     for name in names:
-        dirs = _find(root, lambda d, subdirs, files: name in files, depth)
+        dirs = _find(root, lambda d, subdirs, files, name=name: name in files, depth)
         if len(dirs) > 1:
             raise ambiguous(root, name, dirs)
         if dirs:
@@ -420,8 +534,12 @@ def files_near(root: Path, match) -> list[Path]:
     found = sorted(p for p in root.iterdir() if p.is_file() and match(p.name))
     if found:
         return found
-    return [d / f for d in _find(root, lambda d, subdirs, files: any(match(f) for f in files))
-            for f in sorted(os.listdir(d)) if match(f) and (d / f).is_file()]
+    return [
+        d / f
+        for d in _find(root, lambda d, subdirs, files: any(match(f) for f in files))
+        for f in sorted(os.listdir(d))
+        if match(f) and (d / f).is_file()
+    ]
 
 
 def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
@@ -432,7 +550,9 @@ def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
         here = Path(dirpath)
         subdirs[:] = sorted(d for d in subdirs if not d.startswith("."))
         level = len(here.parts) - base
-        if level and wanted(here, list(subdirs), files):  # before pruning: `wanted` may look at the sub-folders
+        if level and wanted(
+            here, list(subdirs), files
+        ):  # before pruning: `wanted` may look at the sub-folders
             hits.append(here)
         if level >= depth:
             subdirs[:] = []
@@ -441,4 +561,6 @@ def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
 
 def ambiguous(root: Path, what: str, found: list[Path]) -> InputError:
     shown = ", ".join(str(p) for p in found[:5])
-    return InputError(f"{what} found in {len(found)} places ({shown}); pass the one you mean", file=root)
+    return InputError(
+        f"{what} found in {len(found)} places ({shown}); pass the one you mean", file=root
+    )

@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from gpt1.io import InputError, parquet_file
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
@@ -33,9 +34,18 @@ from gpt1.tasks.formats import Rows, ambiguous, files_near, not_this_task, text_
 from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import TaskSpec
 
-REPOS = {"glue": "nyu-mll/glue", "snli": "stanfordnlp/snli", "scitail": "allenai/scitail", "race": "ehovy/race",
-         "story_cloze": "LSDSem/story_cloze"}
-DEFAULT_CONFIGS = {"allenai/scitail": "tsv_format", "ehovy/race": "all", "LSDSem/story_cloze": "2016"}
+REPOS = {
+    "glue": "nyu-mll/glue",
+    "snli": "stanfordnlp/snli",
+    "scitail": "allenai/scitail",
+    "race": "ehovy/race",
+    "story_cloze": "LSDSem/story_cloze",
+}
+DEFAULT_CONFIGS = {
+    "allenai/scitail": "tsv_format",
+    "ehovy/race": "all",
+    "LSDSem/story_cloze": "2016",
+}
 RECORD_SUFFIXES = (".parquet", ".jsonl", ".json")
 
 
@@ -53,7 +63,9 @@ def parse_ref(ref: str) -> tuple[str, str | None, str | None]:
     elif len(parts) in (1, 2):
         repo = "/".join(parts)
     else:
-        raise ValueError(f"bad Hugging Face reference 'hf:{ref}': expected hf:<name>[:<config>][@<revision>]")
+        raise ValueError(
+            f"bad Hugging Face reference 'hf:{ref}': expected hf:<name>[:<config>][@<revision>]"
+        )
     return repo, config or DEFAULT_CONFIGS.get(repo), revision or None
 
 
@@ -68,12 +80,18 @@ def read_hub(spec: TaskSpec, ref: str, split: str) -> Rows:
     repo, config, revision = parse_ref(ref)
     for hf_split, group in hf_splits(spec, split):
         dataset = datasets.load_dataset(repo, config, split=hf_split, revision=revision)
-        yield from read_rows(spec, _dataset_rows(dataset), f"hf:{repo}{':' + config if config else ''}[{hf_split}]",
-                             group)
+        yield from read_rows(
+            spec,
+            _dataset_rows(dataset),
+            f"hf:{repo}{':' + config if config else ''}[{hf_split}]",
+            group,
+        )
 
 
 def is_saved_dataset(path: Path) -> bool:
-    return path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "state.json").is_file())
+    return path.is_dir() and (
+        (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+    )
 
 
 def read_saved(spec: TaskSpec, path: Path, split: str) -> Rows:
@@ -88,7 +106,9 @@ def read_saved(spec: TaskSpec, path: Path, split: str) -> Rows:
     for hf_split, group in hf_splits(spec, split):
         name = next((n for n in (hf_split, split) if n in saved), None)
         if name is None:
-            raise FileNotFoundError(f"{path}: no split {hf_split!r} for {spec.name}/{split}; has {list(saved)}")
+            raise FileNotFoundError(
+                f"{path}: no split {hf_split!r} for {spec.name}/{split}; has {list(saved)}"
+            )
         yield from read_rows(spec, _dataset_rows(saved[name]), f"{path}[{name}]", group)
 
 
@@ -102,7 +122,9 @@ def record_files(root: Path, spec: TaskSpec, split: str) -> list[tuple[Path, str
     """Parquet/JSON files named after the split's hub names in `root` or the one sub-folder holding them."""
     out = []
     for hf_split, group in hf_splits(spec, split):
-        pattern = re.compile(rf"^{hf_split}([-._].*)?({'|'.join(map(re.escape, RECORD_SUFFIXES))})$")
+        pattern = re.compile(
+            rf"^{hf_split}([-._].*)?({'|'.join(map(re.escape, RECORD_SUFFIXES))})$"
+        )
         files = files_near(root, pattern.match)
         if len({f.parent for f in files}) > 1:
             raise ambiguous(root, f"{hf_split} records", sorted({f.parent for f in files}))
@@ -124,8 +146,9 @@ def read_records(spec: TaskSpec, path: Path, group: str | None) -> Rows:
             try:
                 rows = json.loads(text)
             except json.JSONDecodeError as err:
-                raise InputError(f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno) \
-                    from None
+                raise InputError(
+                    f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno
+                ) from None
         else:
             rows = (_json_line(line) for line in text.split("\n") if line.strip())
     yield from read_rows(spec, rows, str(path), group)
@@ -159,7 +182,9 @@ def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) ->
 
 
 def _label_kind(spec: TaskSpec) -> str:
-    return "label names" if spec.hf_label_names else "scores" if spec.regression else "class indices"
+    return (
+        "label names" if spec.hf_label_names else "scores" if spec.regression else "class indices"
+    )
 
 
 def check_export_name(spec: TaskSpec, path: Path) -> None:
@@ -167,18 +192,28 @@ def check_export_name(spec: TaskSpec, path: Path) -> None:
     sentence2, label, idx), so a local export of one reads as the other: for those, the export's file or one of
     its three nearest folders must be named after the task (`sst2/`, `glue_sst2.parquet`, `SST-2/`)."""
     schema = (frozenset(spec.hf_columns), _label_kind(spec))
-    sharing = [s for s in REGISTRY.values()
-               if s is not spec and (frozenset(s.hf_columns), _label_kind(s)) == schema]
+    sharing = [
+        s
+        for s in REGISTRY.values()
+        if s is not spec and (frozenset(s.hf_columns), _label_kind(s)) == schema
+    ]
     if not sharing:
         return
-    names = {spec.name, re.sub(r"[^a-z0-9]", "", spec.folder.lower()), (parse_ref(spec.hf)[1] or "").lower()}
+    names = {
+        spec.name,
+        re.sub(r"[^a-z0-9]", "", spec.folder.lower()),
+        (parse_ref(spec.hf)[1] or "").lower(),
+    }
     for part in (path.stem, *(p.name for p in path.parents[:3])):
         lower = part.lower()
         if names & {re.sub(r"[^a-z0-9]", "", lower), *re.split(r"[^a-z0-9]+", lower)}:
             return
-    raise InputError(f"{spec.title} ({spec.name}) or {' or '.join(s.title for s in sharing)}? Their hub exports have "
-                     f"the same columns {list(spec.hf_columns)}: name the export's file or folder after the task "
-                     f"(e.g. {spec.name}/)", file=path)
+    raise InputError(
+        f"{spec.title} ({spec.name}) or {' or '.join(s.title for s in sharing)}? Their hub exports have "
+        f"the same columns {list(spec.hf_columns)}: name the export's file or folder after the task "
+        f"(e.g. {spec.name}/)",
+        file=path,
+    )
 
 
 def _check_columns(spec: TaskSpec, row, source: str) -> None:
@@ -186,23 +221,42 @@ def _check_columns(spec: TaskSpec, row, source: str) -> None:
     another dataset is refused before any row is read."""
     expected = f"the hub columns {list(spec.hf_columns)}"
     if not isinstance(row, dict):
-        raise not_this_task(spec, source, f"its records are {type(row).__name__}, not objects", expected)
+        raise not_this_task(
+            spec, source, f"its records are {type(row).__name__}, not objects", expected
+        )
     missing = [c for c in spec.hf_columns if c not in row and c != spec.hf_label]
     foreign = sorted(c for c in row if c not in spec.hf_columns)
     if missing or foreign:
-        what = "; ".join(part for part in (f"no column {missing}" if missing else "",
-                                           f"columns {foreign} the hub's {spec.title} has not" if foreign else "")
-                         if part)
-        raise not_this_task(spec, source, f"its records have {what}", expected, field=(missing or foreign)[0])
+        what = "; ".join(
+            part
+            for part in (
+                f"no column {missing}" if missing else "",
+                f"columns {foreign} the hub's {spec.title} has not" if foreign else "",
+            )
+            if part
+        )
+        raise not_this_task(
+            spec, source, f"its records have {what}", expected, field=(missing or foreign)[0]
+        )
     label = row.get(spec.hf_label)
     if label is None or label == -1:
         return
     # The label's type tells exports with the same columns apart (SNLI vs SciTail, STS-B vs MRPC or RTE).
-    wanted = (str, "label names") if spec.hf_label_names else (float, "scores") if spec.regression else \
-        (int, "class indices")
+    wanted = (
+        (str, "label names")
+        if spec.hf_label_names
+        else (float, "scores")
+        if spec.regression
+        else (int, "class indices")
+    )
     if not isinstance(label, wanted[0]) or isinstance(label, bool):
-        raise not_this_task(spec, source, f"its {spec.hf_label!r} is {type(label).__name__} {label!r}",
-                            f"{wanted[1]} in {spec.hf_label!r}", field=spec.hf_label)
+        raise not_this_task(
+            spec,
+            source,
+            f"its {spec.hf_label!r} is {type(label).__name__} {label!r}",
+            f"{wanted[1]} in {spec.hf_label!r}",
+            field=spec.hf_label,
+        )
 
 
 def _example(spec: TaskSpec, row: dict, index: int, group: str | None, questions_seen: Counter):
@@ -215,15 +269,29 @@ def _example(spec: TaskSpec, row: dict, index: int, group: str | None, questions
         label = spec.parse_label(answer, spec.hf_label) if answer not in (None, "") else None
         options = row["options"]
         if not isinstance(options, list) or len(options) != spec.n_choices:
-            raise RowError(f"expected {spec.n_choices} options", field="options", detail=repr(options)[:80])
-        return ChoiceExample(f"{article_id}#{q}", _str(row, "article"), _str(row, "question"),
-                             tuple(str(o).strip() for o in options), label, level)
+            raise RowError(
+                f"expected {spec.n_choices} options", field="options", detail=repr(options)[:80]
+            )
+        return ChoiceExample(
+            f"{article_id}#{q}",
+            _str(row, "article"),
+            _str(row, "question"),
+            tuple(str(o).strip() for o in options),
+            label,
+            level,
+        )
     if spec.format == "storycloze":
         story = " ".join(_str(row, f"input_sentence_{i}") for i in range(1, 5))
         answer = row.get(spec.hf_label)
         label = spec.parse_label(str(answer), spec.hf_label) if answer not in (None, -1) else None
-        return ChoiceExample(str(row["story_id"]), story, "", (_str(row, "sentence_quiz1"),
-                                                                 _str(row, "sentence_quiz2")), label, group)
+        return ChoiceExample(
+            str(row["story_id"]),
+            story,
+            "",
+            (_str(row, "sentence_quiz1"), _str(row, "sentence_quiz2")),
+            label,
+            group,
+        )
     texts = tuple(_str(row, name) for name in spec.hf_text)
     label = spec.parse_label(row[spec.hf_label], spec.hf_label) if spec.hf_label in row else None
     return text_or_pair(str(row.get("idx", index)), texts, label, group)

@@ -15,8 +15,8 @@ import itertools
 import logging
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from tqdm import tqdm
 
@@ -32,7 +32,9 @@ log = logging.getLogger("gpt1.tasks")
 DEFAULT_MAX_BAD_FRACTION = 0.01
 
 
-def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION) -> TaskData:
+def load(
+    task: str, path: str | Path, split: str, max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION
+) -> TaskData:
     """Read one split into examples; malformed rows are counted in `.report` and over `max_bad_fraction` of the
     rows they raise InputError at the first one (file, line, field). A file of the split without a single row (e.g.
     a header-only MNLI dev_matched.tsv beside a full dev_mismatched.tsv) raises InputError naming it: a split is
@@ -40,13 +42,20 @@ def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFA
     spec = get(task)
     if split not in spec.splits:
         hint = f" ({spec.splits_note})" if spec.splits_note else ""
-        raise ValueError(f"{task}: unknown split {split!r}; use one of {', '.join(spec.splits)}{hint}")
+        raise ValueError(
+            f"{task}: unknown split {split!r}; use one of {', '.join(spec.splits)}{hint}"
+        )
     report = LoadReport(task, split, path=str(path))
     examples: list[Example] = []
     rows_per_file: Counter = Counter()
     started = time.perf_counter()
-    rows = tqdm(_rows(spec, path, split, report.sources), desc=f"load {task}/{split}", unit="row", disable=None,
-                leave=False)
+    rows = tqdm(
+        _rows(spec, path, split, report.sources),
+        desc=f"load {task}/{split}",
+        unit="row",
+        disable=None,
+        leave=False,
+    )
     for file, line, item in rows:
         if file not in report.sources:
             report.sources.append(file)
@@ -62,8 +71,11 @@ def load(task: str, path: str | Path, split: str, max_bad_fraction: float = DEFA
     report.check(max_bad_fraction)
     empty = [file for file in report.sources if not rows_per_file[file]]
     if empty:
-        raise InputError(f"{task}/{split}: no rows in this file (one of {len(report.sources)} the split is read "
-                         "from): a split is scored on all its files or not at all", file=empty[0])
+        raise InputError(
+            f"{task}/{split}: no rows in this file (one of {len(report.sources)} the split is read "
+            "from): a split is scored on all its files or not at all",
+            file=empty[0],
+        )
     return TaskData(task, split, examples, report)
 
 
@@ -88,7 +100,9 @@ def _rows(spec: TaskSpec, path: str | Path, split: str, read_files: list[str]) -
         return hub.read_saved(spec, path, split)
     if path.is_file():
         read_files.append(str(path))
-        return _read_file(spec, path, split, spec.group_of_split(split) or spec.group_of_file(path.name))
+        return _read_file(
+            spec, path, split, spec.group_of_split(split) or spec.group_of_file(path.name)
+        )
     return _read_folder(spec, path, split, read_files)
 
 
@@ -123,19 +137,30 @@ def _read_folder(spec: TaskSpec, root: Path, split: str, read_files: list[str]) 
         records = hub.record_files(root, spec, split)
         if records:
             read_files.extend(str(f) for f, _ in records)
-            return itertools.chain.from_iterable(hub.read_records(spec, f, group) for f, group in records)
-        raise FileNotFoundError(f"{spec.name}/{split}: no {'; no '.join(missing.values())} in {root} (the "
-                                f"{spec.folder}/ folder may be up to {formats.SEARCH_DEPTH} folders below it)")
+            return itertools.chain.from_iterable(
+                hub.read_records(spec, f, group) for f, group in records
+            )
+        raise FileNotFoundError(
+            f"{spec.name}/{split}: no {'; no '.join(missing.values())} in {root} (the "
+            f"{spec.folder}/ folder may be up to {formats.SEARCH_DEPTH} folders below it)"
+        )
     if missing:  # e.g. an MNLI folder with dev_matched but no dev_mismatched
         have = ", ".join(f"{s} ({found[s][0]})" for s in found)
         raise FileNotFoundError(
             f"{spec.name}/{split} is {' + '.join(s for s, _ in spec.file_splits(split))}: found {have} but no "
             f"{'; no '.join(f'{s} ({described})' for s, described in missing.items())} in {root}; add the missing "
-            f"file, or load {' or '.join(found)} alone")
-    read_files.extend(str(path) for file_split, _ in spec.file_splits(split) for path in found[file_split])
-    return itertools.chain.from_iterable([_read_file(spec, path, file_split, group)  # checked before any is read
-                                          for file_split, group in spec.file_splits(split)
-                                          for path in found[file_split]])
+            f"file, or load {' or '.join(found)} alone"
+        )
+    read_files.extend(
+        str(path) for file_split, _ in spec.file_splits(split) for path in found[file_split]
+    )
+    return itertools.chain.from_iterable(
+        [
+            _read_file(spec, path, file_split, group)  # checked before any is read
+            for file_split, group in spec.file_splits(split)
+            for path in found[file_split]
+        ]
+    )
 
 
 def _official_files(spec: TaskSpec, root: Path, split: str) -> tuple[list[Path], str]:
@@ -152,12 +177,17 @@ def _official_files(spec: TaskSpec, root: Path, split: str) -> tuple[list[Path],
 
 def evaluate(task: str, examples: Sequence[Example], predictions: Sequence) -> dict:
     """`metrics.compute` with the labels and groups (RACE level, MNLI matched/mismatched) taken from examples."""
-    return metrics.compute(task, [e.label for e in examples], predictions,
-                           extra={"groups": [e.group for e in examples]})
+    return metrics.compute(
+        task,
+        [e.label for e in examples],
+        predictions,
+        extra={"groups": [e.group for e in examples]},
+    )
 
 
-def write_submission(task: str, examples: Sequence[Example], predictions: Sequence, path: str | Path
-                     ) -> list[Path]:
+def write_submission(
+    task: str, examples: Sequence[Example], predictions: Sequence, path: str | Path
+) -> list[Path]:
     """Write `<path>/<submission>.tsv` (`index<TAB>prediction`, GLUE server format; MNLI: MNLI-m.tsv and
     MNLI-mm.tsv by example group). Non-GLUE tasks get the same format under SNLI.tsv, SciTail.tsv, RACE.tsv,
     StoryCloze.tsv."""
@@ -170,5 +200,7 @@ def write_submission(task: str, examples: Sequence[Example], predictions: Sequen
         files.setdefault(name, []).append(f"{example.id}\t{spec.format_prediction(prediction)}\n")
     written = []
     for name, lines in files.items():
-        written.append(write_text(Path(path) / f"{name}.tsv", "index\tprediction\n" + "".join(lines)))
+        written.append(
+            write_text(Path(path) / f"{name}.tsv", "index\tprediction\n" + "".join(lines))
+        )
     return written

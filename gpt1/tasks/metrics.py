@@ -22,7 +22,8 @@ be recomputed from the paper's tables.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,8 +35,10 @@ from gpt1.tasks.registry import GLUE_TASKS, REGISTRY, get
 METRICS: dict[str, tuple[str, ...]] = {name: spec.metrics for name, spec in REGISTRY.items()}
 # The paper's test-set numbers (Tables 2-4), same keys as `compute`; "glue" is the GLUE server score (Table 4).
 GLUE_SERVER_SCORE = 72.8
-PAPER_RESULTS: dict[str, dict[str, float]] = {**{name: spec.paper for name, spec in REGISTRY.items()},
-                                              "glue": {"primary": GLUE_SERVER_SCORE}}
+PAPER_RESULTS: dict[str, dict[str, float]] = {
+    **{name: spec.paper for name, spec in REGISTRY.items()},
+    "glue": {"primary": GLUE_SERVER_SCORE},
+}
 # Table 5 "Avg. Score" (what `glue_score` computes) of the full model and the two ablations the pipeline runs; the
 # per-task ablation numbers are `TaskSpec.paper_ablations`.
 PAPER_AVERAGES = {"full": 74.7, "no_pretrain": 59.9, "no_aux_lm": 75.0}
@@ -80,11 +83,15 @@ def _correlation(fn, y_true, y_pred) -> float:
 FUNCTIONS = {"accuracy": accuracy, "mcc": mcc, "f1": f1, "pearson": pearson, "spearman": spearman}
 
 
-def compute(task: str, y_true: Sequence, y_pred: Sequence, extra: Mapping[str, Any] | None = None) -> dict:
+def compute(
+    task: str, y_true: Sequence, y_pred: Sequence, extra: Mapping[str, Any] | None = None
+) -> dict:
     """The task's metrics in percent plus `primary`; `extra={"groups": [...]}` adds per-group accuracy."""
     spec = get(task)
     if len(y_true) != len(y_pred) or not len(y_true):
-        raise ValueError(f"{task}: {len(y_true)} labels vs {len(y_pred)} predictions (need equal, non-zero)")
+        raise ValueError(
+            f"{task}: {len(y_true)} labels vs {len(y_pred)} predictions (need equal, non-zero)"
+        )
     if any(y is None for y in y_true):
         raise ValueError(f"{task}: unlabelled examples (label None) cannot be scored")
     dtype = float if spec.regression else np.int64
@@ -111,12 +118,16 @@ def glue_score(results: Mapping[str, Mapping[str, float] | float]) -> float:
     missing = [t for t in GLUE_TASKS if t not in results]
     if missing:
         raise ValueError(f"glue_score needs all of {list(GLUE_TASKS)}; missing {missing}")
-    values = [r["primary"] if isinstance(r, Mapping) else float(r) for r in (results[t] for t in GLUE_TASKS)]
+    values = [
+        r["primary"] if isinstance(r, Mapping) else float(r)
+        for r in (results[t] for t in GLUE_TASKS)
+    ]
     return float(np.mean(values))
 
 
-def majority_baseline(task: str, train_labels: Sequence, eval_labels: Sequence,
-                      extra: Mapping[str, Any] | None = None) -> dict:
+def majority_baseline(
+    task: str, train_labels: Sequence, eval_labels: Sequence, extra: Mapping[str, Any] | None = None
+) -> dict:
     """Metrics of always predicting the most frequent training label (ties: the smallest label); a regression
     (STS-B) predicts the mean training score, a constant, so its correlations are 0 by the convention above."""
     train = [y for y in train_labels if y is not None]

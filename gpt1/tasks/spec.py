@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import math
 import time
-from pathlib import Path
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -46,7 +46,9 @@ class Columns:
     headers: tuple[tuple[str, ...], ...] = ()
     headerless: tuple[str, ...] | None = None
     widths: tuple[int, ...] = ()
-    from_end: str | None = None  # a column read from the row's last field when the width differs (SNLI tsv)
+    from_end: str | None = (
+        None  # a column read from the row's last field when the width differs (SNLI tsv)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,8 +73,8 @@ class PaperColumn:
 
 @dataclass(frozen=True, kw_only=True)
 class Probe:
-    """A zero-shot probe during pre-training (paper Fig. 2 right): the heuristic (see `gpt1.pretrain.probes`) and the splits
-    it reads (the acceptability probe fits its threshold on the first and scores the second)."""
+    """A zero-shot probe during pre-training (paper Fig. 2 right): the heuristic (see `gpt1.pretrain.probes`) and the
+    splits it reads (the acceptability probe fits its threshold on the first and scores the second)."""
 
     heuristic: str
     splits: tuple[str, ...]
@@ -87,45 +89,68 @@ class TaskSpec:
     name: str  # the pipeline's id: CLI --task, config finetune.tasks, folder and metric names
     title: str  # as the paper and GLUE write it
     kind: str  # one of KINDS: selects the input transformation and the head
-    labels: tuple[str, ...] | None  # label strings in class-index order; None: a regression (score in [0, 5])
-    label_aliases: dict[str, str] = field(default_factory=dict)  # other spellings some file variant uses
+    # label strings in class-index order; None: a regression (score in [0, 5])
+    labels: tuple[str, ...] | None
+    # other spellings some file variant uses
+    label_aliases: dict[str, str] = field(default_factory=dict)
     n_choices: int | None = None  # answers per multiple-choice example
-    no_gold: str | None = None  # label of rows without a gold label (excluded and counted, not an error)
+    no_gold: str | None = (
+        None  # label of rows without a gold label (excluded and counted, not an error)
+    )
 
     # -- its files as distributed
     format: str  # one of FORMATS: which reader in gpt1.tasks.formats
     folder: str  # folder name as distributed (also the folder name in the sample data)
-    file_names: tuple[str, ...] = ()  # a split's file names, `{split}` filled in, in order of preference
-    folder_depth: int = 0  # folders from the distributed folder down to the files (SciTailV1.1/tsv_format/: 1)
+    # a split's file names, `{split}` filled in, in order of preference
+    file_names: tuple[str, ...] = ()
+    folder_depth: int = (
+        0  # folders from the distributed folder down to the files (SciTailV1.1/tsv_format/: 1)
+    )
     columns: Columns | None = None
     records: Records | None = None
     splits: tuple[str, ...] = ("train", "dev", "test")
     splits_note: str = ""  # shown when an unknown split is asked for
-    file_groups: tuple[str, ...] = ()  # held-out splits ship one file per group, `<split>_<group>` (MNLI)
+    # held-out splits ship one file per group, `<split>_<group>` (MNLI)
+    file_groups: tuple[str, ...] = ()
     eval_splits: tuple[str, ...] = ("dev",)  # where the paper's number comes from
     submission: str = ""  # predictions file stem (the GLUE server's name for GLUE tasks)
-    submission_groups: dict[str, str] = field(default_factory=dict)  # group -> file stem (MNLI-m / MNLI-mm)
+    # group -> file stem (MNLI-m / MNLI-mm)
+    submission_groups: dict[str, str] = field(default_factory=dict)
 
     # -- the Hugging Face hub (gpt1.tasks.hub)
     hf: str  # hub reference without `hf:` (e.g. glue/sst2)
-    hf_revision: str | None = None  # pinned dataset revision (commit or tag); None: the hub's default branch
-    hf_manual: str = ""  # the hub copy needs files fetched by hand (how to get them); empty: it downloads itself
-    hf_text: tuple[str, ...] = ()  # text columns in example order (also the raw input fields of `gpt1 predict`)
-    hf_columns: tuple[str, ...] = ()  # every column of the hub dataset; another column means another dataset
+    hf_revision: str | None = (
+        None  # pinned dataset revision (commit or tag); None: the hub's default branch
+    )
+    hf_manual: str = (
+        ""  # the hub copy needs files fetched by hand (how to get them); empty: it downloads itself
+    )
+    # text columns in example order (also the raw input fields of `gpt1 predict`)
+    hf_text: tuple[str, ...] = ()
+    # every column of the hub dataset; another column means another dataset
+    hf_columns: tuple[str, ...] = ()
     hf_label: str = "label"
     hf_label_names: bool = False  # the label column holds label strings rather than class indices
-    hf_splits: dict[str, str] = field(default_factory=lambda: {"dev": "validation"})  # our split word -> hub's
+    # our split word -> hub's
+    hf_splits: dict[str, str] = field(default_factory=lambda: {"dev": "validation"})
 
     # -- scoring and the paper
     metrics: tuple[str, ...]  # `metrics.compute` names; the first is the primary metric
-    groups: tuple[str, ...] = ()  # sub-populations scored separately (accuracy_<group>): MNLI halves, RACE levels
-    primary_is_group_mean: bool = False  # primary = mean of the groups' accuracies when all are present (MNLI)
+    # sub-populations scored separately (accuracy_<group>): MNLI halves, RACE levels
+    groups: tuple[str, ...] = ()
+    primary_is_group_mean: bool = (
+        False  # primary = mean of the groups' accuracies when all are present (MNLI)
+    )
     glue: bool = False  # one of the 8 GLUE tasks of the paper's GLUE average (Table 5 "Avg. Score")
-    paper: dict[str, float] = field(default_factory=dict)  # the paper's numbers (Tables 2-4): compute keys + primary
-    paper_ablations: dict[str, float] = field(default_factory=dict)  # Table 5: ablation -> primary metric
+    # the paper's numbers (Tables 2-4): compute keys + primary
+    paper: dict[str, float] = field(default_factory=dict)
+    # Table 5: ablation -> primary metric
+    paper_ablations: dict[str, float] = field(default_factory=dict)
 
     # -- how the report and the probes show it
-    table: int | None = None  # the paper's table that reports the task (2, 3 or 4); None: not in the paper
+    table: int | None = (
+        None  # the paper's table that reports the task (2, 3 or 4); None: not in the paper
+    )
     table_order: int = 0  # its place among that table's tasks
     table_columns: tuple[PaperColumn, ...] = ()  # () : one column, the title and the primary metric
     ablation_column: str | None = None  # its Table 5 column header (GLUE tasks)
@@ -184,19 +209,33 @@ class TaskSpec:
         """The hub reference `gpt1.tasks.load` takes, with the pinned revision when there is one."""
         return f"hf:{self.hf}" + (f"@{self.hf_revision}" if self.hf_revision else "")
 
-    def encode(self, example: Example, tokenizer: transforms.Tokenizer, max_len: int) -> transforms.Encoded:
+    def encode(
+        self, example: Example, tokenizer: transforms.Tokenizer, max_len: int
+    ) -> transforms.Encoded:
         return transforms.encode(self.kind, example, tokenizer, max_len)
 
-    def encode_all(self, examples: Sequence[Example], tokenizer: transforms.Tokenizer, max_len: int
-                   ) -> list[transforms.Encoded]:
+    def encode_all(
+        self, examples: Sequence[Example], tokenizer: transforms.Tokenizer, max_len: int
+    ) -> list[transforms.Encoded]:
         """Encode a split with a progress bar; logs throughput and how many examples had to be truncated."""
         started = time.perf_counter()
-        encoded = [self.encode(ex, tokenizer, max_len)
-                   for ex in tqdm(examples, desc=f"encode {self.name}", unit="ex", disable=None, leave=False)]
+        encoded = [
+            self.encode(ex, tokenizer, max_len)
+            for ex in tqdm(
+                examples, desc=f"encode {self.name}", unit="ex", disable=None, leave=False
+            )
+        ]
         seconds = time.perf_counter() - started
         truncated = sum(e.truncated for e in encoded)
-        log.info("%s: encoded %d examples in %.1fs (%.0f/s), %d truncated to %d tokens", self.name, len(encoded),
-                 seconds, len(encoded) / max(seconds, 1e-9), truncated, max_len)
+        log.info(
+            "%s: encoded %d examples in %.1fs (%.0f/s), %d truncated to %d tokens",
+            self.name,
+            len(encoded),
+            seconds,
+            len(encoded) / max(seconds, 1e-9),
+            truncated,
+            max_len,
+        )
         return encoded
 
     def parse_label(self, raw, field: str | None = None):
@@ -264,6 +303,8 @@ class TaskSpec:
         if not self.submission_groups:
             return self.submission
         if group not in self.submission_groups:
-            raise ValueError(f"{self.name}: predictions need examples of the groups {list(self.submission_groups)} "
-                             f"(one submission file each), got group {group!r}")
+            raise ValueError(
+                f"{self.name}: predictions need examples of the groups {list(self.submission_groups)} "
+                f"(one submission file each), got group {group!r}"
+            )
         return self.submission_groups[group]

@@ -20,8 +20,9 @@ similarity, (B, K, T) for multiple choice; `classify_pos` is (B,) / (B, 2) / (B,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -62,7 +63,9 @@ def encode(kind: str, example: Example, tokenizer: Tokenizer, max_len: int) -> E
     if kind == "similarity" and isinstance(example, PairExample):
         return encode_similarity(tokenizer, example.text_a, example.text_b, max_len)
     if kind == "multiple_choice" and isinstance(example, ChoiceExample):
-        return encode_choices(tokenizer, example.context, example.question, example.options, max_len)
+        return encode_choices(
+            tokenizer, example.context, example.question, example.options, max_len
+        )
     raise TypeError(f"cannot encode {type(example).__name__} with the {kind!r} transformation")
 
 
@@ -72,7 +75,9 @@ def encode_text(tok: Tokenizer, text: str, max_len: int) -> Encoded:
 
 
 def encode_entailment(tok: Tokenizer, premise: str, hypothesis: str, max_len: int) -> Encoded:
-    (p, h), truncated = _fit([_ids(tok, premise), _ids(tok, hypothesis)], _budget(max_len, 3), order=(0, 1))
+    (p, h), truncated = _fit(
+        [_ids(tok, premise), _ids(tok, hypothesis)], _budget(max_len, 3), order=(0, 1)
+    )
     return _single([tok.start_id, *p, tok.delimiter_id, *h, tok.classify_id], truncated)
 
 
@@ -85,22 +90,32 @@ def encode_similarity(tok: Tokenizer, text_a: str, text_b: str, max_len: int) ->
             a = a[:-1]
         else:
             b = b[:-1]
-    sequences = [[tok.start_id, *x, tok.delimiter_id, *y, tok.classify_id] for x, y in ((a, b), (b, a))]
+    sequences = [
+        [tok.start_id, *x, tok.delimiter_id, *y, tok.classify_id] for x, y in ((a, b), (b, a))
+    ]
     return Encoded(sequences, [len(s) - 1 for s in sequences], single=False, truncated=truncated)
 
 
-def encode_choices(tok: Tokenizer, context: str, question: str, options: Sequence[str], max_len: int) -> Encoded:
+def encode_choices(
+    tok: Tokenizer, context: str, question: str, options: Sequence[str], max_len: int
+) -> Encoded:
     budget = _budget(max_len, 3)
     answers = [_ids(tok, option) for option in options]
     longest = min(max(map(len, answers)), budget)
-    (c, q), truncated = _fit([_ids(tok, context), _ids(tok, question)], budget - longest, order=(0, 1))
+    (c, q), truncated = _fit(
+        [_ids(tok, context), _ids(tok, question)], budget - longest, order=(0, 1)
+    )
     room = budget - len(c) - len(q)
     truncated = truncated or longest < max(map(len, answers))
-    sequences = [[tok.start_id, *c, *q, tok.delimiter_id, *a[:room], tok.classify_id] for a in answers]
+    sequences = [
+        [tok.start_id, *c, *q, tok.delimiter_id, *a[:room], tok.classify_id] for a in answers
+    ]
     return Encoded(sequences, [len(s) - 1 for s in sequences], single=False, truncated=truncated)
 
 
-def collate(batch: Sequence[Encoded], pad_id: int = 0, length: int | None = None) -> dict[str, np.ndarray]:
+def collate(
+    batch: Sequence[Encoded], pad_id: int = 0, length: int | None = None
+) -> dict[str, np.ndarray]:
     """Right-pad a batch to its longest sequence (or `length`): input_ids, mask (real tokens) and classify_pos."""
     if not batch:
         raise ValueError("collate: empty batch")
@@ -114,8 +129,8 @@ def collate(batch: Sequence[Encoded], pad_id: int = 0, length: int | None = None
     mask = np.zeros(input_ids.shape, dtype=bool)
     for i, example in enumerate(batch):
         for j, sequence in enumerate(example.input_ids):
-            input_ids[i, j, :len(sequence)] = sequence
-            mask[i, j, :len(sequence)] = True
+            input_ids[i, j, : len(sequence)] = sequence
+            mask[i, j, : len(sequence)] = True
     classify_pos = np.array([e.classify_pos for e in batch], dtype=np.int64)
     if single:
         input_ids, mask, classify_pos = input_ids[:, 0], mask[:, 0], classify_pos[:, 0]
@@ -140,7 +155,7 @@ def _fit(parts: list[list[int]], budget: int, order: Sequence[int]) -> tuple[lis
         if excess <= 0:
             break
         cut = min(excess, len(parts[i]))
-        parts[i] = parts[i][:len(parts[i]) - cut]
+        parts[i] = parts[i][: len(parts[i]) - cut]
         excess -= cut
     return parts, truncated
 

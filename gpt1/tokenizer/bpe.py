@@ -45,13 +45,23 @@ import json
 import logging
 import re
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import ftfy
-from ftfy import chardata as ftfy_chardata, fixes as ftfy_fixes
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from ftfy import chardata as ftfy_chardata
+from ftfy import fixes as ftfy_fixes
+from tokenizers import (
+    AddedToken,
+    Regex,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    trainers,
+)
 from tqdm import tqdm
 
 from gpt1.config import SPECIAL_TOKENS
@@ -83,10 +93,14 @@ def fix_text(text: str) -> str:
         return _fix_line_breaks(text)
     fixed, unescape_html = [], "auto"
     for line in _LINES.findall(text):
-        if unescape_html == "auto" and "<" in line:  # ftfy's own rule: after a "<", entities stay as written
+        if (
+            unescape_html == "auto" and "<" in line
+        ):  # ftfy's own rule: after a "<", entities stay as written
             unescape_html = False
         inert = _FTFY_INERT.fullmatch(line)
-        fixed.append(_fix_line_breaks(line) if inert else ftfy.fix_text(line, unescape_html=unescape_html))
+        fixed.append(
+            _fix_line_breaks(line) if inert else ftfy.fix_text(line, unescape_html=unescape_html)
+        )
     return "".join(fixed)
 
 
@@ -115,14 +129,16 @@ def _normalizer() -> normalizers.Normalizer:
 
     Spaces are left for the word regex to drop, and so is the punctuation spacing: it splits those runs itself.
     """
-    return normalizers.Sequence([
-        normalizers.Replace(Regex(f"[{_DASHES}]"), "-"),
-        normalizers.Replace("…", "..."),
-        normalizers.Replace("´", "'"),
-        normalizers.Replace(Regex(rf"\n[{_SPACE}]*"), "\n"),
-        normalizers.Strip(),  # Unicode White_Space: Python's also has \x1c-\x1f, which ftfy removes
-        normalizers.Lowercase(),
-    ])
+    return normalizers.Sequence(
+        [
+            normalizers.Replace(Regex(f"[{_DASHES}]"), "-"),
+            normalizers.Replace("…", "..."),
+            normalizers.Replace("´", "'"),
+            normalizers.Replace(Regex(rf"\n[{_SPACE}]*"), "\n"),
+            normalizers.Strip(),  # Unicode White_Space: Python's also has \x1c-\x1f, which ftfy removes
+            normalizers.Lowercase(),
+        ]
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -152,8 +168,10 @@ _SUFFIX_CHAR = r"(?:\.\.+|'s|['`:%&#<>.]|" + _SYMBOL + ")"
 _CHUNK_END = rf"(?={_SUFFIX_CHAR}*(?:[{_BOUNDARY}]|\z))"
 _UNITS = "km m dm cm mm ha nm yd in ft kg g mg t lb oz mph kmh pa hpa mbar mb kb gb tb".split()
 # Period-final special cases that survive lower-casing: title abbreviations, months, companies.
-_ABBREVIATIONS = ("mr mrs dr st messrs jr prof gen gov adm rep sen jan feb apr aug jul jun sept sep oct nov dec "
-                  "corp inc ltd bros co vs mt").split()
+_ABBREVIATIONS = (
+    "mr mrs dr st messrs jr prof gen gov adm rep sen jan feb apr aug jul jun sept sep oct nov dec "
+    "corp inc ltd bros co vs mt"
+).split()
 # Special cases ending in an apostrophe (dropped g), and the ones starting with one.
 _ELIDED = "ol doin goin havin lovin nothin nuthin somethin".split()
 _APOSTROPHE_WORDS = "em|bout|cause|cos|coz|cuz|nuff|s|d|ll|re"
@@ -173,14 +191,19 @@ _PREFIX = _CHUNK_START + _alternatives(
 # Places where a word ends inside a chunk. All but the units start with a character that is not a letter or digit:
 # the guards let the regex engine skip the lot at once inside ordinary words.
 _SUFFIX_OR_INFIX = _alternatives(
-    r"(?=[^\p{L}0-9])" + _alternatives(
-        r"\n", _STANDALONE, r"\.\.+", _SYMBOL,
+    r"(?=[^\p{L}0-9])"
+    + _alternatives(
+        r"\n",
+        _STANDALONE,
+        r"\.\.+",
+        _SYMBOL,
         rf"'s{_CHUNK_END}",
         rf"'{_CHUNK_END}" + _not_whole(f"{word}'" for word in _ELIDED),
         rf"[`:%&#<>]{_CHUNK_END}",
         # spaCy splits a final period after a digit, a lower-case letter or a quote; a single letter (at the chunk
         # start, after a period, a quote or a prefix) is an initial
-        rf"\.{_CHUNK_END}" + _not_whole(rf"{word}\." for word in _ABBREVIATIONS)
+        rf"\.{_CHUNK_END}"
+        + _not_whole(rf"{word}\." for word in _ABBREVIATIONS)
         + rf"(?<=[0-9%'`\"]\.|[^.{_BOUNDARY}{_PREFIX_CHARS}]\p{{L}}\.|[\p{{L}}0-9]'\p{{L}}\.)",
         r"\^(?<=[0-9]\^)(?=[0-9-])",
         r"[:<>=](?<=[\p{L}0-9][:<>=])(?=\p{L})",
@@ -192,17 +215,35 @@ _SUFFIX_OR_INFIX = _alternatives(
 _AUXILIARIES = "do does did is are was were have has had could would should might must need ought may dare ca wo sha ai"
 _PRONOUNS = "i you he she it we they who what when where why how there that this these those"
 _BARE_ENDINGS = {
-    "i": "d|m|ve", "he": "d|s", "she": "s", "it": "d|ll", "we": "d|ve", "you": "d|ll|re|ve", "they": "d|ll|re|ve",
-    "who": "d|ll|s|ve", "what": "d|ll|re|s|ve", "when": "d|ll|re|s|ve", "where": "d|ll|re|s|ve",
-    "why": "d|ll|re|s|ve", "how": "d|ll|re|s|ve", "there": "d|ll|re|s|ve", "that": "d|ll|s", "this": "d|ll|s",
-    "these": "d|ll|re|ve", "those": "d|ll|re|ve",
+    "i": "d|m|ve",
+    "he": "d|s",
+    "she": "s",
+    "it": "d|ll",
+    "we": "d|ve",
+    "you": "d|ll|re|ve",
+    "they": "d|ll|re|ve",
+    "who": "d|ll|s|ve",
+    "what": "d|ll|re|s|ve",
+    "when": "d|ll|re|s|ve",
+    "where": "d|ll|re|s|ve",
+    "why": "d|ll|re|s|ve",
+    "how": "d|ll|re|s|ve",
+    "there": "d|ll|re|s|ve",
+    "that": "d|ll|s",
+    "this": "d|ll|s",
+    "these": "d|ll|re|ve",
+    "those": "d|ll|re|ve",
 }
 _CONTRACTIONS = [
     *((auxiliary, r"n'?t(?:'?ve)?") for auxiliary in _AUXILIARIES.split()),
     *((pronoun, r"'(?:d|ll|re|ve|m)(?:'ve)?") for pronoun in _PRONOUNS.split()),
     *((pronoun, f"(?:{endings})") for pronoun, endings in _BARE_ENDINGS.items()),
     *((modal, r"'?ve") for modal in "could would should might must not".split()),
-    ("can", "not"), ("gon", "na"), ("got", "ta"), ("c'm", "on"), ("y'?", "all"),
+    ("can", "not"),
+    ("gon", "na"),
+    ("got", "ta"),
+    ("c'm", "on"),
+    ("y'?", "all"),
 ]
 
 
@@ -211,11 +252,15 @@ def _first_parts(contractions: list[tuple[str, str]]) -> str:
     groups: dict[str, list[str]] = collections.defaultdict(list)
     for first, rest in contractions:
         groups[first[0]].append(f"{first}(?={rest}{_CHUNK_END})")
-    return _alternatives(*(f"(?={letter}){_alternatives(*group)}" for letter, group in groups.items()))
+    return _alternatives(
+        *(f"(?={letter}){_alternatives(*group)}" for letter, group in groups.items())
+    )
 
 
 _CONTRACTION = _CHUNK_START + _first_parts(_CONTRACTIONS)
-_CONTRACTION_MIDDLE = rf"n'?t(?='?ve{_CHUNK_END})|'?(?:d|ll)(?='?ve{_CHUNK_END})"  # "don't've", "i'd've"
+_CONTRACTION_MIDDLE = (
+    rf"n'?t(?='?ve{_CHUNK_END})|'?(?:d|ll)(?='?ve{_CHUNK_END})"  # "don't've", "i'd've"
+)
 # Anything else: a run up to the next word end; letters not after a digit cannot start one (units can).
 _RUN = rf"[^{_SPACE}](?:(?<![0-9])\p{{L}}+|(?!{_SUFFIX_OR_INFIX})[^{_SPACE}])*"
 _WORD = _alternatives(_PREFIX, _SUFFIX_OR_INFIX, _CONTRACTION, _CONTRACTION_MIDDLE, _RUN)
@@ -227,11 +272,15 @@ def _pre_tokenizer() -> pre_tokenizers.PreTokenizer:
 
 def _build(vocab: dict[str, int], merges: list[tuple[str, str]], unk: str = UNK) -> Tokenizer:
     """The full fast pipeline around a BPE vocabulary; the specials get the next 3 ids."""
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, end_of_word_suffix=END_OF_WORD))
+    tokenizer = Tokenizer(
+        models.BPE(vocab=vocab, merges=merges, unk_token=unk, end_of_word_suffix=END_OF_WORD)
+    )
     tokenizer.normalizer = _normalizer()
     tokenizer.pre_tokenizer = _pre_tokenizer()
     tokenizer.decoder = decoders.BPEDecoder(suffix=END_OF_WORD)
-    tokenizer.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL_TOKENS])
+    tokenizer.add_special_tokens(
+        [AddedToken(s, special=True, normalized=False) for s in SPECIAL_TOKENS]
+    )
     return tokenizer
 
 
@@ -246,9 +295,13 @@ class GPT1Tokenizer:
         ids = [tokenizer.token_to_id(s) for s in SPECIAL_TOKENS]
         size = tokenizer.get_vocab_size(with_added_tokens=True)
         if ids != list(range(size - len(SPECIAL_TOKENS), size)):
-            raise InputError(f"not a GPT-1 tokenizer: {', '.join(SPECIAL_TOKENS)} must be the last 3 ids, got {ids} "
-                             f"in a vocabulary of {size}")
-        tokenizer.encode_special_tokens = True  # "_start_" typed in a text is text, as in the original
+            raise InputError(
+                f"not a GPT-1 tokenizer: {', '.join(SPECIAL_TOKENS)} must be the last 3 ids, got {ids} "
+                f"in a vocabulary of {size}"
+            )
+        tokenizer.encode_special_tokens = (
+            True  # "_start_" typed in a text is text, as in the original
+        )
         self._tokenizer = tokenizer
         self.exact = exact
         self.start_id, self.delimiter_id, self.classify_id = ids
@@ -266,8 +319,12 @@ class GPT1Tokenizer:
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         if self.exact:
             words = [self._spacy_words(text) for text in texts]
-            return [e.ids for e in self._word_encoder.encode_batch_fast(words, is_pretokenized=True)]
-        return [e.ids for e in self._tokenizer.encode_batch_fast([fix_text(text) for text in texts])]
+            return [
+                e.ids for e in self._word_encoder.encode_batch_fast(words, is_pretokenized=True)
+            ]
+        return [
+            e.ids for e in self._tokenizer.encode_batch_fast([fix_text(text) for text in texts])
+        ]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
         words, run = [], []
@@ -335,23 +392,34 @@ def load(path: str | Path, exact: bool = False) -> GPT1Tokenizer:
         raise InputError(str(err), file=file) from err
 
 
-def from_openai(encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = False) -> GPT1Tokenizer:
+def from_openai(
+    encoder_json: str | Path, vocab_bpe: str | Path, exact: bool = False
+) -> GPT1Tokenizer:
     """The released GPT-1 vocabulary (encoder_bpe_40000.json + vocab_40000.bpe) with the 3 specials appended."""
     encoder = read_json(encoder_json)
     if not isinstance(encoder, dict) or sorted(encoder.values()) != list(range(len(encoder))):
-        raise InputError("expected a JSON object mapping each symbol to a distinct id 0..n-1", file=encoder_json)
+        raise InputError(
+            "expected a JSON object mapping each symbol to a distinct id 0..n-1", file=encoder_json
+        )
     merges = []
     lines = Path(vocab_bpe).read_text(encoding="utf-8").split("\n")
     for number, line in enumerate(lines, start=1):
-        if (number == 1 and line.startswith("#")) or not line:  # "#version: 0.2" header, final newline
+        if (
+            number == 1 and line.startswith("#")
+        ) or not line:  # "#version: 0.2" header, final newline
             continue
         parts = line.split()
         if len(parts) != 2:
-            raise InputError(f"expected a merge 'left right', got {line!r}", file=vocab_bpe, line=number)
+            raise InputError(
+                f"expected a merge 'left right', got {line!r}", file=vocab_bpe, line=number
+            )
         missing = [s for s in (*parts, "".join(parts)) if s not in encoder]
         if missing:
-            raise InputError(f"merge uses symbols missing from {Path(encoder_json).name}: {missing}",
-                             file=vocab_bpe, line=number)
+            raise InputError(
+                f"merge uses symbols missing from {Path(encoder_json).name}: {missing}",
+                file=vocab_bpe,
+                line=number,
+            )
         merges.append((parts[0], parts[1]))
     # The original mapped unknown symbols to id 0, whatever its symbol (`<unk>` in the release).
     unk = min(encoder, key=encoder.__getitem__)
@@ -377,17 +445,24 @@ HF_TOKENIZER_CLASS = "PreTrainedTokenizerFast"  # transformers 5 loads it as Tok
 def _ftfy_character_fixes() -> normalizers.Normalizer:
     """The steps of `ftfy.fix_text` that map characters whatever their context, in ftfy's order."""
     removed = "".join(f"\\x{{{code:x}}}" for code in ftfy_chardata.CONTROL_CHARS)
-    return normalizers.Sequence([
-        *(normalizers.Replace(chr(code), text)
-          for table in (ftfy_chardata.LIGATURES, ftfy_chardata.WIDTH_MAP) for code, text in table.items()),
-        normalizers.Replace(Regex(ftfy_chardata.DOUBLE_QUOTE_RE.pattern), '"'),
-        normalizers.Replace(Regex(ftfy_chardata.SINGLE_QUOTE_RE.pattern), "'"),
-        normalizers.Replace("\r\n", "\n"),
-        normalizers.Replace(Regex("[\r\u2028\u2029]"), "\n"),  # ftfy's other line break, \x85, is a C1 control
-        normalizers.Replace(Regex(ftfy_fixes.ANSI_RE.pattern), ""),
-        normalizers.Replace(Regex(f"[{removed}]"), ""),
-        normalizers.NFC(),
-    ])
+    return normalizers.Sequence(
+        [
+            *(
+                normalizers.Replace(chr(code), text)
+                for table in (ftfy_chardata.LIGATURES, ftfy_chardata.WIDTH_MAP)
+                for code, text in table.items()
+            ),
+            normalizers.Replace(Regex(ftfy_chardata.DOUBLE_QUOTE_RE.pattern), '"'),
+            normalizers.Replace(Regex(ftfy_chardata.SINGLE_QUOTE_RE.pattern), "'"),
+            normalizers.Replace("\r\n", "\n"),
+            normalizers.Replace(
+                Regex("[\r\u2028\u2029]"), "\n"
+            ),  # ftfy's other line break, \x85, is a C1 control
+            normalizers.Replace(Regex(ftfy_fixes.ANSI_RE.pattern), ""),
+            normalizers.Replace(Regex(f"[{removed}]"), ""),
+            normalizers.NFC(),
+        ]
+    )
 
 
 def _normalizer_spec(normalizer: normalizers.Normalizer) -> dict:
@@ -396,7 +471,9 @@ def _normalizer_spec(normalizer: normalizers.Normalizer) -> dict:
     return json.loads(holder.to_str())["normalizer"]
 
 
-def save_transformers(tokenizer: GPT1Tokenizer, directory: str | Path, model_max_length: int) -> None:
+def save_transformers(
+    tokenizer: GPT1Tokenizer, directory: str | Path, model_max_length: int
+) -> None:
     """Write tokenizer.json + tokenizer_config.json for `transformers.AutoTokenizer.from_pretrained(directory)`."""
     from transformers import PreTrainedTokenizerFast  # heavy, and needed only here
 
@@ -404,9 +481,15 @@ def save_transformers(tokenizer: GPT1Tokenizer, directory: str | Path, model_max
     exported.normalizer = normalizers.Sequence([_ftfy_character_fixes(), exported.normalizer])
     start, delimiter, classify = SPECIAL_TOKENS
     # No unk_token: transformers would add "<unk>" as a special token, matched in typed text.
-    hf = PreTrainedTokenizerFast(tokenizer_object=exported, bos_token=start, eos_token=start, add_bos_token=True,
-                                 extra_special_tokens=[delimiter, classify], model_max_length=model_max_length,
-                                 clean_up_tokenization_spaces=False)
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=exported,
+        bos_token=start,
+        eos_token=start,
+        add_bos_token=True,
+        extra_special_tokens=[delimiter, classify],
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
     hf.save_pretrained(directory)
     config = Path(directory) / HF_TOKENIZER_CONFIG
     write_json(config, {**read_json(config), "tokenizer_class": HF_TOKENIZER_CLASS})
@@ -423,7 +506,9 @@ def from_transformers(directory: str | Path) -> GPT1Tokenizer:
         steps = None
     if not isinstance(steps, list) or steps[: len(fixes)] != fixes:
         raise InputError("not a tokenizer exported by gpt1 (`gpt1 convert --to hf`)", file=file)
-    spec.update(normalizer={"type": "Sequence", "normalizers": steps[len(fixes):]}, post_processor=None)
+    spec.update(
+        normalizer={"type": "Sequence", "normalizers": steps[len(fixes) :]}, post_processor=None
+    )
     try:
         return GPT1Tokenizer(Tokenizer.from_str(json.dumps(spec)))
     except InputError as err:
@@ -453,8 +538,13 @@ def _alphabet(char_counts: collections.Counter, limit: int) -> list[str]:
     return sorted(char for char, _ in ranked[:limit])
 
 
-def train(texts: Iterable[str], merges: int, min_frequency: int = 2, show_progress: bool = True,
-          limit_alphabet: int = LIMIT_ALPHABET) -> GPT1Tokenizer:
+def train(
+    texts: Iterable[str],
+    merges: int,
+    min_frequency: int = 2,
+    show_progress: bool = True,
+    limit_alphabet: int = LIMIT_ALPHABET,
+) -> GPT1Tokenizer:
     """Learn `merges` BPE merges on `texts` with the fast pipeline's word splitting; the same texts give the same file.
 
     `texts` is read once: ftfy runs in Python while characters are counted and the fixed text is spooled to a
@@ -464,13 +554,17 @@ def train(texts: Iterable[str], merges: int, min_frequency: int = 2, show_progre
     outside the alphabet are left out of training, as `tokenizers`' own limit_alphabet does, and encode as `<unk>`.
     """
     if merges < 1 or min_frequency < 1 or limit_alphabet < 1:
-        raise ValueError(f"merges, min_frequency and limit_alphabet must be >= 1, got {merges}, {min_frequency}, "
-                         f"{limit_alphabet}")
+        raise ValueError(
+            f"merges, min_frequency and limit_alphabet must be >= 1, got {merges}, {min_frequency}, "
+            f"{limit_alphabet}"
+        )
     char_counts: collections.Counter = collections.Counter()
     with tempfile.TemporaryDirectory(prefix="gpt1-tokenizer-") as tmp:
         spool = Path(tmp) / "fixed.jsonl"
         documents = 0
-        progress = tqdm(desc="tokenizer: ftfy", unit="char", unit_scale=True, disable=not show_progress)
+        progress = tqdm(
+            desc="tokenizer: ftfy", unit="char", unit_scale=True, disable=not show_progress
+        )
         with open(spool, "w", encoding="utf-8") as out, progress:
             for text in texts:
                 fixed = fix_text(text)
@@ -494,18 +588,30 @@ def train(texts: Iterable[str], merges: int, min_frequency: int = 2, show_progre
         tokenizer.pre_tokenizer = _pre_tokenizer()
         trainer = trainers.BpeTrainer(
             # the alphabet twice (c, c</w>), the merges, and room for merges that rebuild an existing symbol
-            vocab_size=2 * len(alphabet) + merges + 256, min_frequency=min_frequency,
-            special_tokens=[c + END_OF_WORD for c in alphabet], end_of_word_suffix=END_OF_WORD,
+            vocab_size=2 * len(alphabet) + merges + 256,
+            min_frequency=min_frequency,
+            special_tokens=[c + END_OF_WORD for c in alphabet],
+            end_of_word_suffix=END_OF_WORD,
             show_progress=show_progress,
         )
         tokenizer.train_from_iterator(spooled(), trainer, length=documents)
     learned = json.loads(tokenizer.to_str())["model"]
-    kept = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"][:merges]]
+    kept = [
+        tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"][:merges]
+    ]
     if len(kept) < merges:
-        log.warning("learned %d of %d merges: no other pair occurs %d times", len(kept), merges, min_frequency)
-    seen = (s for s in learned["vocab"] if len(s.removesuffix(END_OF_WORD)) == 1)  # in case tokenizers saw more
-    base = sorted({*alphabet, *(c + END_OF_WORD for c in alphabet), *seen},
-                  key=lambda s: (s.removesuffix(END_OF_WORD), s.endswith(END_OF_WORD)))
+        log.warning(
+            "learned %d of %d merges: no other pair occurs %d times",
+            len(kept),
+            merges,
+            min_frequency,
+        )
+    # in case tokenizers saw more
+    seen = (s for s in learned["vocab"] if len(s.removesuffix(END_OF_WORD)) == 1)
+    base = sorted(
+        {*alphabet, *(c + END_OF_WORD for c in alphabet), *seen},
+        key=lambda s: (s.removesuffix(END_OF_WORD), s.endswith(END_OF_WORD)),
+    )
     symbols = dict.fromkeys([UNK, *base, *(left + right for left, right in kept)])
     return GPT1Tokenizer(_build({s: i for i, s in enumerate(symbols)}, kept))
 
@@ -522,7 +628,9 @@ def capped(texts: Iterable[str], max_chars: int | None, counts: dict[str, int]) 
         yield text
 
 
-def check_matches(tokenizer: GPT1Tokenizer, model_dir: str | Path, what: str = "the tokenizer") -> None:
+def check_matches(
+    tokenizer: GPT1Tokenizer, model_dir: str | Path, what: str = "the tokenizer"
+) -> None:
     """Refuse a tokenizer other than the one the model in `model_dir` was trained with: the hash pre-training
     records in `training.json`, else the model folder's own tokenizer.json. Folders with neither (a converted or
     hand-made checkpoint) cannot be checked and pass."""
@@ -533,5 +641,8 @@ def check_matches(tokenizer: GPT1Tokenizer, model_dir: str | Path, what: str = "
     if expected is None and own.is_file():
         expected = load(own).sha256
     if expected is not None and expected != tokenizer.sha256:
-        raise InputError(f"{what} (sha256 {tokenizer.sha256[:12]}) is not the one this model was trained with "
-                         f"(sha256 {expected[:12]}): its token ids would mean other words", file=model_dir)
+        raise InputError(
+            f"{what} (sha256 {tokenizer.sha256[:12]}) is not the one this model was trained with "
+            f"(sha256 {expected[:12]}): its token ids would mean other words",
+            file=model_dir,
+        )

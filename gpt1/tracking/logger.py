@@ -20,7 +20,8 @@ retrying with backoff for up to `flush_timeout` seconds (argument, else $GPT1_ML
 one wait for a server has run out, later ones in the same process try once). What still cannot be delivered is
 written as JSON (every undelivered call's params, metrics with step and timestamp, tags, artifact paths, status; one
 entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
-one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.pipeline.replay) delivers such files later.
+one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.pipeline.replay) delivers such
+files later.
 
 Choices where the spec is silent:
 - Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
@@ -46,9 +47,10 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlflow.data.dataset_source import DatasetSource
@@ -74,7 +76,7 @@ _MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
 # already gave up on.
-_UNDELIVERED: set["RunLogger"] = set()
+_UNDELIVERED: set[RunLogger] = set()
 _GAVE_UP: set[str] = set()
 
 
@@ -86,13 +88,20 @@ def flush_timeout() -> float:
     try:
         return max(0.0, float(raw))
     except ValueError:
-        log.warning("%s=%r is not a number of seconds; using %.0f", FLUSH_TIMEOUT_ENV, raw, DEFAULT_FLUSH_TIMEOUT)
+        log.warning(
+            "%s=%r is not a number of seconds; using %.0f",
+            FLUSH_TIMEOUT_ENV,
+            raw,
+            DEFAULT_FLUSH_TIMEOUT,
+        )
         return DEFAULT_FLUSH_TIMEOUT
 
 
 def tracking_uri(uri: str | None = None) -> str:
     """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
+    return (
+        uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
+    )
 
 
 @functools.cache
@@ -106,13 +115,20 @@ def code_version() -> dict[str, str]:
     here = Path(__file__).resolve()
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(here.parent), *args], capture_output=True, text=True, check=True,
-                              timeout=30).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(here.parent), *args],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
 
     try:
         git("ls-files", "--error-unmatch", here.name)
         tags["mlflow.source.git.commit"] = git("rev-parse", "HEAD")
-        tags["gpt1.git.dirty"] = str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()
+        tags["gpt1.git.dirty"] = str(
+            bool(git("status", "--porcelain", "--untracked-files=no"))
+        ).lower()
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
@@ -140,12 +156,14 @@ class _MetricSender:
         self._runs: set[RunLogger] = set()  # runs whose buffer may hold metrics
         self._thread: threading.Thread | None = None
 
-    def schedule(self, run: "RunLogger") -> bool:
+    def schedule(self, run: RunLogger) -> bool:
         """`run` has a newly started or full buffer: (re)compute when to send it. False when no thread can be
         started (interpreter shutdown): the caller sends the buffer itself."""
         with self._wake:
             if self._thread is None or not self._thread.is_alive():
-                thread = threading.Thread(target=self._loop, name="gpt1-mlflow-metrics", daemon=True)
+                thread = threading.Thread(
+                    target=self._loop, name="gpt1-mlflow-metrics", daemon=True
+                )
                 try:
                     thread.start()
                 except RuntimeError:  # "can't create new thread at interpreter shutdown"
@@ -162,21 +180,29 @@ class _MetricSender:
                 due_at = {}
                 for run in list(self._runs):
                     at = run._metrics_due_at()
-                    if at is None:  # sent (by this thread or by a call of the run): nothing to wait for
+                    if (
+                        at is None
+                    ):  # sent (by this thread or by a call of the run): nothing to wait for
                         self._runs.discard(run)
                     else:
                         due_at[run] = at
                 if not due_at:
-                    self._thread = None  # under the lock: `schedule` starts a new thread from here on
+                    self._thread = (
+                        None  # under the lock: `schedule` starts a new thread from here on
+                    )
                     return
                 ready = [run for run, at in due_at.items() if at <= now]
                 if not ready:
                     self._wake.wait(min(due_at.values()) - now)
                     continue
-            for run in ready:  # outside the lock: a slow server must not block `schedule` (training threads)
+            for run in (
+                ready
+            ):  # outside the lock: a slow server must not block `schedule` (training threads)
                 try:
                     run._send_buffered_metrics()
-                except Exception as err:  # never fatal, and this thread must keep serving the other runs
+                except (
+                    Exception
+                ) as err:  # never fatal, and this thread must keep serving the other runs
                     log.warning("MLflow run %s: sending buffered metrics failed: %s", run.name, err)
 
 
@@ -210,11 +236,18 @@ class RunLogger:
         self.uri = tracking_uri(uri)
         self.parent_run_id = parent_run_id
         self.run_id = run_id
-        self.tags = {**(code_version() if code_tags and enabled and run_id is None else {}), **(tags or {})}
+        self.tags = {
+            **(code_version() if code_tags and enabled and run_id is None else {}),
+            **(tags or {}),
+        }
         self.enabled = enabled
         self.spool_dir = spool_dir or os.environ.get(SPOOL_DIR_ENV) or None
-        self.flush_timeout = flush_timeout  # None: $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120 s (read when needed)
-        self.metrics_interval = METRICS_INTERVAL if metrics_interval is None else max(0.0, metrics_interval)
+        self.flush_timeout = (
+            flush_timeout  # None: $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120 s (read when needed)
+        )
+        self.metrics_interval = (
+            METRICS_INTERVAL if metrics_interval is None else max(0.0, metrics_interval)
+        )
         # Two locks so that logging never waits for the network: `_lock` guards the queue and the metric buffer
         # for a moment (appends, swaps); `_send_lock` is held while requests are made (one delivery at a time,
         # by the calling thread or the background sender). Order: `_send_lock`, then `_lock`.
@@ -225,14 +258,19 @@ class RunLogger:
         self._buffer: list[tuple[list, dict]] = []
         self._buffered_metrics = 0
         self._buffer_since = 0.0  # monotonic time the oldest buffered metric was logged
-        self._background_not_before = 0.0  # the background sender found another delivery running: wait a moment
+        self._background_not_before = (
+            0.0  # the background sender found another delivery running: wait a moment
+        )
         self._client = None
         self._warned = False
-        self._retry_at = 0.0  # monotonic time before which logging calls only queue (server known to be down)
+        self._retry_at = (
+            0.0  # monotonic time before which logging calls only queue (server known to be down)
+        )
         self._retry_delay = 1.0
         self._experiment_id: str | None = None
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
-        self.reattached = run_id is not None  # an existing run continued (resumed training), not a new one
+        # an existing run continued (resumed training), not a new one
+        self.reattached = run_id is not None
         # Stopped by `end()` before the run is terminated: anything with `finish()` (gpt1.tracking.runs'
         # system metrics sampler, set by its `monitor_system`).
         self.system_metrics = None
@@ -349,7 +387,9 @@ class RunLogger:
                 self._warned = False
             self._retry_at, self._retry_delay = 0.0, 1.0
             with self._lock:
-                if not self._pending and not self._buffer:  # another thread may have logged meanwhile
+                if (
+                    not self._pending and not self._buffer
+                ):  # another thread may have logged meanwhile
                     _UNDELIVERED.discard(self)
             _GAVE_UP.discard(self.uri)
             return True
@@ -361,7 +401,8 @@ class RunLogger:
                 return None
             full = self._buffered_metrics >= METRICS_PER_REQUEST
             at = 0.0 if full else self._buffer_since + self.metrics_interval
-            return max(at, self._retry_at, self._background_not_before)  # a down server: wait for the next retry
+            # a down server: wait for the next retry
+            return max(at, self._retry_at, self._background_not_before)
 
     def _send_buffered_metrics(self) -> None:
         """From the background sender: deliver the buffer (and whatever is queued before it)."""
@@ -388,8 +429,13 @@ class RunLogger:
         if not timeout or self.uri in _GAVE_UP:
             return False
         deadline, delay = time.monotonic() + timeout, 1.0
-        log.warning("MLflow run %s: %d logging call(s) not delivered to %s yet; retrying for up to %.0fs",
-                    self.name, self.pending, self.uri, timeout)
+        log.warning(
+            "MLflow run %s: %d logging call(s) not delivered to %s yet; retrying for up to %.0fs",
+            self.name,
+            self.pending,
+            self.uri,
+            timeout,
+        )
         while (remaining := deadline - time.monotonic()) > 0:
             time.sleep(min(delay, remaining))  # no lock held: other threads keep logging meanwhile
             delay = min(2 * delay, _MAX_RETRY_DELAY)
@@ -414,11 +460,15 @@ class RunLogger:
         items = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in params.items()]
         for i in range(0, len(items), 100):  # the REST API caps a batch at 100 params
             chunk = items[i : i + 100]
-            self.submit("log_params", lambda c=chunk: self.client.log_batch(self.run_id, params=c),
-                         {"params": {p.key: p.value for p in chunk}})
+            self.submit(
+                "log_params",
+                lambda c=chunk: self.client.log_batch(self.run_id, params=c),
+                {"params": {p.key: p.value for p in chunk}},
+            )
 
-    def log_metrics(self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None
-                    ) -> None:
+    def log_metrics(
+        self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None
+    ) -> None:
         """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms)."""
         if not self.enabled:
             return
@@ -442,7 +492,11 @@ class RunLogger:
             self._buffered_metrics += len(items)
             filled = before < METRICS_PER_REQUEST <= self._buffered_metrics
         # outside `_lock`: the sender takes its own lock, then ours
-        if (started or filled) and not _SENDER.schedule(self) and time.monotonic() >= self._retry_at:
+        if (
+            (started or filled)
+            and not _SENDER.schedule(self)
+            and time.monotonic() >= self._retry_at
+        ):
             self._flush_once()
 
     def set_tags(self, tags: dict[str, Any]) -> None:
@@ -451,27 +505,47 @@ class RunLogger:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)) for k, v in tags.items()]
-        self.submit("set_tags", lambda: self.client.log_batch(self.run_id, tags=items),
-                     {"tags": {t.key: t.value for t in items}})
+        self.submit(
+            "set_tags",
+            lambda: self.client.log_batch(self.run_id, tags=items),
+            {"tags": {t.key: t.value for t in items}},
+        )
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
         path = str(path)
         record = {"path": os.path.abspath(path), "artifact_path": artifact_path}
         if os.path.isdir(path):
-            self.submit("log_artifacts", lambda: self.client.log_artifacts(self.run_id, path, artifact_path), record)
+            self.submit(
+                "log_artifacts",
+                lambda: self.client.log_artifacts(self.run_id, path, artifact_path),
+                record,
+            )
         else:
-            self.submit("log_artifact", lambda: self.client.log_artifact(self.run_id, path, artifact_path), record)
+            self.submit(
+                "log_artifact",
+                lambda: self.client.log_artifact(self.run_id, path, artifact_path),
+                record,
+            )
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        self.submit("log_text", lambda: self.client.log_text(self.run_id, text, artifact_file),
-                     {"artifact_file": artifact_file, "text": text})
+        self.submit(
+            "log_text",
+            lambda: self.client.log_text(self.run_id, text, artifact_file),
+            {"artifact_file": artifact_file, "text": text},
+        )
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         text = json.dumps(obj, indent=2, sort_keys=True, default=str)
         self.log_text(text, artifact_file)
 
-    def log_dataset(self, name: str, digest: str, source: "str | os.PathLike | DatasetSource",
-                    context: str = "input", profile: dict[str, Any] | None = None) -> None:
+    def log_dataset(
+        self,
+        name: str,
+        digest: str,
+        source: str | os.PathLike | DatasetSource,
+        context: str = "input",
+        profile: dict[str, Any] | None = None,
+    ) -> None:
         """Lineage: a dataset (corpus, shards, task files) this run read or wrote, identified by its content hash.
         `source`: a local path, or an `mlflow.data` source (`hub_dataset_source` for hub data); `profile`: a few
         numbers MLflow shows beside it (e.g. rows)."""
@@ -482,19 +556,35 @@ class RunLogger:
 
         if isinstance(source, (str, os.PathLike)):
             source = LocalArtifactDatasetSource(str(source))
-        dataset = Dataset(name=name, digest=digest[:_MAX_DIGEST_LEN], source_type=source._get_source_type(),
-                          source=source.to_json(), profile=json.dumps(profile) if profile else None)
+        dataset = Dataset(
+            name=name,
+            digest=digest[:_MAX_DIGEST_LEN],
+            source_type=source._get_source_type(),
+            source=source.to_json(),
+            profile=json.dumps(profile) if profile else None,
+        )
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
-        self.submit("log_inputs", lambda: self.client.log_inputs(self.run_id, datasets=inputs),
-                     {"dataset": name, "digest": digest, "source_type": dataset.source_type,
-                      "source": dataset.source, "context": context, "profile": profile})
+        self.submit(
+            "log_inputs",
+            lambda: self.client.log_inputs(self.run_id, datasets=inputs),
+            {
+                "dataset": name,
+                "digest": digest,
+                "source_type": dataset.source_type,
+                "source": dataset.source,
+                "context": context,
+                "profile": profile,
+            },
+        )
 
     def log_reference(self, name: str, path: str | os.PathLike, digest: str) -> None:
         """A large artifact (checkpoint) recorded by location and hash instead of uploaded."""
         self.set_tags({f"ref.{name}.uri": str(Path(path).resolve()), f"ref.{name}.sha256": digest})
 
     # -- MLflow 3 logged models ------------------------------------------------------------------------------
-    def log_model(self, name: str, make: Callable[["RunLogger", dict], str], record: dict[str, Any]) -> None:
+    def log_model(
+        self, name: str, make: Callable[[RunLogger, dict], str], record: dict[str, Any]
+    ) -> None:
         """A logged model of this run, named `name`, made by `make(run, attempt)` when the queue reaches the call;
         `make` returns the model id. `attempt` is kept across retries: `make` stores the model id there as soon as
         the model exists, so a retry after a failure completes that model instead of creating another. `record`
@@ -516,7 +606,11 @@ class RunLogger:
         if self.system_metrics is not None:
             self.system_metrics.finish()
             self.system_metrics = None
-        self.submit("end", lambda: self.client.set_terminated(self.run_id, status=status), {"status": status})
+        self.submit(
+            "end",
+            lambda: self.client.set_terminated(self.run_id, status=status),
+            {"status": status},
+        )
         return self.deliver()
 
     def deliver(self) -> Path | None:
@@ -531,7 +625,9 @@ class RunLogger:
 
     def _give_up(self) -> Path | None:
         """Out of retries: write what is still queued or buffered to the spool directory (if any) and say so."""
-        with self._send_lock:  # no delivery may run meanwhile: a call both delivered and spooled would count twice
+        with (
+            self._send_lock
+        ):  # no delivery may run meanwhile: a call both delivered and spooled would count twice
             with self._lock:
                 self._queue_buffered_metrics()
                 calls = list(self._pending)
@@ -542,10 +638,19 @@ class RunLogger:
                 try:
                     path = self._spool(Path(self.spool_dir), calls)
                 except OSError as err:
-                    log.warning("MLflow run %s: could not write the undelivered calls to %s: %s", self.name,
-                                self.spool_dir, err)
-            log.warning("MLflow run %s: %d logging call(s) could not be delivered to %s%s", self.name, count,
-                        self.uri, f"; written to {path}" if path else "")
+                    log.warning(
+                        "MLflow run %s: could not write the undelivered calls to %s: %s",
+                        self.name,
+                        self.spool_dir,
+                        err,
+                    )
+            log.warning(
+                "MLflow run %s: %d logging call(s) could not be delivered to %s%s",
+                self.name,
+                count,
+                self.uri,
+                f"; written to {path}" if path else "",
+            )
             if path is not None:
                 with self._lock:  # the spool file is now their record: never deliver them twice
                     for _ in calls:
@@ -556,12 +661,26 @@ class RunLogger:
         from gpt1.io import write_json
 
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name)
-        path = directory / f"mlflow-undelivered-{safe}-{self.run_id or 'no-run'}-{os.getpid()}-{time.time_ns()}.json"
-        write_json(path, {
-            "tracking_uri": self.uri, "experiment": self.experiment, "run_name": self.name, "run_id": self.run_id,
-            "parent_run_id": self.parent_run_id, "tags": self.tags, "model_ids": self.model_ids, "written": time.time(),
-            "calls": [{"call": call.what, **record} for call in calls for record in call.records],
-        })
+        path = (
+            directory
+            / f"mlflow-undelivered-{safe}-{self.run_id or 'no-run'}-{os.getpid()}-{time.time_ns()}.json"
+        )
+        write_json(
+            path,
+            {
+                "tracking_uri": self.uri,
+                "experiment": self.experiment,
+                "run_name": self.name,
+                "run_id": self.run_id,
+                "parent_run_id": self.parent_run_id,
+                "tags": self.tags,
+                "model_ids": self.model_ids,
+                "written": time.time(),
+                "calls": [
+                    {"call": call.what, **record} for call in calls for record in call.records
+                ],
+            },
+        )
         return path
 
 

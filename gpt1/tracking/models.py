@@ -1,5 +1,5 @@
-"""MLflow 3 logged models and the Model Registry, queued through a `gpt1.tracking.logger.RunLogger` like any other call (so
-an outage retries and spools them, and `gpt1 replay-spool` makes them again).
+"""MLflow 3 logged models and the Model Registry, queued through a `gpt1.tracking.logger.RunLogger` like any other
+call (so an outage retries and spools them, and `gpt1 replay-spool` makes them again).
 
 Choices where the spec is silent:
 - Models are MLflow 3 logged models (the run's "Logged models", the experiment's Models tab, `models:/<model_id>`,
@@ -18,13 +18,16 @@ import math
 import os
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from gpt1.io import sha256_tree
 from gpt1.tracking.logger import METRICS_PER_REQUEST, RunLogger
 
-HEADLINE_TAG = "gpt1.headline"  # a registered version's headline metric value (what `champion` is chosen by)
+HEADLINE_TAG = (
+    "gpt1.headline"  # a registered version's headline metric value (what `champion` is chosen by)
+)
 CHAMPION = "champion"
 
 _PROCESS_URI_LOCK = threading.RLock()
@@ -50,17 +53,31 @@ def process_uri(uri: str) -> Iterator[None]:
 
 
 # -- logged models -----------------------------------------------------------------------------------------------
-def log_files_model(run: RunLogger, name: str, folder: str | os.PathLike, *, upload: bool, model_type: str,
-                    params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None,
-                    step: int = 0) -> None:
+def log_files_model(
+    run: RunLogger,
+    name: str,
+    folder: str | os.PathLike,
+    *,
+    upload: bool,
+    model_type: str,
+    params: dict[str, Any] | None = None,
+    tags: dict[str, Any] | None = None,
+    step: int = 0,
+) -> None:
     """A folder of model files (not an MLflow-format model, e.g. a transformers export) as a logged model of
     `run`, linked to the metrics the run logged at `step` (as `Model.log` links them): uploaded when
     `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags `gpt1.location` and
     `gpt1.sha256` say where it is and what it holds."""
     folder = Path(folder).resolve()
-    record = {"kind": "files", "folder": str(folder), "upload": upload, "model_type": model_type,
-              "params": {k: str(v) for k, v in (params or {}).items()},
-              "tags": {k: str(v) for k, v in (tags or {}).items()}, "step": step}
+    record = {
+        "kind": "files",
+        "folder": str(folder),
+        "upload": upload,
+        "model_type": model_type,
+        "params": {k: str(v) for k, v in (params or {}).items()},
+        "tags": {k: str(v) for k, v in (tags or {}).items()},
+        "step": step,
+    }
 
     def make(run: RunLogger, attempt: dict) -> str:
         from mlflow.entities import LoggedModelOutput, LoggedModelStatus
@@ -70,12 +87,21 @@ def log_files_model(run: RunLogger, name: str, folder: str | os.PathLike, *, upl
 
         client = run.client
         if "model_id" not in attempt:
-            model_tags = {**record["tags"], "gpt1.location": str(folder), "gpt1.sha256": sha256_tree(folder)}
+            model_tags = {
+                **record["tags"],
+                "gpt1.location": str(folder),
+                "gpt1.sha256": sha256_tree(folder),
+            }
             if not upload:
                 model_tags[MLFLOW_MODEL_IS_EXTERNAL] = "true"
             attempt["model_id"] = client.create_logged_model(
-                run.experiment_id, name=name, source_run_id=run.run_id, tags=model_tags,
-                params=record["params"], model_type=model_type).model_id
+                run.experiment_id,
+                name=name,
+                source_run_id=run.run_id,
+                tags=model_tags,
+                params=record["params"],
+                model_type=model_type,
+            ).model_id
         model_id = attempt["model_id"]
         if upload:
             client.log_model_artifacts(model_id, str(folder))
@@ -91,6 +117,7 @@ def log_files_model(run: RunLogger, name: str, folder: str | os.PathLike, *, upl
 
     run.log_model(name, make, record)
 
+
 def link_metrics(run: RunLogger, model_id: str, step: int) -> None:
     """Link the metrics `run` logged at `step` to a logged model: the same points logged again with the
     model id, as `mlflow.models.Model.log` does (the store keeps one point per key, step, time and value, so
@@ -100,15 +127,25 @@ def link_metrics(run: RunLogger, model_id: str, step: int) -> None:
 
     client = run.client
     keys = [k for k in client.get_run(run.run_id).data.metrics if not k.startswith("system/")]
-    linked = [Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id) for key in keys
-              for m in client.get_metric_history(run.run_id, key) if m.step == step and m.model_id is None]
+    linked = [
+        Metric(m.key, m.value, m.timestamp, m.step, model_id=model_id)
+        for key in keys
+        for m in client.get_metric_history(run.run_id, key)
+        if m.step == step and m.model_id is None
+    ]
     for i in range(0, len(linked), METRICS_PER_REQUEST):
         client.log_batch(run.run_id, metrics=linked[i : i + METRICS_PER_REQUEST])
 
 
 # -- Model Registry ---------------------------------------------------------------------------------------------
-def register_model(run: RunLogger, registered_name: str, model: str, *, tags: dict[str, Any] | None = None,
-                   headline: float | None = None) -> None:
+def register_model(
+    run: RunLogger,
+    registered_name: str,
+    model: str,
+    *,
+    tags: dict[str, Any] | None = None,
+    headline: float | None = None,
+) -> None:
     """A new version of Model Registry entry `registered_name` (created on first use) from the run's logged model
     `model`, tagged with `tags` and its `headline` metric; then `update_champion`."""
     if not run.enabled:
@@ -127,12 +164,20 @@ def register_model(run: RunLogger, registered_name: str, model: str, *, tags: di
                 raise
         model_id = run.model_ids[model]
         with process_uri(run.uri):
-            run.client.create_model_version(registered_name, f"models:/{model_id}", run_id=run.run_id,
-                                            tags=version_tags, model_id=model_id)
+            run.client.create_model_version(
+                registered_name,
+                f"models:/{model_id}",
+                run_id=run.run_id,
+                tags=version_tags,
+                model_id=model_id,
+            )
         update_champion(run.client, registered_name)
 
-    run.submit("register_model", register, {"registered_model": registered_name, "model": model,
-                                            "tags": version_tags})
+    run.submit(
+        "register_model",
+        register,
+        {"registered_model": registered_name, "model": model, "tags": version_tags},
+    )
 
 
 def update_champion(client, registered_name: str) -> str | None:

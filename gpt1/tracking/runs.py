@@ -36,12 +36,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TAG_STAGE, TAG_KEY, TAG_PRESET, TAG_CACHED = "gpt1.stage", "gpt1.key", "gpt1.preset", "gpt1.cached"
-SYSTEM_METRICS_ENV = "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"  # MLflow's switch; "false" turns `monitor_system` off
+SYSTEM_METRICS_ENV = (
+    "MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING"  # MLflow's switch; "false" turns `monitor_system` off
+)
 
 
 # -- tags and dataset sources ---------------------------------------------------------------------------------
-def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False
-               ) -> dict[str, str]:
+def stage_tags(
+    stage: str, *, key: str | None = None, preset: str | None = None, cached: bool = False
+) -> dict[str, str]:
     """The tags of a stage's run: which stage, its content key, the preset, and whether it was done already."""
     tags = {TAG_STAGE: stage, TAG_CACHED: str(cached).lower()}
     if key:
@@ -51,8 +54,9 @@ def stage_tags(stage: str, *, key: str | None = None, preset: str | None = None,
     return tags
 
 
-def hub_dataset_source(path: str, *, config: str | None = None, split: str | None = None,
-                       revision: str | None = None) -> "DatasetSource":
+def hub_dataset_source(
+    path: str, *, config: str | None = None, split: str | None = None, revision: str | None = None
+) -> DatasetSource:
     """An `mlflow.data` source for Hugging Face hub data (what `datasets.load_dataset` would be given)."""
     from mlflow.data.sources import HuggingFaceDatasetSource
 
@@ -86,7 +90,9 @@ class SystemMetrics:
     def __init__(self, run: RunLogger):
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
-        self.monitor = SystemMetricsMonitor(run.run_id, resume_logging=run.reattached, tracking_uri=run.uri)
+        self.monitor = SystemMetricsMonitor(
+            run.run_id, resume_logging=run.reattached, tracking_uri=run.uri
+        )
         self.run = run
         self.prefix = "system/" + (f"{self.monitor.node_id}/" if self.monitor.node_id else "")
         self.samples = 0
@@ -107,7 +113,9 @@ class SystemMetrics:
     def _sample(self) -> None:
         try:
             self.monitor.collect_metrics()
-        except Exception as err:  # a monitor failing (e.g. a GPU gone) skips a sample, never stops training
+        except (
+            Exception
+        ) as err:  # a monitor failing (e.g. a GPU gone) skips a sample, never stops training
             log.warning("system metrics: a sample failed: %s", err)
             return
         self.samples += 1
@@ -134,8 +142,12 @@ class SystemMetrics:
 
 
 # -- the pipeline's parent run and its runs view ----------------------------------------------------------------
-RUNS_VIEW_TAG = "mlflow.sharedViewState."  # + key: a saved runs-table view of the MLflow UI (columns, sort)
-_VIEW_NOTE = "[Runs table with the headline metrics]"  # starts the experiment description written here
+RUNS_VIEW_TAG = (
+    "mlflow.sharedViewState."  # + key: a saved runs-table view of the MLflow UI (columns, sort)
+)
+_VIEW_NOTE = (
+    "[Runs table with the headline metrics]"  # starts the experiment description written here
+)
 
 
 def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
@@ -149,14 +161,19 @@ def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
     key hashes the view, so saving the same view again replaces it rather than adding another."""
     state = _view_state(columns)
     now = int(time.time() * 1000)
-    client.set_experiment_tag(experiment_id, RUNS_VIEW_TAG + stable_hash(state), json.dumps(
-        {"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}))
+    client.set_experiment_tag(
+        experiment_id,
+        RUNS_VIEW_TAG + stable_hash(state),
+        json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}),
+    )
     return runs_view_link(experiment_id, columns)
 
 
 def runs_view_link(experiment_id: str, columns: list[str]) -> str:
     """The link of the view `runs_view` saves for `columns`."""
-    return f"#/experiments/{experiment_id}/runs?viewStateShareKey={stable_hash(_view_state(columns))}"
+    return (
+        f"#/experiments/{experiment_id}/runs?viewStateShareKey={stable_hash(_view_state(columns))}"
+    )
 
 
 def _view_state(columns: list[str]) -> dict:
@@ -168,15 +185,24 @@ def headline_columns(cfg: PipelineConfig) -> list[str]:
     side by side (the report logs an ablation's as `<variant>/glue_score`, `<variant>/task/<task>/primary`)."""
     prefixes = ["", *(f"{variant}/" for variant in cfg.orchestration.ablations)]
     names = ["glue_score", *(f"task/{task}/primary" for task in cfg.finetune.tasks)]
-    return ["tags.`gpt1.preset`", *(f"metrics.`{prefix}{name}`" for name in names for prefix in prefixes)]
+    return [
+        "tags.`gpt1.preset`",
+        *(f"metrics.`{prefix}{name}`" for name in names for prefix in prefixes),
+    ]
 
 
 def runs_view_name(cfg: PipelineConfig) -> str:
     return f"headline metrics: {' vs '.join(['full', *cfg.orchestration.ablations])}"[:100]
 
 
-def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None = None,
-                       flow_run: str | None = None, flow_run_id: str | None = None) -> RunLogger:
+def start_pipeline_run(
+    cfg: PipelineConfig,
+    *,
+    flow: str,
+    deployment: str | None = None,
+    flow_run: str | None = None,
+    flow_run_id: str | None = None,
+) -> RunLogger:
     """The MLflow parent run of one pipeline flow run, named after the Prefect deployment and flow run
     (`gpt1/smoke · crimson-falcon`; without a deployment `gpt1 [smoke] · crimson-falcon`), tagged with their ids,
     the preset and the code version; its params are the config as asked (the stages add `resolved.*` params, the
@@ -185,12 +211,18 @@ def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None
     else wrote that."""
     where = f"{flow}/{deployment}" if deployment else f"{flow} [{cfg.preset}]"
     name = f"{where} · {flow_run}" if flow_run else where
-    tags = {"prefect.flow": flow, "prefect.deployment": deployment or "(none)", "gpt1.preset": cfg.preset}
+    tags = {
+        "prefect.flow": flow,
+        "prefect.deployment": deployment or "(none)",
+        "gpt1.preset": cfg.preset,
+    }
     if flow_run:
         tags["prefect.flow_run_name"] = flow_run
     if flow_run_id:
         tags["prefect.flow_run_id"] = flow_run_id
-    run = RunLogger(name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags)
+    run = RunLogger(
+        name, experiment=cfg.tracking.experiment, uri=cfg.tracking.tracking_uri, tags=tags
+    )
     run.log_params(flatten(cfg.model_dump(mode="json")))
     publish_runs_view(run, runs_view_name(cfg), headline_columns(cfg))
     return run
@@ -200,7 +232,9 @@ def start_pipeline_run(cfg: PipelineConfig, *, flow: str, deployment: str | None
 NOTE_LIMIT = 8000
 
 
-def describe_pipeline_run(run: RunLogger, cfg: PipelineConfig, results_markdown: str, models: list[str]) -> None:
+def describe_pipeline_run(
+    run: RunLogger, cfg: PipelineConfig, results_markdown: str, models: list[str]
+) -> None:
     """The parent run's description, which its overview page shows as markdown: the registered task models (linked
     to the Model Registry), the experiment's runs view (`start_pipeline_run`), then the results. The links come
     first and the results are cut to what MLflow keeps, pointing to the whole file among the run's artifacts."""
@@ -208,15 +242,21 @@ def describe_pipeline_run(run: RunLogger, cfg: PipelineConfig, results_markdown:
         return
     head = []
     if models:
-        head += ["Registered task models (alias `champion`: the best version): "
-                 + ", ".join(f"[{name}](#/models/{name})" for name in models), ""]
+        head += [
+            "Registered task models (alias `champion`: the best version): "
+            + ", ".join(f"[{name}](#/models/{name})" for name in models),
+            "",
+        ]
     link = runs_view_link(run.experiment_id, headline_columns(cfg))
     head += [f"[Every run of this experiment with its headline metrics]({link})", ""]
     results = results_markdown.rstrip()
     room = NOTE_LIMIT - len("\n".join(head)) - 200
     if len(results) > room:
         cut = results[:room].rsplit("\n", 1)[0]
-        results = cut + "\n\n(cut here: the whole results.md is among this run's artifacts, under report/)"
+        results = (
+            cut
+            + "\n\n(cut here: the whole results.md is among this run's artifacts, under report/)"
+        )
     run.set_tags({"mlflow.note.content": "\n".join([*head, results]) + "\n"})
 
 
@@ -226,8 +266,12 @@ def end_running_children(run: RunLogger, status: str) -> None:
     if not run.enabled:
         return
     try:
-        running = run.client.search_runs([run.experiment_id], filter_string=(
-            f"tags.mlflow.parentRunId = '{run.run_id}' and attributes.status = 'RUNNING'"))
+        running = run.client.search_runs(
+            [run.experiment_id],
+            filter_string=(
+                f"tags.mlflow.parentRunId = '{run.run_id}' and attributes.status = 'RUNNING'"
+            ),
+        )
         for child in running:
             run.client.set_terminated(child.info.run_id, status=status)
     except Exception as err:  # noqa: BLE001 - the parent still ends; these runs stay RUNNING
@@ -243,7 +287,10 @@ def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
         run.client.set_tag(run.run_id, "gpt1.runs_view", link)
         note = run.client.get_experiment(run.experiment_id).tags.get("mlflow.note.content")
         if note is None or note.startswith(_VIEW_NOTE):
-            run.client.set_experiment_tag(run.experiment_id, "mlflow.note.content",
-                                          f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.")
+            run.client.set_experiment_tag(
+                run.experiment_id,
+                "mlflow.note.content",
+                f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.",
+            )
 
     run.submit("runs_view", publish, {"name": name, "columns": columns})

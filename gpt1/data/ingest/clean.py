@@ -78,7 +78,9 @@ def decode(data: bytes) -> tuple[str, str]:
         try:
             return data.decode("utf-16"), "utf-16"
         except UnicodeDecodeError as err:
-            raise UndecodableError("undecodable", f"invalid UTF-16 after its byte order mark ({err.reason})") from err
+            raise UndecodableError(
+                "undecodable", f"invalid UTF-16 after its byte order mark ({err.reason})"
+            ) from err
     if b"\0" in data:
         raise UndecodableError("binary", f"binary: NUL byte at offset {data.index(0)}")
     try:
@@ -88,8 +90,9 @@ def decode(data: bytes) -> tuple[str, str]:
             return data.decode("cp1252"), "cp1252"
         except UnicodeDecodeError as err:
             raise UndecodableError(
-                "undecodable", f"neither UTF-8 (bad byte at offset {utf8_err.start}) nor cp1252 "
-                f"(byte 0x{data[err.start]:02x} at offset {err.start} is undefined)"
+                "undecodable",
+                f"neither UTF-8 (bad byte at offset {utf8_err.start}) nor cp1252 "
+                f"(byte 0x{data[err.start]:02x} at offset {err.start} is undefined)",
             ) from err
 
 
@@ -99,20 +102,28 @@ class Boilerplate:
 
     header: bool = False  # everything up to and including the "*** START OF ... ***" marker
     footer: bool = False  # the "*** END OF ... ***" marker (or "End of the Project Gutenberg ...") and the licence
-    notes: int = 0  # paragraphs between the markers: credits, editor's notes naming Project Gutenberg
+    notes: int = (
+        0  # paragraphs between the markers: credits, editor's notes naming Project Gutenberg
+    )
     chars: int = 0  # characters removed in total
 
 
 _START = re.compile(r"^[ \t]*\*+[ \t]*START OF\b[^\n]*?PROJECT GUTENBERG[^\n]*", re.I | re.M)
 _END = re.compile(
-    r"^[ \t]*(?:\*+[ \t]*END OF\b[^\n]*?PROJECT GUTENBERG|END OF (?:THE |THIS )?PROJECT GUTENBERG)", re.I | re.M
+    r"^[ \t]*(?:\*+[ \t]*END OF\b[^\n]*?PROJECT GUTENBERG|END OF (?:THE |THIS )?PROJECT GUTENBERG)",
+    re.I | re.M,
 )
-_MARKER_CLOSE = re.compile(r"\*\*\*[ \t]*$", re.M)  # a long title can wrap the START marker onto a second line
+# a long title can wrap the START marker onto a second line
+_MARKER_CLOSE = re.compile(r"\*\*\*[ \t]*$", re.M)
 _PARAGRAPH_BREAK = re.compile(r"(\n[ \t]*\n)")
 _NAMES_GUTENBERG = re.compile(r"project\s+gutenberg", re.I)
-_CREDIT = re.compile(r"^\s*(?:produced by|e-?text prepared by|this e-?(?:text|book) was (?:produced|prepared) by)",
-                     re.I)
-_MAX_NOTE_CHARS = 2000  # a paragraph this long that names Project Gutenberg is body text, not a note
+_CREDIT = re.compile(
+    r"^\s*(?:produced by|e-?text prepared by|this e-?(?:text|book) was (?:produced|prepared) by)",
+    re.I,
+)
+_MAX_NOTE_CHARS = (
+    2000  # a paragraph this long that names Project Gutenberg is body text, not a note
+)
 
 
 def strip_gutenberg(text: str) -> tuple[str, Boilerplate]:
@@ -143,8 +154,12 @@ def strip_gutenberg(text: str) -> tuple[str, Boilerplate]:
             pieces[i] = ""
             notes += 1
     body = "".join(pieces)
-    return body, Boilerplate(header=header is not None, footer=footer is not None, notes=notes,
-                             chars=len(text) - len(body))
+    return body, Boilerplate(
+        header=header is not None,
+        footer=footer is not None,
+        notes=notes,
+        chars=len(text) - len(body),
+    )
 
 
 # ftfy's mojibake detector only fires on sequences with a non-ASCII character other than these common ones
@@ -152,7 +167,8 @@ def strip_gutenberg(text: str) -> tuple[str, Boilerplate]:
 # tests/unit/test_ingest.py), and most lines of English books have none.
 _COMMON = r"\u00a0\u00ad\u00b4\u00b7\u2013-\u2015\u2018\u2019\u201c\u201d\u2026"
 _MOJIBAKE_CLUE = re.compile(rf"[^\x00-\x7f{_COMMON}]")
-_LINE_FIX_CLUE = re.compile(rf"[^\x00-\x25\x27-\x7f{_COMMON}]")  # the same or "&" (0x26), in one character class
+# the same or "&" (0x26), in one character class
+_LINE_FIX_CLUE = re.compile(rf"[^\x00-\x25\x27-\x7f{_COMMON}]")
 
 
 def _fix_line(line: str) -> str:
@@ -184,7 +200,9 @@ def _translator(table: dict[int, str | None]):
 # ftfy.fix_and_explain's character-level fixers, in its order; the three translate-based ones made fast.
 _CHARACTER_FIXERS = (
     fixes.fix_c1_controls,
-    _translator({**chardata.LIGATURES, **chardata.WIDTH_MAP}),  # fix_latin_ligatures, fix_character_width
+    _translator(
+        {**chardata.LIGATURES, **chardata.WIDTH_MAP}
+    ),  # fix_latin_ligatures, fix_character_width
     fixes.uncurl_quotes,
     fixes.fix_line_breaks,
     fixes.fix_surrogates,
@@ -218,15 +236,23 @@ class Unwrapped:
 
     paragraphs: int = 0  # paragraphs whose wrapped lines were joined
     lines_joined: int = 0  # line breaks removed
-    paragraphs_kept: int = 0  # paragraphs of several lines left as they were (verse, lists, headings)
+    paragraphs_kept: int = (
+        0  # paragraphs of several lines left as they were (verse, lists, headings)
+    )
 
 
-MIN_WRAP_WIDTH = 55  # the narrowest prose wrap in the shared books is ~60 columns; verse lines rarely reach 55
-MAX_WRAP_WIDTH = 100  # the widest wraps at ~75; the few longer lines (up to 230) are tables and contents entries
+MIN_WRAP_WIDTH = (
+    55  # the narrowest prose wrap in the shared books is ~60 columns; verse lines rarely reach 55
+)
+MAX_WRAP_WIDTH = (
+    100  # the widest wraps at ~75; the few longer lines (up to 230) are tables and contents entries
+)
 _LINE_STARTS = re.compile(r"\n(.)")  # the first character of every line but the first
-_LIST_ENTRY = re.compile(r"\d+[.)] |\(\w{1,4}\) |[-*\u2022] ")  # not "A. ": initials open many prose lines
+# not "A. ": initials open many prose lines
+_LIST_ENTRY = re.compile(r"\d+[.)] |\(\w{1,4}\) |[-*\u2022] ")
 _DASHES = r"\-\u2010\u2013\u2014"  # hyphen, Unicode hyphen, en and em dash, as regex class members
-_TIGHT_BREAK = re.compile(rf"([^\s{_DASHES}][{_DASHES}]+)\n")  # "well-", "said--", "life—" at a line end
+# "well-", "said--", "life—" at a line end
+_TIGHT_BREAK = re.compile(rf"([^\s{_DASHES}][{_DASHES}]+)\n")
 # ftfy repairs one line at a time, so mojibake cut by a line break ("bonne Ã" / "tout" in pg4300) is only seen once
 # the lines are joined. Searched for in the text and in the text reversed (a line's last character then follows its
 # line break): a pattern that starts with "\n" is found ~3x faster than one that starts with a character class.
@@ -243,10 +269,14 @@ def _prose_start(paragraph: str) -> int | None:
     """Where the wrapped prose of a paragraph of several lines starts (after its heading lines), or None if it is
     not wrapped prose. Lines are stripped and not empty; the rule is the module docstring's."""
     starts = _LINE_STARTS.findall(paragraph)
-    if len(starts) < paragraph.count("\n"):  # an empty line: not `normalize_whitespace` output, left alone
+    if len(starts) < paragraph.count(
+        "\n"
+    ):  # an empty line: not `normalize_whitespace` output, left alone
         return None
     continued = sum(map(str.islower, starts))
-    if starts[0].islower() and 2 * continued >= len(starts):  # most prose: decided without splitting the lines
+    if starts[0].islower() and 2 * continued >= len(
+        starts
+    ):  # most prose: decided without splitting the lines
         return 0
     lines = paragraph.split("\n")
     width = max(map(len, lines))
@@ -263,20 +293,27 @@ def _prose_start(paragraph: str) -> int | None:
         if following[0].islower() or _LIST_ENTRY.match(following):
             continue
         if (MIN_WRAP_WIDTH <= width <= MAX_WRAP_WIDTH and not _fits_on(line, following, width)) or (
-                line.endswith("-") and line[-2:-1].isalpha()):  # a compound carried over: "brother-" / "in-law"
+            line.endswith("-") and line[-2:-1].isalpha()
+        ):  # a compound carried over: "brother-" / "in-law"
             wrapped += 1
     shows_wrapping = continued + wrapped
-    return start if (continued and 2 * shows_wrapping >= breaks) or shows_wrapping == breaks else None
+    return (
+        start if (continued and 2 * shows_wrapping >= breaks) or shows_wrapping == breaks else None
+    )
 
 
 def _joined(wrapped: str) -> str:
     """The lines of `wrapped` as one line: a space at each break, none after a hyphen or dash attached to a word."""
     line, ascii_only = wrapped, wrapped.isascii()
-    other_dash_break = not ascii_only and ("\u2014\n" in wrapped or "\u2013\n" in wrapped or "\u2010\n" in wrapped)
+    other_dash_break = not ascii_only and (
+        "\u2014\n" in wrapped or "\u2013\n" in wrapped or "\u2010\n" in wrapped
+    )
     if "-\n" in wrapped or other_dash_break:
         line = _TIGHT_BREAK.sub(r"\1", line)  # only then: the regex scans ~20x slower than `in`
     line = line.replace("\n", " ")
-    if not ascii_only and (_MOJIBAKE_AFTER_BREAK.search(wrapped) or _MOJIBAKE_AFTER_BREAK.search(wrapped[::-1])):
+    if not ascii_only and (
+        _MOJIBAKE_AFTER_BREAK.search(wrapped) or _MOJIBAKE_AFTER_BREAK.search(wrapped[::-1])
+    ):
         line = " ".join(fix_text(line).split())
     return line
 

@@ -12,8 +12,8 @@ split across train and val. A document's `source` tells where it came from: the 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 
@@ -23,7 +23,11 @@ SPLITS = ("train", "val")
 SCHEMA = pa.schema([("id", pa.string()), ("source", pa.string()), ("text", pa.large_string())])
 STATS_FILE = "stats.json"
 
-CORPUS, TASK_TEXT_ORIGIN = "corpus", "task_text"  # where a document came from: the source, or a task's train rows
+# where a document came from: the source, or a task's train rows
+CORPUS, TASK_TEXT_ORIGIN = (
+    "corpus",
+    "task_text",
+)
 ORIGINS = (CORPUS, TASK_TEXT_ORIGIN)
 TASK_SOURCE_PREFIX = "task:"
 
@@ -38,11 +42,15 @@ def split_files(corpus_dir: str | Path, split: str) -> list[Path]:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     root = Path(corpus_dir)
     if not (root / STATS_FILE).exists():
-        raise FileNotFoundError(f"{root}: not an ingested corpus (no {STATS_FILE}); run `gpt1 ingest` first")
+        raise FileNotFoundError(
+            f"{root}: not an ingested corpus (no {STATS_FILE}); run `gpt1 ingest` first"
+        )
     return sorted((root / split).glob("part-*.parquet"))
 
 
-def iter_batches(corpus_dir: str | Path, split: str = "train", batch_size: int = 256) -> Iterator[list[str]]:
+def iter_batches(
+    corpus_dir: str | Path, split: str = "train", batch_size: int = 256
+) -> Iterator[list[str]]:
     """Stream document texts in stored order, `batch_size` at a time (memory does not grow with the corpus)."""
     for path in split_files(corpus_dir, split):
         for batch in parquet_file(path).iter_batches(batch_size=batch_size, columns=["text"]):

@@ -9,7 +9,7 @@ sentences, and a longer sentence between words.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from gpt1.data.ingest.leaks import sentences
 

@@ -33,9 +33,9 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,17 +45,29 @@ from gpt1.data.ingest.clean import clean
 from gpt1.data.ingest.corpus import CORPUS, ORIGINS, SCHEMA, STATS_FILE, TASK_TEXT_ORIGIN
 from gpt1.data.ingest.documents import cut_documents
 from gpt1.data.ingest.leaks import MIN_WORDS
-from gpt1.data.ingest.sources import BOOKCORPUS_ROWS_PER_DOC, MAX_EXAMPLES, FileSource, HFSource, Report, open_source
-from gpt1.data.ingest.task_text import held_out_index, train_records as task_records
+from gpt1.data.ingest.sources import (
+    BOOKCORPUS_ROWS_PER_DOC,
+    MAX_EXAMPLES,
+    FileSource,
+    HFSource,
+    Report,
+    open_source,
+)
+from gpt1.data.ingest.task_text import held_out_index
+from gpt1.data.ingest.task_text import train_records as task_records
 from gpt1.io import InputError, OutputError, atomic_path, check_writable, write_json
 
 __all__ = ["BOOKCORPUS_ROWS_PER_DOC", "FileSource", "HFSource", "ingest", "open_source", "summary"]
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
+FORMAT_VERSION = (
+    2  # bump when cleaning or splitting changes, so corpora built by older code are rebuilt
+)
 ROWS_PER_PART = 10_000  # documents per Parquet part
-ROW_GROUP_CHARS = 2_000_000  # characters per row group (or one larger document): bounds the write buffer
+ROW_GROUP_CHARS = (
+    2_000_000  # characters per row group (or one larger document): bounds the write buffer
+)
 
 
 @dataclass
@@ -84,14 +96,19 @@ class SplitWriter:
         self._part_rows = 0
 
     def add(self, doc: Document) -> None:
-        if self._buffered_chars + len(doc.text) > ROW_GROUP_CHARS:  # so a row group holds at most one big book
+        if (
+            self._buffered_chars + len(doc.text) > ROW_GROUP_CHARS
+        ):  # so a row group holds at most one big book
             self._flush()
         self._buffer.append(doc)
         self._buffered_chars += len(doc.text)
         self.documents += 1
         self.characters += len(doc.text)
         self.ids.update(doc.id.encode())
-        if self._buffered_chars >= ROW_GROUP_CHARS or self._part_rows + len(self._buffer) >= self.rows_per_part:
+        if (
+            self._buffered_chars >= ROW_GROUP_CHARS
+            or self._part_rows + len(self._buffer) >= self.rows_per_part
+        ):
             self._flush()
 
     def _flush(self) -> None:
@@ -103,12 +120,22 @@ class SplitWriter:
     def _write_buffer(self) -> None:
         if self._writer is None:
             self._part = contextlib.ExitStack()
-            tmp = self._part.enter_context(atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet"))
+            tmp = self._part.enter_context(
+                atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet")
+            )
             # Every value is unique, so no dictionaries; min/max statistics of whole books would copy them twice.
-            self._writer = pq.ParquetWriter(tmp, SCHEMA, compression="zstd", use_dictionary=False,
-                                            write_statistics=["id", "source"])
-        columns = {"id": [d.id for d in self._buffer], "source": [d.source for d in self._buffer],
-                   "text": [d.text for d in self._buffer]}
+            self._writer = pq.ParquetWriter(
+                tmp,
+                SCHEMA,
+                compression="zstd",
+                use_dictionary=False,
+                write_statistics=["id", "source"],
+            )
+        columns = {
+            "id": [d.id for d in self._buffer],
+            "source": [d.source for d in self._buffer],
+            "text": [d.text for d in self._buffer],
+        }
         self._writer.write_table(pa.table(columns, schema=SCHEMA))
         self._part_rows += len(self._buffer)
         self._buffer, self._buffered_chars = [], 0
@@ -118,10 +145,15 @@ class SplitWriter:
     def _close_part(self) -> None:
         self._writer.close()
         self._part.close()  # atomic_path renames the finished part into place
-        self.parts.append({"file": f"{self.folder.name}/part-{len(self.parts):05d}.parquet", "rows": self._part_rows})
+        self.parts.append(
+            {
+                "file": f"{self.folder.name}/part-{len(self.parts):05d}.parquet",
+                "rows": self._part_rows,
+            }
+        )
         self._writer, self._part, self._part_rows = None, None, 0
 
-    def __enter__(self) -> "SplitWriter":
+    def __enter__(self) -> SplitWriter:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -151,8 +183,14 @@ class TrainValSplit:
     and then cut into documents of at most `max_doc_chars` (documents.py): a book's documents never straddle the
     split."""
 
-    def __init__(self, train: SplitWriter, val: SplitWriter, val_fraction: float, seed: int,
-                 max_doc_chars: int | None = None):
+    def __init__(
+        self,
+        train: SplitWriter,
+        val: SplitWriter,
+        val_fraction: float,
+        seed: int,
+        max_doc_chars: int | None = None,
+    ):
         self.train, self.val, self.val_fraction, self.seed = train, val, val_fraction, seed
         self.max_doc_chars = max_doc_chars
         self.held: tuple[float, Document] | None = None
@@ -189,11 +227,24 @@ class TrainValSplit:
 
 
 # -- the build ------------------------------------------------------------------------------------------------
-def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text", val_fraction: float = 0.01,
-           split_seed: int = 0, min_doc_chars: int = 1, show_progress: bool = True, rows_per_doc: int | None = None,
-           rows_per_part: int = ROWS_PER_PART, unwrap_lines: bool = True, max_documents: int | None = None,
-           max_chars: int | None = None, max_doc_chars: int | None = None,
-           task_text: Sequence[tuple[str, str]] = (), leak_check: Sequence[tuple[str, str]] = ()) -> dict:
+def ingest(
+    source: str,
+    out_dir: str | os.PathLike,
+    *,
+    text_column: str = "text",
+    val_fraction: float = 0.01,
+    split_seed: int = 0,
+    min_doc_chars: int = 1,
+    show_progress: bool = True,
+    rows_per_doc: int | None = None,
+    rows_per_part: int = ROWS_PER_PART,
+    unwrap_lines: bool = True,
+    max_documents: int | None = None,
+    max_chars: int | None = None,
+    max_doc_chars: int | None = None,
+    task_text: Sequence[tuple[str, str]] = (),
+    leak_check: Sequence[tuple[str, str]] = (),
+) -> dict:
     """Clean, deduplicate and split `source` into the corpus layout in `out_dir` (created; it must be empty);
     returns the stats, also written as stats.json.
 
@@ -211,18 +262,30 @@ def ingest(source: str, out_dir: str | os.PathLike, *, text_column: str = "text"
     if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
         raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
     if any(limit is not None and limit < 1 for limit in (max_documents, max_chars, max_doc_chars)):
-        raise ValueError(f"max_documents, max_chars and max_doc_chars must be >= 1 when given, got {max_documents}, "
-                         f"{max_chars}, {max_doc_chars}")
+        raise ValueError(
+            f"max_documents, max_chars and max_doc_chars must be >= 1 when given, got {max_documents}, "
+            f"{max_chars}, {max_doc_chars}"
+        )
     out = Path(out_dir)
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"{out} is not empty: a corpus is built into an empty folder")
     check_writable(out)
     src = open_source(source, exclude=out)
-    settings = {"text_column": text_column, "val_fraction": val_fraction, "split_seed": split_seed,
-                "min_doc_chars": min_doc_chars, "rows_per_doc": rows_per_doc or src.rows_per_doc,
-                "rows_per_part": rows_per_part, "unwrap_lines": unwrap_lines, "max_documents": max_documents,
-                "max_chars": max_chars, "max_doc_chars": max_doc_chars, "task_text": [t for t, _ in task_text],
-                "leak_check": [t for t, _ in leak_check], "format": FORMAT_VERSION}
+    settings = {
+        "text_column": text_column,
+        "val_fraction": val_fraction,
+        "split_seed": split_seed,
+        "min_doc_chars": min_doc_chars,
+        "rows_per_doc": rows_per_doc or src.rows_per_doc,
+        "rows_per_part": rows_per_part,
+        "unwrap_lines": unwrap_lines,
+        "max_documents": max_documents,
+        "max_chars": max_chars,
+        "max_doc_chars": max_doc_chars,
+        "task_text": [t for t, _ in task_text],
+        "leak_check": [t for t, _ in leak_check],
+        "format": FORMAT_VERSION,
+    }
     src.check(text_column)
     leaks = LeakCheck(leak_check)
     stats = _build(src, out, settings, show_progress, list(task_text), leaks)
@@ -254,12 +317,23 @@ class LeakCheck:
     def as_dict(self) -> dict | None:
         if self.index is None:
             return None
-        return {"min_words": MIN_WORDS, "held_out": self.splits, "sentences_indexed": len(self.index),
-                "sentences_removed": self.removed, "examples": self.examples}
+        return {
+            "min_words": MIN_WORDS,
+            "held_out": self.splits,
+            "sentences_indexed": len(self.index),
+            "sentences_removed": self.removed,
+            "examples": self.examples,
+        }
 
 
-def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progress: bool,
-           task_text: list[tuple[str, str]], leaks: LeakCheck) -> dict:
+def _build(
+    src: FileSource | HFSource,
+    build: Path,
+    settings: dict,
+    show_progress: bool,
+    task_text: list[tuple[str, str]],
+    leaks: LeakCheck,
+) -> dict:
     """Stream the source's records, then the tasks' train rows, through cleaning, the leak check, dedup and the
     split into `build`.
 
@@ -273,18 +347,26 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
     kept = {origin: {"records": 0, "characters": 0} for origin in ORIGINS}
     limit_reached = False
     records = src.records(settings["text_column"], settings["rows_per_doc"], report)
-    with contextlib.closing(records), \
-            SplitWriter(build / "train", settings["rows_per_part"]) as train, \
-            SplitWriter(build / "val", settings["rows_per_part"]) as val:
-        split = TrainValSplit(train, val, settings["val_fraction"], settings["split_seed"], settings["max_doc_chars"])
+    with (
+        contextlib.closing(records),
+        SplitWriter(build / "train", settings["rows_per_part"]) as train,
+        SplitWriter(build / "val", settings["rows_per_part"]) as val,
+    ):
+        split = TrainValSplit(
+            train, val, settings["val_fraction"], settings["split_seed"], settings["max_doc_chars"]
+        )
 
         def admit(record, origin: str) -> bool:
             """Clean, check and route one record; False when it would pass a subset limit (it is not kept)."""
             report.records += 1
             unwrap = settings["unwrap_lines"] and not record.grouped_rows
             text, removed, unwrapped = clean(record.text, unwrap_lines=unwrap)
-            report.boilerplate.update(header=removed.header, footer=removed.footer, notes=removed.notes,
-                                      characters=removed.chars)
+            report.boilerplate.update(
+                header=removed.header,
+                footer=removed.footer,
+                notes=removed.notes,
+                characters=removed.chars,
+            )
             report.unwrapped.update(asdict(unwrapped))
             text = leaks.remove(text, origin, record.source)
             if len(text) < max(1, settings["min_doc_chars"]):
@@ -295,18 +377,29 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
             if doc_id in seen:
                 report.duplicates.add(record.source)
                 return True
-            if origin == CORPUS and max_chars is not None and kept[CORPUS]["characters"] + len(text) > max_chars:
+            if (
+                origin == CORPUS
+                and max_chars is not None
+                and kept[CORPUS]["characters"] + len(text) > max_chars
+            ):
                 if not seen:
-                    raise InputError(f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
-                                     f"has {len(text):,} characters", file=src.spec)
+                    raise InputError(
+                        f"max_chars={max_chars:,} keeps no document: the first one ({record.source}) "
+                        f"has {len(text):,} characters",
+                        file=src.spec,
+                    )
                 return False
             seen.add(doc_id)
             kept[origin]["records"] += 1
             kept[origin]["characters"] += len(text)
             split.add(Document(doc_id, record.source, text))
-            return not (origin == CORPUS and max_docs is not None and kept[CORPUS]["records"] == max_docs)
+            return not (
+                origin == CORPUS and max_docs is not None and kept[CORPUS]["records"] == max_docs
+            )
 
-        for record in tqdm(records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress):
+        for record in tqdm(
+            records, total=src.total, unit=" docs", desc="ingest", disable=not show_progress
+        ):
             if not admit(record, CORPUS):
                 limit_reached = True
                 break
@@ -320,14 +413,23 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
     gc.collect()
     if train.documents + val.documents == 0:
         reasons = ", ".join(f"{r}: {t.count}" for r, t in report.rejects.items()) or "no records"
-        raise InputError(f"no documents ({reasons}; duplicates: {report.duplicates.count}; "
-                         f"malformed rows: {report.malformed.count})", file=src.spec)
+        raise InputError(
+            f"no documents ({reasons}; duplicates: {report.duplicates.count}; "
+            f"malformed rows: {report.malformed.count})",
+            file=src.spec,
+        )
 
     seconds = time.time() - started
     chars = train.characters + val.characters
-    log.info("ingested %d train + %d val documents (%.1fM characters) in %.1fs: %.2fM chars/s, %.1f docs/s",
-             train.documents, val.documents, chars / 1e6, seconds, chars / 1e6 / max(seconds, 1e-9),
-             report.records / max(seconds, 1e-9))
+    log.info(
+        "ingested %d train + %d val documents (%.1fM characters) in %.1fs: %.2fM chars/s, %.1f docs/s",
+        train.documents,
+        val.documents,
+        chars / 1e6,
+        seconds,
+        chars / 1e6 / max(seconds, 1e-9),
+        report.records / max(seconds, 1e-9),
+    )
     return {
         "format": FORMAT_VERSION,
         "settings": settings,
@@ -336,7 +438,11 @@ def _build(src: FileSource | HFSource, build: Path, settings: dict, show_progres
         "parts": {"train": train.parts, "val": val.parts},
         "content_hash": hashlib.sha256(train.ids.digest() + val.ids.digest()).hexdigest(),
         "val_floor_applied": floor,
-        "subset": {"max_documents": max_docs, "max_chars": max_chars, "limit_reached": limit_reached},
+        "subset": {
+            "max_documents": max_docs,
+            "max_chars": max_chars,
+            "limit_reached": limit_reached,
+        },
         "origins": kept,
         "leak_check": leaks.as_dict(),
         **report.as_dict(),
@@ -352,34 +458,50 @@ def summary(stats: dict, out: str | os.PathLike) -> str:
         f"{stats['duplicates']['count']:,} duplicates dropped",
     ]
     if stats["subset"]["limit_reached"]:
-        limits = {k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None}
-        lines.append(f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})")
+        limits = {
+            k: v for k, v in stats["subset"].items() if k.startswith("max_") and v is not None
+        }
+        lines.append(
+            f"  subset: source read up to the limit ({', '.join(f'{k}={v:,}' for k, v in limits.items())})"
+        )
     tasks = stats["settings"].get("task_text")
     if tasks:
         text = stats["origins"][TASK_TEXT_ORIGIN]
-        lines.append(f"  task text: {text['records']:,} rows ({text['characters']:,} characters) from the train files of "
-                     f"{', '.join(tasks)}")
+        lines.append(
+            f"  task text: {text['records']:,} rows ({text['characters']:,} characters) from the train files of "
+            f"{', '.join(tasks)}"
+        )
     leak = stats.get("leak_check")
     if leak:
         removed = leak["sentences_removed"]
-        lines.append(f"  leak check: {sum(removed.values()):,} sentences removed ({removed[CORPUS]:,} from the source, "
-                     f"{removed[TASK_TEXT_ORIGIN]:,} from task text) of the {leak['sentences_indexed']:,} that the "
-                     f"dev and test files of {', '.join(leak['held_out'])} hold")
+        lines.append(
+            f"  leak check: {sum(removed.values()):,} sentences removed ({removed[CORPUS]:,} from the source, "
+            f"{removed[TASK_TEXT_ORIGIN]:,} from task text) of the {leak['sentences_indexed']:,} that the "
+            f"dev and test files of {', '.join(leak['held_out'])} hold"
+        )
     for reason, tally in stats["rejects"].items():
-        lines.append(f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}")
+        lines.append(
+            f"  rejected ({reason}): {tally['count']:,}, e.g. {', '.join(map(str, tally['examples'][:3]))}"
+        )
     for encoding, tally in stats["decode_fallbacks"].items():
         lines.append(f"  read as {encoding}: {', '.join(tally['examples'])}")
     if stats["malformed_rows"]["count"]:
         first = stats["malformed_rows"]["examples"][0]
-        lines.append(f"  malformed rows: {stats['malformed_rows']['count']:,} of {stats['inputs']['rows']:,}, "
-                     f"first {first['file']}:{first['line']}: {first['error']}")
+        lines.append(
+            f"  malformed rows: {stats['malformed_rows']['count']:,} of {stats['inputs']['rows']:,}, "
+            f"first {first['file']}:{first['line']}: {first['error']}"
+        )
     removed = stats["boilerplate_removed"]
     if removed["header"] or removed["footer"]:
-        lines.append(f"  Gutenberg boilerplate removed: {removed['header']} headers, {removed['footer']} footers, "
-                     f"{removed['notes']} notes")
+        lines.append(
+            f"  Gutenberg boilerplate removed: {removed['header']} headers, {removed['footer']} footers, "
+            f"{removed['notes']} notes"
+        )
     unwrapped = stats["unwrapped"]
     if unwrapped["paragraphs"]:
-        lines.append(f"  hard-wrapped lines joined: {unwrapped['lines_joined']:,} line breaks in "
-                     f"{unwrapped['paragraphs']:,} paragraphs; {unwrapped['paragraphs_kept']:,} multi-line "
-                     f"paragraphs kept (verse, lists, headings)")
+        lines.append(
+            f"  hard-wrapped lines joined: {unwrapped['lines_joined']:,} line breaks in "
+            f"{unwrapped['paragraphs']:,} paragraphs; {unwrapped['paragraphs_kept']:,} multi-line "
+            f"paragraphs kept (verse, lists, headings)"
+        )
     return "\n".join(lines)

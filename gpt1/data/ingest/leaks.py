@@ -14,12 +14,13 @@ compared. Removing a sentence takes the whitespace after it too, so the text aro
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 MIN_WORDS = 8
 
-_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script; punctuation and "_" separate words
+# letters and digits of any script; punctuation and "_" separate words
+_WORD = re.compile(r"[^\W_]+")
 # A sentence ends after .!? plus closing quotes/brackets, where whitespace follows; a line break always ends one.
 _SENTENCE_END = re.compile(r"""(?<=[.!?])(?P<close>["'\u2019\u201d)\]]*)[ \t]+|[ \t]*\n+[ \t]*""")
 
@@ -53,7 +54,7 @@ class LeakIndex:
     keys: set[str] = field(default_factory=set)
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str]) -> "LeakIndex":
+    def from_texts(cls, texts: Iterable[str]) -> LeakIndex:
         index = cls()
         for text in texts:
             index.add(text)

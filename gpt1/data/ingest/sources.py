@@ -27,9 +27,10 @@ import json
 import logging
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -45,12 +46,14 @@ BOOKCORPUS_ROWS_PER_DOC = 1000
 SENTENCE_PER_ROW_DATASETS = {"bookcorpus", "bookcorpus/bookcorpus"}
 DIR_SUFFIXES = {".txt", ".jsonl", ".parquet"}
 
+
 @dataclass
 class Record:
     source: str  # where it came from: file name, "file:line", "file:first-last" for grouped rows
     text: str
-    grouped_rows: bool = False  # several rows, one per line: those line breaks are row boundaries, not wraps
-
+    grouped_rows: bool = (
+        False  # several rows, one per line: those line breaks are row boundaries, not wraps
+    )
 
 
 @dataclass
@@ -97,7 +100,10 @@ class Report:
             first = self.malformed.examples[0]
             raise InputError(
                 f"{self.malformed.count} of {self.rows} rows are malformed (more than {MAX_MALFORMED_SHARE:.0%}); "
-                f"first: {first['error']}", file=first["file"], line=first["line"])
+                f"first: {first['error']}",
+                file=first["file"],
+                line=first["line"],
+            )
 
     def as_dict(self) -> dict:
         return {
@@ -105,9 +111,15 @@ class Report:
             "duplicates": self.duplicates.as_dict(),
             "rejects": {reason: tally.as_dict() for reason, tally in sorted(self.rejects.items())},
             "malformed_rows": self.malformed.as_dict(),
-            "decode_fallbacks": {enc: tally.as_dict() for enc, tally in sorted(self.fallbacks.items())},
-            "boilerplate_removed": {k: self.boilerplate[k] for k in ("header", "footer", "notes", "characters")},
-            "unwrapped": {k: self.unwrapped[k] for k in ("paragraphs", "lines_joined", "paragraphs_kept")},
+            "decode_fallbacks": {
+                enc: tally.as_dict() for enc, tally in sorted(self.fallbacks.items())
+            },
+            "boilerplate_removed": {
+                k: self.boilerplate[k] for k in ("header", "footer", "notes", "characters")
+            },
+            "unwrapped": {
+                k: self.unwrapped[k] for k in ("paragraphs", "lines_joined", "paragraphs_kept")
+            },
         }
 
 
@@ -142,7 +154,9 @@ def _text_file(path: Path, name: str, report: Report) -> Iterator[Record]:
     yield Record(name, text)
 
 
-def _jsonl_rows(path: Path, name: str, column: str, report: Report) -> Iterator[tuple[str, int, str]]:
+def _jsonl_rows(
+    path: Path, name: str, column: str, report: Report
+) -> Iterator[tuple[str, int, str]]:
     with open(path, "rb") as fh:
         for line_no, line in enumerate(fh, 1):
             if not line.strip():
@@ -158,7 +172,9 @@ def _jsonl_rows(path: Path, name: str, column: str, report: Report) -> Iterator[
             yield name, line_no, text
 
 
-def _parquet_rows(path: Path, name: str, column: str, report: Report) -> Iterator[tuple[str, int, str]]:
+def _parquet_rows(
+    path: Path, name: str, column: str, report: Report
+) -> Iterator[tuple[str, int, str]]:
     try:
         batches = pq.ParquetFile(path).iter_batches(batch_size=1024, columns=[column])
     except (OSError, pa.ArrowException) as err:
@@ -190,7 +206,9 @@ def _grouped(rows: Iterator[tuple[str, int, str]], rows_per_doc: int) -> Iterato
 def _join(group: list[tuple[str, int, str]]) -> Record:
     name, first, _ = group[0]
     where = f"{first}" if len(group) == 1 else f"{first}-{group[-1][1]}"
-    return Record(f"{name}:{where}", "\n".join(text for _, _, text in group), grouped_rows=len(group) > 1)
+    return Record(
+        f"{name}:{where}", "\n".join(text for _, _, text in group), grouped_rows=len(group) > 1
+    )
 
 
 class FileSource:
@@ -202,17 +220,30 @@ class FileSource:
         self.spec = spec
         path = Path(spec).expanduser()
         if path.is_dir():
-            found = [p for p in sorted(path.rglob("*")) if p.is_file() and p.suffix.lower() in DIR_SUFFIXES
-                     and not any(part.startswith(".") for part in p.relative_to(path).parts)]
+            found = [
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file()
+                and p.suffix.lower() in DIR_SUFFIXES
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            ]
             self.files = [(p.relative_to(path).as_posix(), p) for p in found]
         else:
-            matches = [path] if path.is_file() else sorted(map(Path, glob.glob(str(path), recursive=True)))
+            matches = (
+                [path]
+                if path.is_file()
+                else sorted(map(Path, glob.glob(str(path), recursive=True)))
+            )
             self.files = [(str(p), p) for p in matches if p.is_file()]
         if exclude is not None:  # an out_dir inside the source dir must not feed the next run
-            self.files = [(n, p) for n, p in self.files if not p.resolve().is_relative_to(exclude.resolve())]
+            self.files = [
+                (n, p) for n, p in self.files if not p.resolve().is_relative_to(exclude.resolve())
+            ]
         if not self.files:
-            raise FileNotFoundError(f"{spec}: no input files (expected a directory or glob of .txt/.jsonl/.parquet "
-                                    f"files, a single file, or hf:<id>[@revision][:split])")
+            raise FileNotFoundError(
+                f"{spec}: no input files (expected a directory or glob of .txt/.jsonl/.parquet "
+                f"files, a single file, or hf:<id>[@revision][:split])"
+            )
 
     def fingerprint(self) -> str:
         return stable_hash([(name, sha256_file(path)) for name, path in self.files], length=64)
@@ -250,8 +281,11 @@ def _check_parquet_column(path: Path, name: str, column: str) -> None:
     except (OSError, pa.ArrowException):
         return  # rejected as unreadable during the run
     if column not in schema.names:
-        raise InputError(f"no column {column!r} (columns: {', '.join(schema.names)}); choose one with --text-column",
-                         file=name, field=column)
+        raise InputError(
+            f"no column {column!r} (columns: {', '.join(schema.names)}); choose one with --text-column",
+            file=name,
+            field=column,
+        )
     kind = schema.field(column).type
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise InputError(f"column {column!r} holds {kind}, not text", file=name, field=column)
@@ -266,8 +300,13 @@ def _check_jsonl_column(path: Path, name: str, column: str) -> None:
                 continue  # counted as malformed during the run
             if isinstance(obj, dict):
                 if column not in obj:
-                    raise InputError(f"no {column!r} field (fields: {', '.join(obj)}); choose one with "
-                                     f"--text-column", file=name, line=line_no, field=column)
+                    raise InputError(
+                        f"no {column!r} field (fields: {', '.join(obj)}); choose one with "
+                        f"--text-column",
+                        file=name,
+                        line=line_no,
+                        field=column,
+                    )
                 return
 
 
@@ -279,14 +318,22 @@ class HFSource:
         if not match:
             raise ValueError(f"{spec!r}: expected hf:<id>[@revision][:split]")
         self.spec = spec
-        self.id, self.revision, self.split = match.group(1), match.group(2), match.group(3) or "train"
+        self.id, self.revision, self.split = (
+            match.group(1),
+            match.group(2),
+            match.group(3) or "train",
+        )
         self.folder = Path(self.id).expanduser()
         self.local = self.folder.is_dir()
         if not self.local and self.id.startswith((".", "/", "~")):
             raise FileNotFoundError(f"{spec}: no such folder {self.folder}")
         if self.local and self.revision:
-            raise ValueError(f"{spec}: @revision applies to hub datasets, not the local folder {self.folder}")
-        self.rows_per_doc = BOOKCORPUS_ROWS_PER_DOC if self.id.lower() in SENTENCE_PER_ROW_DATASETS else 1
+            raise ValueError(
+                f"{spec}: @revision applies to hub datasets, not the local folder {self.folder}"
+            )
+        self.rows_per_doc = (
+            BOOKCORPUS_ROWS_PER_DOC if self.id.lower() in SENTENCE_PER_ROW_DATASETS else 1
+        )
         self.total = None
         self._dataset = None
 
@@ -294,22 +341,35 @@ class HFSource:
         if self.local:
             return stable_hash({"folder": sha256_tree(self.folder), "split": self.split}, length=64)
         if not self.revision:
-            log.warning("hf:%s has no @revision: a re-run cannot tell if the hub copy changed", self.id)
-        return stable_hash({"hf": self.id, "revision": self.revision, "split": self.split}, length=64)
+            log.warning(
+                "hf:%s has no @revision: a re-run cannot tell if the hub copy changed", self.id
+            )
+        return stable_hash(
+            {"hf": self.id, "revision": self.revision, "split": self.split}, length=64
+        )
 
     def _open(self):
         import datasets  # slow import, only for this source
 
         with self._hub_errors():
-            if (self.folder / "state.json").exists() or (self.folder / "dataset_dict.json").exists():
-                data = datasets.load_from_disk(str(self.folder))  # memory-mapped Arrow: iterating streams
+            if (self.folder / "state.json").exists() or (
+                self.folder / "dataset_dict.json"
+            ).exists():
+                # memory-mapped Arrow: iterating streams
+                data = datasets.load_from_disk(str(self.folder))
                 if isinstance(data, datasets.DatasetDict):
                     if self.split not in data:
-                        raise ValueError(f"hf:{self.id}: no split {self.split!r} (splits: {', '.join(data)})")
+                        raise ValueError(
+                            f"hf:{self.id}: no split {self.split!r} (splits: {', '.join(data)})"
+                        )
                     data = data[self.split]
                 return data
-            return datasets.load_dataset(str(self.folder) if self.local else self.id, revision=self.revision,
-                                         split=self.split, streaming=True)
+            return datasets.load_dataset(
+                str(self.folder) if self.local else self.id,
+                revision=self.revision,
+                split=self.split,
+                streaming=True,
+            )
 
     @contextlib.contextmanager
     def _hub_errors(self) -> Iterator[None]:
@@ -317,28 +377,37 @@ class HFSource:
         later while streaming, becomes one line naming the source and how to supply it locally."""
         try:
             yield
-        except ConnectionError as err:  # requests' and huggingface_hub's offline/unreachable errors included
+        except (
+            ConnectionError
+        ) as err:  # requests' and huggingface_hub's offline/unreachable errors included
             if self.local:
                 raise
             raise InputError(
                 f"{self.spec}: cannot fetch it from the Hugging Face Hub, and it is not in the local cache ({err}). "
                 f"Supply it locally: where there is network, `datasets.load_dataset({self.id!r}"
                 f"{f', revision={self.revision!r}' if self.revision else ''}).save_to_disk(DIR)` (or download the "
-                f"repo's parquet files into DIR/data/), then use --source hf:DIR:{self.split}") from None
+                f"repo's parquet files into DIR/data/), then use --source hf:DIR:{self.split}"
+            ) from None
 
     def check(self, column: str) -> None:
         self._dataset = self._open()
-        columns = self._dataset.column_names  # None when a streamed dataset does not declare its features
+        # None when a streamed dataset does not declare its features
+        columns = self._dataset.column_names
         if columns is not None and column not in columns:
-            raise InputError(f"no column {column!r} (columns: {', '.join(columns)}); choose one with --text-column",
-                             file=f"hf:{self.id}:{self.split}", field=column)
+            raise InputError(
+                f"no column {column!r} (columns: {', '.join(columns)}); choose one with --text-column",
+                file=f"hf:{self.id}:{self.split}",
+                field=column,
+            )
 
     def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
         name = f"{self.id}:{self.split}"
 
         def rows() -> Iterator[tuple[str, int, str]]:
             with self._hub_errors():
-                for row_no, row in enumerate(self._dataset if self._dataset is not None else self._open(), 1):
+                for row_no, row in enumerate(
+                    self._dataset if self._dataset is not None else self._open(), 1
+                ):
                     report.rows += 1
                     text, problem = _field(row, column)
                     if problem:

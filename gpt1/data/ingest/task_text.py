@@ -18,7 +18,7 @@ ship without test files).
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from gpt1 import tasks
 from gpt1.data.ingest.corpus import TASK_SOURCE_PREFIX
@@ -38,7 +38,10 @@ def texts(example) -> list[str]:
     if isinstance(example, PairExample):
         return [f"{example.text_a}\n{example.text_b}"]
     if isinstance(example, ChoiceExample):
-        return [example.context, "\n".join(part for part in (example.question, *example.options) if part)]
+        return [
+            example.context,
+            "\n".join(part for part in (example.question, *example.options) if part),
+        ]
     raise TypeError(f"not a task example: {type(example).__name__}")
 
 
@@ -48,11 +51,17 @@ def train_records(task: str, where: str, report: Report) -> Iterator[Record]:
     report.files += len(data.report.sources)
     report.rows += data.report.rows
     for bad in data.report.bad_rows:
-        report.malformed_row(bad.file, bad.line, f"{bad.reason}" + (f" [{bad.field}]" if bad.field else ""))
+        report.malformed_row(
+            bad.file, bad.line, f"{bad.reason}" + (f" [{bad.field}]" if bad.field else "")
+        )
     for example in data:
         for i, text in enumerate(texts(example)):
             # one field per line: those breaks are field boundaries, not hard wraps to join
-            yield Record(f"{TASK_SOURCE_PREFIX}{task}:{example.id}" + (f"#{i}" if i else ""), text, grouped_rows=True)
+            yield Record(
+                f"{TASK_SOURCE_PREFIX}{task}:{example.id}" + (f"#{i}" if i else ""),
+                text,
+                grouped_rows=True,
+            )
 
 
 def held_out_splits(task: str) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ with the corpus.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -30,11 +30,13 @@ def _piece_ids(tokenizer) -> tuple[list[int], list[int]] | None:
     then documents stay whole."""
     if getattr(tokenizer, "exact", False):
         return None
-    word, joined, markup, marked = tokenizer.encode_batch(["a", "a\n\na", MARKUP_LINE, MARKUP_LINE + "a"])
+    word, joined, markup, marked = tokenizer.encode_batch(
+        ["a", "a\n\na", MARKUP_LINE, MARKUP_LINE + "a"]
+    )
     n = len(word)
-    if not n or len(joined) < 2 * n or joined[:n] != word or joined[len(joined) - n:] != word:
+    if not n or len(joined) < 2 * n or joined[:n] != word or joined[len(joined) - n :] != word:
         return None
-    line_break = joined[n:len(joined) - n]
+    line_break = joined[n : len(joined) - n]
     if not markup or marked != markup + line_break + word:
         return None
     return line_break, markup
@@ -73,12 +75,15 @@ class StreamEncoder:
 
     def encode(self, texts: Iterable[str]) -> Iterator[np.ndarray]:
         """The stream, one array per encode_batch call."""
-        batch: list[tuple[int, str, bool]] = []  # (document number, text or piece, after a "<" line)
-        chars, number = 0, self.counts["documents"]
-        for number, text in enumerate(texts, start=number):
+        # (document number, text or piece, after a "<" line)
+        batch: list[tuple[int, str, bool]] = []
+        chars = 0
+        for number, text in enumerate(texts, start=self.counts["documents"]):
             whole = self.line_break is None or len(text) <= self.encode_chars
             # pieces of 1/8 of a call, so that a call holds several: HF tokenizers encodes a batch's texts in parallel
-            pieces = [(text, False)] if whole else document_pieces(text, max(1, self.encode_chars // 8))
+            pieces = (
+                [(text, False)] if whole else document_pieces(text, max(1, self.encode_chars // 8))
+            )
             for piece, after_markup in pieces:
                 if batch and chars + len(piece) > self.encode_chars:
                     yield self._encode(batch)
@@ -92,11 +97,19 @@ class StreamEncoder:
 
     def _encode(self, batch: list[tuple[int, str, bool]]) -> np.ndarray:
         parts: list[list[int]] = []
-        for (number, _, after_markup), ids in zip(batch, self.tokenizer.encode_batch([p for _, p, _ in batch])):
-            if after_markup:  # drop what MARKUP_LINE added: its ids, then a line break if the piece has words
-                if ids[:len(self.markup)] != self.markup:
+        for (number, _, after_markup), ids in zip(
+            batch, self.tokenizer.encode_batch([p for _, p, _ in batch])
+        ):
+            if (
+                after_markup
+            ):  # drop what MARKUP_LINE added: its ids, then a line break if the piece has words
+                if ids[: len(self.markup)] != self.markup:
                     raise RuntimeError("the tokenizer encoded a marked piece unlike its probe")
-                ids = ids[len(self.markup) + len(self.line_break):] if len(ids) > len(self.markup) else []
+                ids = (
+                    ids[len(self.markup) + len(self.line_break) :]
+                    if len(ids) > len(self.markup)
+                    else []
+                )
             if not ids:
                 continue
             if number != self._open:  # the document's first tokens
@@ -109,7 +122,7 @@ class StreamEncoder:
                 self.lengths[-1][1] += len(self.line_break) + len(ids)
         stream, pos = np.empty(sum(map(len, parts)), self.dtype), 0
         for ids in parts:
-            stream[pos:pos + len(ids)] = ids
+            stream[pos : pos + len(ids)] = ids
             pos += len(ids)
         self.counts["tokens"] += len(stream)
         return stream

@@ -30,4 +30,6 @@ def shard_name(split: str, index: int) -> str:
 
 
 def shard_schema(n_ctx: int, dtype: np.dtype) -> pa.Schema:
-    return pa.schema([pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype), n_ctx + 1), nullable=False)])
+    return pa.schema(
+        [pa.field("tokens", pa.list_(pa.from_numpy_dtype(dtype), n_ctx + 1), nullable=False)]
+    )

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +40,9 @@ log = logging.getLogger(__name__)
 def load_manifest(shards_dir: str | Path) -> dict:
     path = Path(shards_dir) / MANIFEST
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: {shards_dir} is not a finished `gpt1 tokenize` output")
+        raise FileNotFoundError(
+            f"{path} not found: {shards_dir} is not a finished `gpt1 tokenize` output"
+        )
     manifest = read_json(path)
     if not isinstance(manifest, dict):
         raise InputError(f"expected a JSON object, got {type(manifest).__name__}", file=path)
@@ -47,7 +50,11 @@ def load_manifest(shards_dir: str | Path) -> dict:
         if field not in manifest:
             raise InputError("missing field", file=path, field=field)
     if manifest["format"] != FORMAT:
-        raise InputError(f"format {manifest['format']!r}, this reader reads {FORMAT!r}", file=path, field="format")
+        raise InputError(
+            f"format {manifest['format']!r}, this reader reads {FORMAT!r}",
+            file=path,
+            field="format",
+        )
     return manifest
 
 
@@ -75,37 +82,58 @@ def _load_shard(shards_dir: Path, manifest: dict, entry: dict, *, hash_it: bool)
     """Memory-map one shard after checking it against its manifest entry; a zero-copy (rows, n_ctx+1) view."""
     path = shards_dir / entry["file"]
     if not path.exists():
-        raise FileNotFoundError(f"{path}: shard listed in {shards_dir / MANIFEST} is missing; re-run `gpt1 tokenize`")
+        raise FileNotFoundError(
+            f"{path}: shard listed in {shards_dir / MANIFEST} is missing; re-run `gpt1 tokenize`"
+        )
     if path.stat().st_size != entry["bytes"]:
-        raise InputError(f"shard is {path.stat().st_size} bytes, manifest says {entry['bytes']} (truncated or "
-                         "overwritten); re-run `gpt1 tokenize`", file=path)
+        raise InputError(
+            f"shard is {path.stat().st_size} bytes, manifest says {entry['bytes']} (truncated or "
+            "overwritten); re-run `gpt1 tokenize`",
+            file=path,
+        )
     if hash_it and sha256_file(path) != entry["sha256"]:
-        raise InputError("shard sha256 does not match the manifest (corrupted or modified); re-run `gpt1 tokenize`",
-                         file=path)
+        raise InputError(
+            "shard sha256 does not match the manifest (corrupted or modified); re-run `gpt1 tokenize`",
+            file=path,
+        )
     n_ctx, dtype = manifest["n_ctx"], np.dtype(manifest["dtype"])
     try:
         table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
     except (pa.ArrowInvalid, OSError) as err:
-        raise InputError(f"not a readable Arrow shard ({err}); re-run `gpt1 tokenize`", file=path) from None
+        raise InputError(
+            f"not a readable Arrow shard ({err}); re-run `gpt1 tokenize`", file=path
+        ) from None
     expected = shard_schema(n_ctx, dtype)
-    if not table.schema.equals(expected) or table.num_rows != entry["rows"] or table.column(0).num_chunks > 1:
-        raise InputError(f"shard holds {table.num_rows} rows of {table.schema.types}, manifest says "
-                         f"{entry['rows']} rows of {expected.types}", file=path)
+    if (
+        not table.schema.equals(expected)
+        or table.num_rows != entry["rows"]
+        or table.column(0).num_chunks > 1
+    ):
+        raise InputError(
+            f"shard holds {table.num_rows} rows of {table.schema.types}, manifest says "
+            f"{entry['rows']} rows of {expected.types}",
+            file=path,
+        )
     if table.num_rows == 0:
         return np.zeros((0, n_ctx + 1), dtype)
     blocks = table.column(0).chunk(0)
     return blocks.flatten().to_numpy(zero_copy_only=True).reshape(len(blocks), n_ctx + 1)
 
 
-def _check_token_ids(blocks: np.ndarray, vocab_size: int, path: Path, rows: np.ndarray | None = None) -> None:
+def _check_token_ids(
+    blocks: np.ndarray, vocab_size: int, path: Path, rows: np.ndarray | None = None
+) -> None:
     """Refuse ids >= vocab_size, naming the first bad row (`rows`: the shard rows `blocks` holds, if a subset)."""
     if not blocks.size or blocks.max() < vocab_size:
         return
     bad = int(np.flatnonzero((blocks >= vocab_size).any(axis=1))[0])
     token = int(blocks[bad][blocks[bad] >= vocab_size][0])
     row = bad if rows is None else int(rows[bad])
-    raise InputError(f"row {row} holds token id {token}, outside the vocabulary (manifest vocab_size {vocab_size}); "
-                     "the shard does not belong to this manifest or was modified", file=path)
+    raise InputError(
+        f"row {row} holds token id {token}, outside the vocabulary (manifest vocab_size {vocab_size}); "
+        "the shard does not belong to this manifest or was modified",
+        file=path,
+    )
 
 
 def verify_shards(shards_dir: str | Path, *, full: bool = False) -> dict:
@@ -131,15 +159,32 @@ def verify_shards(shards_dir: str | Path, *, full: bool = False) -> dict:
             identities[entry["file"]] = _identity(path)
     seconds = time.perf_counter() - started
     try:
-        write_json(shards_dir / VERIFIED, {"manifest_sha256": sha256_file(shards_dir / MANIFEST),
-                                           "shards": identities})
-    except OSError as err:  # a read-only copy still trains; its readers then check sizes and structure only
-        log.warning("%s: cannot record the verification (%s); readers will not know these shards were checked",
-                    shards_dir, err)
-    log.info("%s: %d shards verified (%.1f MB read and hashed in %.2fs, %.1f MB unchanged since verified)",
-             shards_dir, len(identities), checked_bytes / 1e6, seconds, (total_bytes - checked_bytes) / 1e6)
-    return {"shards": len(identities), "bytes": total_bytes, "checked_bytes": checked_bytes,
-            "seconds": round(seconds, 3)}
+        write_json(
+            shards_dir / VERIFIED,
+            {"manifest_sha256": sha256_file(shards_dir / MANIFEST), "shards": identities},
+        )
+    except (
+        OSError
+    ) as err:  # a read-only copy still trains; its readers then check sizes and structure only
+        log.warning(
+            "%s: cannot record the verification (%s); readers will not know these shards were checked",
+            shards_dir,
+            err,
+        )
+    log.info(
+        "%s: %d shards verified (%.1f MB read and hashed in %.2fs, %.1f MB unchanged since verified)",
+        shards_dir,
+        len(identities),
+        checked_bytes / 1e6,
+        seconds,
+        (total_bytes - checked_bytes) / 1e6,
+    )
+    return {
+        "shards": len(identities),
+        "bytes": total_bytes,
+        "checked_bytes": checked_bytes,
+        "seconds": round(seconds, 3),
+    }
 
 
 # --------------------------------------------------------------------------------------------------- reading
@@ -173,15 +218,32 @@ class BlockReader:
     has the same size). `shuffle=False` keeps stored order (e.g. a fixed validation subset).
     """
 
-    def __init__(self, shards_dir: str | Path, split: str, seed: int = 0, rank: int = 0, world_size: int = 1, *,
-                 shuffle: bool = True, verify_checksums: bool = False):
+    def __init__(
+        self,
+        shards_dir: str | Path,
+        split: str,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        *,
+        shuffle: bool = True,
+        verify_checksums: bool = False,
+    ):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
-        self.dir, self.split, self.seed, self.rank, self.world_size = Path(shards_dir), split, seed, rank, world_size
+        self.dir, self.split, self.seed, self.rank, self.world_size = (
+            Path(shards_dir),
+            split,
+            seed,
+            rank,
+            world_size,
+        )
         self.shuffle = shuffle
         self.manifest = load_manifest(self.dir)
         if split not in self.manifest["splits"]:
-            raise ValueError(f"{self.dir / MANIFEST}: no split {split!r} (has {sorted(self.manifest['splits'])})")
+            raise ValueError(
+                f"{self.dir / MANIFEST}: no split {split!r} (has {sorted(self.manifest['splits'])})"
+            )
         self.n_ctx, self.vocab_size = self.manifest["n_ctx"], self.manifest["vocab_size"]
         entries = self.manifest["splits"][split]["shards"]
         self._paths = [self.dir / entry["file"] for entry in entries]
@@ -189,8 +251,12 @@ class BlockReader:
         self._blocks = []
         for entry, path in zip(entries, self._paths):
             # A shard changed since `verify_shards` checked this manifest is checked again, in full.
-            changed = bool(verified) and path.exists() and verified.get(entry["file"]) != _identity(path)
-            blocks = _load_shard(self.dir, self.manifest, entry, hash_it=verify_checksums or changed)
+            changed = (
+                bool(verified) and path.exists() and verified.get(entry["file"]) != _identity(path)
+            )
+            blocks = _load_shard(
+                self.dir, self.manifest, entry, hash_it=verify_checksums or changed
+            )
             if changed:
                 _check_token_ids(blocks, self.vocab_size, path)
             self._blocks.append(blocks)
@@ -220,9 +286,13 @@ class BlockReader:
         out = np.empty((len(indices), self.n_ctx + 1), dtype=np.int64)
         for j, (s, row) in enumerate(zip(shard, rows)):
             out[j] = self._blocks[s][row]
-        if out.size and out.max() >= self.vocab_size:  # one max per batch: a bad id never reaches the embedding
+        if (
+            out.size and out.max() >= self.vocab_size
+        ):  # one max per batch: a bad id never reaches the embedding
             bad = int(np.flatnonzero((out >= self.vocab_size).any(axis=1))[0])
-            _check_token_ids(out[bad:bad + 1], self.vocab_size, self._paths[shard[bad]], rows[bad:bad + 1])
+            _check_token_ids(
+                out[bad : bad + 1], self.vocab_size, self._paths[shard[bad]], rows[bad : bad + 1]
+            )
         return torch.from_numpy(out)
 
     def order(self, epoch: int) -> np.ndarray:
@@ -247,19 +317,29 @@ class BlockReader:
         blocks, split into micro-batches of `micro_batch` (default: the whole slice, accum = 1).
         """
         if global_batch % self.world_size:
-            raise ValueError(f"global batch {global_batch} is not divisible by world_size {self.world_size}")
+            raise ValueError(
+                f"global batch {global_batch} is not divisible by world_size {self.world_size}"
+            )
         share = global_batch // self.world_size
         micro_batch = micro_batch or share
         if share % micro_batch:
-            raise ValueError(f"per-rank batch {share} (global {global_batch} / {self.world_size} ranks) is not "
-                             f"divisible by micro_batch {micro_batch}")
+            raise ValueError(
+                f"per-rank batch {share} (global {global_batch} / {self.world_size} ranks) is not "
+                f"divisible by micro_batch {micro_batch}"
+            )
         if len(self) < global_batch:
-            raise ValueError(f"{self.split} split has {len(self)} blocks, fewer than one global batch of "
-                             f"{global_batch}")
+            raise ValueError(
+                f"{self.split} split has {len(self)} blocks, fewer than one global batch of "
+                f"{global_batch}"
+            )
         order = self.order(self.epoch)
         while self.position + global_batch <= len(self):
-            mine = order[self.position + self.rank * share:self.position + (self.rank + 1) * share]
-            self.position += global_batch  # before yielding: a checkpoint taken after this step resumes after it
+            mine = order[
+                self.position + self.rank * share : self.position + (self.rank + 1) * share
+            ]
+            self.position += (
+                global_batch  # before yielding: a checkpoint taken after this step resumes after it
+            )
             yield self._gather(mine).view(share // micro_batch, micro_batch, self.n_ctx + 1)
         self.set_epoch(self.epoch + 1)
 
@@ -274,15 +354,23 @@ class BlockReader:
             yield batch[0]
 
     def state_dict(self) -> dict:
-        return {"split": self.split, "seed": self.seed, "shuffle": self.shuffle, "blocks": len(self),
-                "epoch": self.epoch, "position": self.position}
+        return {
+            "split": self.split,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "blocks": len(self),
+            "epoch": self.epoch,
+            "position": self.position,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue exactly after the last batch handed out when `state` was taken."""
         mine = self.state_dict()
         for key in ("split", "seed", "shuffle", "blocks"):
             if state[key] != mine[key]:
-                raise ValueError(f"reader state was saved with {key}={state[key]!r}, this reader has {mine[key]!r}")
+                raise ValueError(
+                    f"reader state was saved with {key}={state[key]!r}, this reader has {mine[key]!r}"
+                )
         if not 0 <= state["position"] <= len(self):
             raise ValueError(f"reader state position {state['position']} outside [0, {len(self)}]")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])

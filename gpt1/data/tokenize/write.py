@@ -55,8 +55,8 @@ import multiprocessing
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -66,13 +66,24 @@ from tqdm import tqdm
 from gpt1.data.ingest.corpus import ORIGINS, SPLITS, STATS_FILE, origin_of, split_files
 from gpt1.data.tokenize.encode import ENCODE_CHARS, StreamEncoder
 from gpt1.data.tokenize.layout import FORMAT, MANIFEST, shard_name, shard_schema, token_dtype
-from gpt1.io import (InputError, OutputError, atomic_path, check_writable, parquet_file, read_json, sha256_file,
-                     sha256_tree, stable_hash, write_json)
+from gpt1.io import (
+    InputError,
+    OutputError,
+    atomic_path,
+    check_writable,
+    parquet_file,
+    read_json,
+    sha256_file,
+    sha256_tree,
+    stable_hash,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
 WORK_DIR = ".work"
-PARTITION_BYTES = 1 << 20  # text per partition: many units keep processes balanced (~1-10 s of work each)
+# text per partition: many units keep processes balanced (~1-10 s of work each)
+PARTITION_BYTES = 1 << 20
 
 
 try:  # glibc: hand freed memory back to the OS (see _release_freed_memory)
@@ -107,7 +118,9 @@ class Partition:
         return f"{self.split}-{self.index:05d}"
 
 
-def plan_partitions(corpus_dir: str | Path, partition_bytes: int = PARTITION_BYTES) -> list[Partition]:
+def plan_partitions(
+    corpus_dir: str | Path, partition_bytes: int = PARTITION_BYTES
+) -> list[Partition]:
     """Cut each Parquet part of each split into partitions: one document plus the following ones that fit in
     `partition_bytes` of text (documents are never split, so a long one may make a partition longer).
 
@@ -123,11 +136,17 @@ def plan_partitions(corpus_dir: str | Path, partition_bytes: int = PARTITION_BYT
                 continue
             ends = np.cumsum(lengths)
             # Cut before the document that crosses each multiple of partition_bytes (vectorised: no per-row loop).
-            cuts = np.searchsorted(ends, np.arange(partition_bytes, ends[-1], partition_bytes), side="right")
+            cuts = np.searchsorted(
+                ends, np.arange(partition_bytes, ends[-1], partition_bytes), side="right"
+            )
             bounds = [0, *sorted(set(cuts.tolist()) - {0, len(lengths)}), len(lengths)]
             for start, stop in zip(bounds, bounds[1:]):
                 nbytes = int(ends[stop - 1] - (ends[start - 1] if start else 0))
-                partitions.append(Partition(split, index, path.relative_to(corpus_dir).as_posix(), start, stop, nbytes))
+                partitions.append(
+                    Partition(
+                        split, index, path.relative_to(corpus_dir).as_posix(), start, stop, nbytes
+                    )
+                )
                 index += 1
     return partitions
 
@@ -141,7 +160,9 @@ def _text_lengths(path: Path) -> np.ndarray:
         text = parquet.read_row_group(group, columns=["text"], use_threads=False).column(0)
         if text.null_count:
             bad = row + int(np.flatnonzero(text.is_null().to_numpy())[0])
-            raise InputError(f"document in row {bad} has no text", file=path, line=bad, field="text")
+            raise InputError(
+                f"document in row {bad} has no text", file=path, line=bad, field="text"
+            )
         chunks.append(pc.binary_length(text).to_numpy().astype(np.int64))
         row += len(text)
     return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
@@ -168,8 +189,13 @@ class Plan:
     @property
     def key(self) -> str:
         """Hash of what determines the output bytes (not the partitioning, not the worker count)."""
-        settings = {"format": FORMAT, "n_ctx": self.n_ctx, "shard_rows": self.shard_rows,
-                    "tokenizer": self.tokenizer_sha256, "corpus": self.corpus_sha256}
+        settings = {
+            "format": FORMAT,
+            "n_ctx": self.n_ctx,
+            "shard_rows": self.shard_rows,
+            "tokenizer": self.tokenizer_sha256,
+            "corpus": self.corpus_sha256,
+        }
         if self.align_documents:  # only when on: shards packed as a plain stream keep their key
             settings["align_documents"] = True
         return stable_hash(settings)
@@ -191,7 +217,10 @@ class Plan:
             return None
         counts = read_json(path)
         tokens = self.tokens_path(part)
-        if not tokens.exists() or tokens.stat().st_size != counts["tokens"] * np.dtype(self.dtype).itemsize:
+        if (
+            not tokens.exists()
+            or tokens.stat().st_size != counts["tokens"] * np.dtype(self.dtype).itemsize
+        ):
             return None
         return counts
 
@@ -202,7 +231,7 @@ class Plan:
         return {**dataclasses.asdict(self), "key": self.key}
 
     @classmethod
-    def from_json(cls, obj: dict) -> "Plan":
+    def from_json(cls, obj: dict) -> Plan:
         fields = {f.name for f in dataclasses.fields(cls)}
         plan = cls(**{k: v for k, v in obj.items() if k in fields})
         plan.partitions = [Partition(**p) for p in obj["partitions"]]
@@ -217,39 +246,75 @@ def _load_tokenizer(tokenizer):
     return tokenizer
 
 
-def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path, *, n_ctx: int, shard_rows: int,
-                         partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS,
-                         align_documents: bool = False) -> Plan:
+def prepare_tokenization(
+    corpus_dir: str | Path,
+    tokenizer,
+    out_dir: str | Path,
+    *,
+    n_ctx: int,
+    shard_rows: int,
+    partition_bytes: int = PARTITION_BYTES,
+    encode_chars: int = ENCODE_CHARS,
+    align_documents: bool = False,
+) -> Plan:
     """Validate inputs and OUT, plan the partitions (or reuse the unfinished run's plan) and save the plan.
 
     When OUT already holds the finished output of these inputs (its manifest.json), the plan has no partitions.
     """
     if min(n_ctx, shard_rows, partition_bytes, encode_chars) <= 0:
-        raise ValueError(f"n_ctx, shard_rows, partition_bytes and encode_chars must be positive, got {n_ctx}, "
-                         f"{shard_rows}, {partition_bytes}, {encode_chars}")
+        raise ValueError(
+            f"n_ctx, shard_rows, partition_bytes and encode_chars must be positive, got {n_ctx}, "
+            f"{shard_rows}, {partition_bytes}, {encode_chars}"
+        )
     corpus_dir, out_dir = Path(corpus_dir).resolve(), Path(out_dir).resolve()
     tokenizer = _load_tokenizer(tokenizer)
     if not 0 <= tokenizer.boundary_id < tokenizer.vocab_size:
-        raise ValueError(f"tokenizer boundary_id {tokenizer.boundary_id} outside its vocab ({tokenizer.vocab_size})")
+        raise ValueError(
+            f"tokenizer boundary_id {tokenizer.boundary_id} outside its vocab ({tokenizer.vocab_size})"
+        )
     for split in SPLITS:
         split_files(corpus_dir, split)  # a clear error if this is not an ingested corpus
-    plan = Plan(str(corpus_dir), str(out_dir), n_ctx, shard_rows, tokenizer.vocab_size, tokenizer.boundary_id,
-                token_dtype(tokenizer.vocab_size).name, tokenizer.sha256,
-                sha256_tree(corpus_dir, "*/part-*.parquet"), partition_bytes, [], encode_chars, align_documents)
+    plan = Plan(
+        str(corpus_dir),
+        str(out_dir),
+        n_ctx,
+        shard_rows,
+        tokenizer.vocab_size,
+        tokenizer.boundary_id,
+        token_dtype(tokenizer.vocab_size).name,
+        tokenizer.sha256,
+        sha256_tree(corpus_dir, "*/part-*.parquet"),
+        partition_bytes,
+        [],
+        encode_chars,
+        align_documents,
+    )
 
     manifest = _read_manifest_if_any(out_dir)
     plan_path = plan.work / "plan.json"
     previous = Plan.from_json(read_json(plan_path)) if plan_path.exists() else None
-    existing = {"tokenized output": manifest and manifest["key"], "unfinished tokenization": previous and previous.key}
+    existing = {
+        "tokenized output": manifest and manifest["key"],
+        "unfinished tokenization": previous and previous.key,
+    }
     for what, key in existing.items():
         if key is not None and key != plan.key:
-            raise ValueError(f"{out_dir} already holds a {what} of different inputs or settings (corpus, tokenizer, "
-                             f"n_ctx, shard_rows or align_documents changed); use another --out or delete it")
-    if manifest is None and previous is None and any(any((out_dir / s).glob("shard-*.arrow")) for s in SPLITS):
-        raise ValueError(f"{out_dir} holds shards but no manifest.json or plan; use another --out or delete it")
+            raise ValueError(
+                f"{out_dir} already holds a {what} of different inputs or settings (corpus, tokenizer, "
+                f"n_ctx, shard_rows or align_documents changed); use another --out or delete it"
+            )
+    if (
+        manifest is None
+        and previous is None
+        and any(any((out_dir / s).glob("shard-*.arrow")) for s in SPLITS)
+    ):
+        raise ValueError(
+            f"{out_dir} holds shards but no manifest.json or plan; use another --out or delete it"
+        )
 
     if manifest is not None and _shards_complete(out_dir, manifest):
-        shutil.rmtree(plan.work, ignore_errors=True)  # left if a run was killed right after its manifest
+        # left if a run was killed right after its manifest
+        shutil.rmtree(plan.work, ignore_errors=True)
         return plan
     check_writable(out_dir)
     if manifest is not None:
@@ -258,7 +323,8 @@ def prepare_tokenization(corpus_dir: str | Path, tokenizer, out_dir: str | Path,
     if previous is not None and previous.partition_bytes == partition_bytes:
         plan.partitions = previous.partitions
     else:
-        shutil.rmtree(plan.work, ignore_errors=True)  # partition files of another partitioning: a cache, not output
+        # partition files of another partitioning: a cache, not output
+        shutil.rmtree(plan.work, ignore_errors=True)
         plan.partitions = plan_partitions(corpus_dir, partition_bytes)
         write_json(plan_path, plan.to_json())
     return plan
@@ -288,13 +354,17 @@ def tokenize_partition(plan: Plan, part: Partition, tokenizer) -> dict:
     """
     tokenizer = _load_tokenizer(tokenizer)
     if tokenizer.sha256 != plan.tokenizer_sha256:
-        raise ValueError(f"tokenizer sha256 {tokenizer.sha256[:12]} is not the planned {plan.tokenizer_sha256[:12]}")
+        raise ValueError(
+            f"tokenizer sha256 {tokenizer.sha256[:12]} is not the planned {plan.tokenizer_sha256[:12]}"
+        )
     encoder = StreamEncoder(tokenizer, np.dtype(plan.dtype), plan.encode_chars)
     path = Path(plan.corpus_dir) / part.file
     counts: dict = {}
     with atomic_path(plan.tokens_path(part)) as tmp, open(tmp, "wb") as out:
         streams = encoder.encode(_partition_column(path, part.start, part.stop, "text"))
-        if plan.align_documents:  # the partition's stream at once: its documents are laid into blocks
+        if (
+            plan.align_documents
+        ):  # the partition's stream at once: its documents are laid into blocks
             stream = np.concatenate([np.zeros(0, plan.dtype), *streams])
             block = plan.n_ctx + 1
             out.write(stream[_block_order([n for _, n in encoder.lengths], block)].tobytes())
@@ -341,7 +411,9 @@ def _partition_column(path: Path, start: int, stop: int, column: str) -> Iterato
             first_row = row if first_row is None else first_row
         row += rows
     row = first_row or 0
-    for record_batch in parquet.iter_batches(batch_size=1024, row_groups=groups, columns=[column], use_threads=False):
+    for record_batch in parquet.iter_batches(
+        batch_size=1024, row_groups=groups, columns=[column], use_threads=False
+    ):
         lo, hi = max(start - row, 0), min(stop - row, len(record_batch))
         row += len(record_batch)
         if lo < hi:
@@ -362,8 +434,10 @@ class ShardPacker:
         self.block = plan.n_ctx + 1
         self.shard_tokens = plan.shard_rows * self.block
         self.schema = shard_schema(plan.n_ctx, np.dtype(plan.dtype))
-        self.segments: list[tuple[Path, int, int, int]] = []  # (token file, its first token, first stream token, size)
-        self.rests: list[tuple[Path, int, int]] = []  # aligned: (token file, first token, size) of each file's rest
+        # (token file, its first token, first stream token, size)
+        self.segments: list[tuple[Path, int, int, int]] = []
+        # aligned: (token file, first token, size) of each file's rest
+        self.rests: list[tuple[Path, int, int]] = []
         self.stream_tokens = 0
         self.documents = self.empty_documents = 0
         self.origin_tokens = {origin: 0 for origin in ORIGINS}
@@ -401,17 +475,34 @@ class ShardPacker:
         self._write_complete()
         rows = self.stream_tokens // self.block
         while self.next_shard * self.plan.shard_rows < rows:
-            self._write(self.next_shard, min(self.plan.shard_rows, rows - self.next_shard * self.plan.shard_rows))
+            self._write(
+                self.next_shard,
+                min(self.plan.shard_rows, rows - self.next_shard * self.plan.shard_rows),
+            )
         shards = []
         for i in range(self.next_shard):
             path = Path(self.plan.out_dir) / shard_name(self.split, i)
             shard_rows = min(self.plan.shard_rows, rows - i * self.plan.shard_rows)
-            shards.append({"file": shard_name(self.split, i), "rows": shard_rows, "tokens": shard_rows * self.block,
-                           "bytes": path.stat().st_size, "sha256": sha256_file(path)})
-        return {"documents": self.documents, "empty_documents": self.empty_documents,
-                "stream_tokens": self.stream_tokens, "rows": rows, "tokens": rows * self.block,
-                "dropped_tail_tokens": self.stream_tokens - rows * self.block, "shards": shards,
-                "origin_tokens": self.origin_tokens, "blocks_starting_a_document": self.starting_blocks}
+            shards.append(
+                {
+                    "file": shard_name(self.split, i),
+                    "rows": shard_rows,
+                    "tokens": shard_rows * self.block,
+                    "bytes": path.stat().st_size,
+                    "sha256": sha256_file(path),
+                }
+            )
+        return {
+            "documents": self.documents,
+            "empty_documents": self.empty_documents,
+            "stream_tokens": self.stream_tokens,
+            "rows": rows,
+            "tokens": rows * self.block,
+            "dropped_tail_tokens": self.stream_tokens - rows * self.block,
+            "shards": shards,
+            "origin_tokens": self.origin_tokens,
+            "blocks_starting_a_document": self.starting_blocks,
+        }
 
     def _write(self, index: int, rows: int) -> None:
         self.next_shard = index + 1
@@ -442,7 +533,7 @@ class ShardPacker:
             if lo < hi:
                 with open(path, "rb") as fh:
                     fh.seek((offset + lo - first) * tokens.itemsize)
-                    fh.readinto(memoryview(tokens[lo - start:hi - start]).cast("B"))
+                    fh.readinto(memoryview(tokens[lo - start : hi - start]).cast("B"))
         return tokens
 
 
@@ -462,10 +553,19 @@ def _tokenize_in_worker(args: tuple[Plan, Partition]) -> dict:
     return tokenize_partition(*args, _worker_tokenizer)
 
 
-def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str | Path, *, n_ctx: int,
-                    shard_rows: int, workers: int = 1, show_progress: bool = True,
-                    partition_bytes: int = PARTITION_BYTES, encode_chars: int = ENCODE_CHARS,
-                    align_documents: bool = False) -> dict:
+def tokenize_corpus(
+    corpus_dir: str | Path,
+    tokenizer_dir_or_obj,
+    out_dir: str | Path,
+    *,
+    n_ctx: int,
+    shard_rows: int,
+    workers: int = 1,
+    show_progress: bool = True,
+    partition_bytes: int = PARTITION_BYTES,
+    encode_chars: int = ENCODE_CHARS,
+    align_documents: bool = False,
+) -> dict:
     """Tokenize and pack a corpus into OUT (see the module docstring); returns the manifest.
 
     `workers` processes tokenize partitions in parallel; it changes speed, never the output bytes, and neither
@@ -476,18 +576,31 @@ def tokenize_corpus(corpus_dir: str | Path, tokenizer_dir_or_obj, out_dir: str |
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     tokenizer = _load_tokenizer(tokenizer_dir_or_obj)
-    plan = prepare_tokenization(corpus_dir, tokenizer, out_dir, n_ctx=n_ctx, shard_rows=shard_rows,
-                                partition_bytes=partition_bytes, encode_chars=encode_chars,
-                                align_documents=align_documents)
+    plan = prepare_tokenization(
+        corpus_dir,
+        tokenizer,
+        out_dir,
+        n_ctx=n_ctx,
+        shard_rows=shard_rows,
+        partition_bytes=partition_bytes,
+        encode_chars=encode_chars,
+        align_documents=align_documents,
+    )
     out_dir = Path(plan.out_dir)
-    if (out_dir / MANIFEST).exists():  # checked by prepare_tokenization: these inputs, all shards present
+    if (
+        out_dir / MANIFEST
+    ).exists():  # checked by prepare_tokenization: these inputs, all shards present
         log.info("%s is up to date (key %s)", out_dir, plan.key)
         return read_json(out_dir / MANIFEST)
     try:
         return _tokenize(plan, tokenizer, workers, show_progress)
-    except OSError as err:  # ENOSPC, EDQUOT, EIO, ...: nothing half-written stays under a final name
-        raise OutputError(f"{out_dir}: writing failed ({err}); the partitions and shards finished so far are "
-                          "kept: re-run the same command to resume") from None
+    except (
+        OSError
+    ) as err:  # ENOSPC, EDQUOT, EIO, ...: nothing half-written stays under a final name
+        raise OutputError(
+            f"{out_dir}: writing failed ({err}); the partitions and shards finished so far are "
+            "kept: re-run the same command to resume"
+        ) from None
 
 
 def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
@@ -496,11 +609,20 @@ def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
     total_bytes = sum(p.text_bytes for p in plan.partitions)
     new_bytes = sum(p.text_bytes for p in pending)
     if len(pending) < len(plan.partitions):
-        log.info("resuming: %d of %d partitions already tokenized", len(plan.partitions) - len(pending),
-                 len(plan.partitions))
+        log.info(
+            "resuming: %d of %d partitions already tokenized",
+            len(plan.partitions) - len(pending),
+            len(plan.partitions),
+        )
     started, new_tokens = time.perf_counter(), 0
-    bar = tqdm(total=total_bytes, initial=total_bytes - new_bytes, unit="B", unit_scale=True, desc="tokenize",
-               disable=not show_progress)
+    bar = tqdm(
+        total=total_bytes,
+        initial=total_bytes - new_bytes,
+        unit="B",
+        unit_scale=True,
+        desc="tokenize",
+        disable=not show_progress,
+    )
     packers = {split: ShardPacker(plan, split) for split in SPLITS}
     with _run_partitions(plan, pending, tokenizer, workers) as results:
         todo = set(pending)
@@ -516,17 +638,26 @@ def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
     splits = {split: packer.close() for split, packer in packers.items()}
     bar.close()
     elapsed = max(time.perf_counter() - started, 1e-9)
-    log.info("tokenized %.1f MB of text into %s tokens in %.1fs (%.0f tokens/s, %.2f MB/s); shards written %d, "
-             "kept from an earlier run %d", new_bytes / 1e6, f"{new_tokens:,}", elapsed, new_tokens / elapsed,
-             new_bytes / 1e6 / elapsed, sum(p.written for p in packers.values()),
-             sum(p.kept for p in packers.values()))
+    log.info(
+        "tokenized %.1f MB of text into %s tokens in %.1fs (%.0f tokens/s, %.2f MB/s); shards written %d, "
+        "kept from an earlier run %d",
+        new_bytes / 1e6,
+        f"{new_tokens:,}",
+        elapsed,
+        new_tokens / elapsed,
+        new_bytes / 1e6 / elapsed,
+        sum(p.written for p in packers.values()),
+        sum(p.kept for p in packers.values()),
+    )
 
     if not splits["train"]["rows"]:
         _remove_output(plan, splits)
-        raise ValueError(f"{plan.corpus_dir}: no complete block of n_ctx + 1 = {plan.n_ctx + 1} tokens in the "
-                         f"train split (its {splits['train']['documents']:,} documents make "
-                         f"{splits['train']['stream_tokens']:,} tokens); nothing written: use a smaller --ctx or a "
-                         "larger corpus")
+        raise ValueError(
+            f"{plan.corpus_dir}: no complete block of n_ctx + 1 = {plan.n_ctx + 1} tokens in the "
+            f"train split (its {splits['train']['documents']:,} documents make "
+            f"{splits['train']['stream_tokens']:,} tokens); nothing written: use a smaller --ctx or a "
+            "larger corpus"
+        )
     if not splits["val"]["rows"]:
         log.warning("the val split has no complete block of %d tokens", plan.n_ctx + 1)
     manifest = _manifest(plan, splits)
@@ -535,8 +666,15 @@ def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
     return manifest
 
 
-def write_random_shards(out_dir: str | Path, *, vocab_size: int, n_ctx: int, rows: dict[str, int],
-                        shard_rows: int = 8192, seed: int = 0) -> dict:
+def write_random_shards(
+    out_dir: str | Path,
+    *,
+    vocab_size: int,
+    n_ctx: int,
+    rows: dict[str, int],
+    shard_rows: int = 8192,
+    seed: int = 0,
+) -> dict:
     """Shards of uniformly random token ids, with their manifest, exactly as `tokenize_corpus` lays them out: for
     measuring training speed at a vocabulary no tokenizer at hand has (the GPT-1 shape's 40,481). `rows`: blocks
     per split, e.g. {"train": 4096, "val": 64}. There is no tokenizer; the manifest's corpus hash names the seed."""
@@ -545,9 +683,19 @@ def write_random_shards(out_dir: str | Path, *, vocab_size: int, n_ctx: int, row
     dtype = token_dtype(vocab_size)
     block = n_ctx + 1
     parts = [Partition(split, 0, "", 0, count, 0) for split, count in rows.items()]
-    plan = Plan(corpus_dir="", out_dir=str(out_dir), n_ctx=n_ctx, shard_rows=shard_rows, vocab_size=vocab_size,
-                boundary_id=-1, dtype=dtype.name, tokenizer_sha256="", partition_bytes=0, partitions=parts,
-                corpus_sha256=stable_hash({"random_tokens": seed, "rows": rows, "vocab_size": vocab_size}))
+    plan = Plan(
+        corpus_dir="",
+        out_dir=str(out_dir),
+        n_ctx=n_ctx,
+        shard_rows=shard_rows,
+        vocab_size=vocab_size,
+        boundary_id=-1,
+        dtype=dtype.name,
+        tokenizer_sha256="",
+        partition_bytes=0,
+        partitions=parts,
+        corpus_sha256=stable_hash({"random_tokens": seed, "rows": rows, "vocab_size": vocab_size}),
+    )
     plan.work.mkdir(exist_ok=True)
     rng = np.random.default_rng(seed)
     splits = {}
@@ -563,12 +711,16 @@ def write_random_shards(out_dir: str | Path, *, vocab_size: int, n_ctx: int, row
 
 
 @contextlib.contextmanager
-def _run_partitions(plan: Plan, pending: list[Partition], tokenizer, workers: int) -> Iterator[Iterator[dict]]:
+def _run_partitions(
+    plan: Plan, pending: list[Partition], tokenizer, workers: int
+) -> Iterator[Iterator[dict]]:
     """Counts of the pending partitions, in plan order: computed in this process or in a pool of `workers`."""
     if workers == 1 or len(pending) <= 1:
         yield (tokenize_partition(plan, p, tokenizer) for p in pending)
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
     processes = min(workers, len(pending))
     # spawn, not fork: forking a process whose tokenizer has already started its thread pool can deadlock.
     context = multiprocessing.get_context("spawn")
@@ -595,12 +747,24 @@ def _manifest(plan: Plan, splits: dict[str, dict]) -> dict:
         "boundary_id": plan.boundary_id,
         "tokenizer_sha256": plan.tokenizer_sha256,
         "corpus_sha256": plan.corpus_sha256,
-        "config": {"n_ctx": plan.n_ctx, "shard_rows": plan.shard_rows, "align_documents": plan.align_documents},
+        "config": {
+            "n_ctx": plan.n_ctx,
+            "shard_rows": plan.shard_rows,
+            "align_documents": plan.align_documents,
+        },
         "splits": splits,
-        "totals": {k: sum(s.get(k, 0) for s in splits.values())
-                   for k in ("documents", "empty_documents", "rows", "tokens", "dropped_tail_tokens",
-                             "blocks_starting_a_document")}
-                  | {"shards": sum(len(s["shards"]) for s in splits.values())},
+        "totals": {
+            k: sum(s.get(k, 0) for s in splits.values())
+            for k in (
+                "documents",
+                "empty_documents",
+                "rows",
+                "tokens",
+                "dropped_tail_tokens",
+                "blocks_starting_a_document",
+            )
+        }
+        | {"shards": sum(len(s["shards"]) for s in splits.values())},
         "composition": composition(plan, splits),
     }
 
@@ -612,14 +776,25 @@ def composition(plan: Plan, splits: dict[str, dict]) -> dict:
     stats_path = Path(plan.corpus_dir) / STATS_FILE
     stats = read_json(stats_path) if plan.corpus_dir and stats_path.is_file() else {}
     leak = stats.get("leak_check") or None
-    return {"train_tokens": dict(train.get("origin_tokens") or {}),
-            "blocks_starting_a_document": round(train.get("blocks_starting_a_document", 0) / max(train["rows"], 1), 4),
-            "task_text_tasks": (stats.get("settings") or {}).get("task_text", []),
-            "leak_check": None if leak is None else {"sentences_removed": leak["sentences_removed"],
-                                                     "sentences_indexed": leak["sentences_indexed"],
-                                                     "tasks": sorted(leak["held_out"])}}
+    return {
+        "train_tokens": dict(train.get("origin_tokens") or {}),
+        "blocks_starting_a_document": round(
+            train.get("blocks_starting_a_document", 0) / max(train["rows"], 1), 4
+        ),
+        "task_text_tasks": (stats.get("settings") or {}).get("task_text", []),
+        "leak_check": None
+        if leak is None
+        else {
+            "sentences_removed": leak["sentences_removed"],
+            "sentences_indexed": leak["sentences_indexed"],
+            "tasks": sorted(leak["held_out"]),
+        },
+    }
 
 
 def _shards_complete(out_dir: Path, manifest: dict) -> bool:
-    return all((out_dir / s["file"]).exists() and (out_dir / s["file"]).stat().st_size == s["bytes"]
-               for split in manifest["splits"].values() for s in split["shards"])
+    return all(
+        (out_dir / s["file"]).exists() and (out_dir / s["file"]).stat().st_size == s["bytes"]
+        for split in manifest["splits"].values()
+        for s in split["shards"]
+    )

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gpt1.tokenizer import bpe
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
 from gpt1.data.ingest.corpus import iter_texts, split_files
 from gpt1.io import InputError, write_json
 from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
+from gpt1.tokenizer import bpe
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,9 @@ class Job(StageJob):
         counts = {"documents": 0, "characters": 0}
         started = time.perf_counter()
         texts = bpe.capped(iter_texts(self.corpus.path, "train"), t.max_train_chars, counts)
-        tokenizer = bpe.train(texts, t.merges, min_frequency=t.min_frequency, limit_alphabet=t.limit_alphabet)
+        tokenizer = bpe.train(
+            texts, t.merges, min_frequency=t.min_frequency, limit_alphabet=t.limit_alphabet
+        )
         seconds = time.perf_counter() - started
         tokenizer.save(out)
         stats = {
@@ -64,39 +66,76 @@ class Job(StageJob):
             "corpus": str(self.corpus.path),
         }
         write_json(out / bpe.STATS_FILE, stats)
-        log.info("tokenizer: %d merges (of %d asked), vocab %d (incl. %d specials) from %d documents / %d chars in "
-                 "%.1f s (%.0f chars/s)", stats["merges"], t.merges, stats["vocab_size"], len(SPECIAL_TOKENS),
-                 stats["documents"], stats["characters"], seconds, stats["characters_per_second"])
+        log.info(
+            "tokenizer: %d merges (of %d asked), vocab %d (incl. %d specials) from %d documents / %d chars in "
+            "%.1f s (%.0f chars/s)",
+            stats["merges"],
+            t.merges,
+            stats["vocab_size"],
+            len(SPECIAL_TOKENS),
+            stats["documents"],
+            stats["characters"],
+            seconds,
+            stats["characters_per_second"],
+        )
         return {"stats": stats}
 
     def resolved_params(self, result: Result) -> dict[str, Any]:
         """The vocabulary the later stages really use (a small corpus may run out of pairs before `merges`)."""
         stats = result.marker["stats"]
-        return {"resolved.train_tokenizer.merges": stats["merges"],
-                "resolved.train_tokenizer.vocab_size": stats["vocab_size"],
-                "resolved.model.vocab_size": stats["vocab_size"]}
+        return {
+            "resolved.train_tokenizer.merges": stats["merges"],
+            "resolved.train_tokenizer.vocab_size": stats["vocab_size"],
+            "resolved.model.vocab_size": stats["vocab_size"],
+        }
 
 
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
     defaults = TrainTokenizerConfig()
-    parser.add_argument("--corpus", required=True, type=Path,
-                        help="an ingested corpus (gpt1 ingest); its train split is read")
-    parser.add_argument("--out", required=True, type=Path, help="folder for tokenizer.json and tokenizer_stats.json")
-    parser.add_argument("--merges", type=int, default=defaults.merges, help="BPE merges to learn (paper: 40,000)")
-    parser.add_argument("--min-frequency", type=int, default=defaults.min_frequency,
-                        help="a pair must occur this often to be merged")
-    parser.add_argument("--max-chars", type=int, default=defaults.max_train_chars,
-                        help="read at most this many characters of the corpus")
-    parser.add_argument("--limit-alphabet", type=int, default=defaults.limit_alphabet,
-                        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)")
+    parser.add_argument(
+        "--corpus",
+        required=True,
+        type=Path,
+        help="an ingested corpus (gpt1 ingest); its train split is read",
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="folder for tokenizer.json and tokenizer_stats.json"
+    )
+    parser.add_argument(
+        "--merges", type=int, default=defaults.merges, help="BPE merges to learn (paper: 40,000)"
+    )
+    parser.add_argument(
+        "--min-frequency",
+        type=int,
+        default=defaults.min_frequency,
+        help="a pair must occur this often to be merged",
+    )
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=defaults.max_train_chars,
+        help="read at most this many characters of the corpus",
+    )
+    parser.add_argument(
+        "--limit-alphabet",
+        type=int,
+        default=defaults.limit_alphabet,
+        help="keep the most frequent characters as the base alphabet (the rest encode as <unk>)",
+    )
     add_output_args(parser)
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    cfg = TrainTokenizerConfig(merges=args.merges, min_frequency=args.min_frequency, max_train_chars=args.max_chars,
-                          limit_alphabet=args.limit_alphabet)
+    cfg = TrainTokenizerConfig(
+        merges=args.merges,
+        min_frequency=args.min_frequency,
+        max_train_chars=args.max_chars,
+        limit_alphabet=args.limit_alphabet,
+    )
     result = run_from_args(Job(Ref.to(args.corpus), cfg), args)
     stats = result.marker["stats"]
-    print(f"{result.path / bpe.TOKENIZER_FILE}: vocab {stats['vocab_size']:,} ({stats['merges']:,} merges learnt of "
-          f"{stats['merges_requested']:,} asked)")
+    print(
+        f"{result.path / bpe.TOKENIZER_FILE}: vocab {stats['vocab_size']:,} ({stats['merges']:,} merges learnt of "
+        f"{stats['merges_requested']:,} asked)"
+    )
     return 0
