@@ -27,7 +27,7 @@ id, config, split and revision for `hf:` data), and the model as an MLflow 3 log
 `registered_model`, a Model Registry version of it, the alias `champion` on the best version
 (gpt1.tracking.models.update_champion).
 
-Choices where the spec is silent:
+Design choices:
 - Which split is scored: every held-out split the task has (dev, the paper's `eval_splits`, test) is predicted;
   each labelled one is scored. The headline (`task/<name>/...`) is the paper's evaluation split when it is there
   and labelled (dev for GLUE; test for SNLI, SciTail, RACE, Story Cloze), else dev (e.g. RACE without its test

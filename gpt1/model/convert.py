@@ -21,7 +21,7 @@ All three layouts hold the same tensors under different names. Two differences m
   fine-tuning code did. The HF import keeps the source vocabulary as is (`gpt1 finetune` grows it to the
   tokenizer's). The HF export keeps every row and writes `vocab_size` = our vocabulary, so nothing is lost.
 
-Choices where the spec is silent: shapes do not determine the number of heads, so it comes from the HF config
+Design choices: shapes do not determine the number of heads, so it comes from the HF config
 (`n_head`) and, for the OpenAI release (which has no config), is the released model's 12. HF's openai-gpt has no
 FFN-width setting (it is always 4 x n_embd), so exporting a model with another `d_ff` is refused. In the exported
 folder `_start_` is the bos token (`tokenizer(text)` starts with it, as every pre-training document does) and the

@@ -3,7 +3,7 @@
     ids = generate(model, prompt_ids, max_new_tokens=40, top_k=40, temperature=0.8, generator=g)
     text = continue_text(model, tokenizer, "the old man said", max_new_tokens=40)
 
-Choices where the spec is silent:
+Design choices:
 - A prompt is encoded after `_start_`, as every pre-training document begins (gpt1.data.tokenize), and generation
   stops early when the model starts a new document (emits `_start_` again).
 - temperature 0 (or top_k 1) is greedy decoding. Sampling draws from an explicit `torch.Generator` when given,

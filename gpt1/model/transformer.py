@@ -10,7 +10,7 @@ with masked multi-head self-attention, a tanh-approximation GELU in the position
 learned position embeddings, every weight drawn from N(0, init_std) (biases 0, LayerNorm gains 1), and dropout on
 the embeddings, the attention probabilities and both residual branches. Sizes come from `ModelConfig`.
 
-Choices where the paper and spec are silent (recorded here once):
+Design choices where the paper is silent:
 - Embedding dropout acts on the summed input embeddings (as in HF `transformers`). The TF release applied it to
   the embedding matrix itself, which also perturbed the tied output projection; the expected effect is the same.
 - Parameter names follow the release (`c_attn`, `c_proj`, `c_fc`, `ln_1`, `ln_2`) so `gpt1.model.convert` only has to

@@ -22,7 +22,7 @@ A shared checkpoint volume is writable by others, so nothing in it is trusted be
 - The final weights are gathered from the engine in memory (`consolidated_state_dict`): no checkpoint file is
   read at the end of a run.
 
-Choices where the spec is silent:
+Design choices:
 - The data-reader state is global (epoch, position in the world-size-independent sample order; see
   gpt1.data.tokenize), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
   RNG streams and ZeRO partitions are per rank.

@@ -10,7 +10,7 @@ Three jobs, each derived from the pipeline config (the single source of truth) a
 - `deepspeed_config`: the DeepSpeed JSON (ZeRO stage, precision, batch layout, clipping, AdamW, offload). It is
   generated on every start and logged, never kept by hand.
 
-Choices where the spec is silent:
+Design choices:
 - The optimizer is AdamW (decoupled weight decay) as torch's fused kernel, `torch.optim.AdamW(fused=True)`, on
   CPU and GPU alike: DeepSpeed's `torch_adam` option, which passes the config's other keys (`fused`) through to
   torch. Nothing is compiled at run time; DeepSpeed's own FusedAdam would be JIT-built from CUDA sources at the

@@ -2,7 +2,7 @@
 worker (gpt1.pretrain): the resolved config, the tokenizer, where the zero-shot probes read task data, the
 checkpoint to resume from, the number of updates.
 
-Choices where the spec is silent:
+Design choices:
 - The model's vocabulary is the tokenizer's: model.vocab_size is set from the shards' manifest.
 - Total updates: pretrain.max_steps, else epochs x (train blocks // global batch) (the reader drops each epoch's
   incomplete final global batch, so an epoch is a whole number of updates).

@@ -27,7 +27,7 @@ Outputs:
 What the run starts from (resolved config, tokenizer, probe data, resume point, number of updates) is checked by
 gpt1.pretrain.inputs, before launch and again here; what it wrote is read back and logged by gpt1.pretrain.outputs.
 
-Choices where the spec is silent:
+Design choices:
 - Schedule and weight-decay groups: gpt1.model.optim (warmup then cosine to 0 at `total`; a torch LambdaLR that
   DeepSpeed steps and checkpoints).
 - Logged loss = mean over the update's micro-batches and ranks; MLflow gets window means every `log_every`

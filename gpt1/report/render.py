@@ -18,7 +18,7 @@ artifacts of that MLflow run (the pipeline's parent run) together with the numbe
 The baselines (gpt1.report.baselines) are fitted here, on the rows each fine-tune's metrics.json records; the
 comparisons (gpt1.report.comparison) are computed from the fine-tunes' predictions.
 
-Choices where the spec is silent:
+Design choices:
 - The paper's numbers are test-set results (GLUE: the test server); ours are on the split each task's metrics.json
   names (dev for GLUE tasks); the split of every non-paper-split task is listed under the tables.
 - "GLUE" for our runs is `metrics.glue_score`, the paper's Table 5 "Avg. Score" (mean primary metric of the 8 GLUE

@@ -13,7 +13,7 @@ prints) to its `log_line` while it runs, and raises `JobFailed` when the job ret
 now, in the background, so their imports overlap the caller's own work. Thread-safe; `shutdown()` ends all workers
 at once, terminating any still running a job (a flow run that is failing or cancelled).
 
-Choices where the spec is silent:
+Design choices:
 - One single-process `ProcessPoolExecutor` per worker, not one executor with N processes: a process dying
   abruptly breaks its whole executor (CPython fails every pending and running future and stops the other
   workers), so with one executor per worker only the job that was on the dead process fails, and only that

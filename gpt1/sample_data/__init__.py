@@ -44,8 +44,8 @@ Pairs are built so that surface form alone does not reveal the label: in NLI eve
 scheme ("exist" frames: entailment / neutral; "only" frames: entailment / contradiction), and MNLI
 dev_mismatched uses genres and frames that train never shows.
 
-Choices where the spec was silent
----------------------------------
+Design choices
+--------------
 * Labels are balanced (exactly, by construction) except CoLA (60% acceptable; real 70%), MRPC (60% paraphrase;
   real 68%) and QQP (40% duplicate; real 37%), which keep the real skew's direction, milder.
 * The books are written one paragraph per line, as BooksCorpus is (no column wrapping).

@@ -19,7 +19,7 @@ Two modes of `encode`:
   original `text_standardize` and `spacy.blank("en")`'s tokenizer, lower-cases each token, and the Rust BPE encodes
   the words as pre-tokenized input: ids equal the original algorithm's (tests/gpt1_oracle.py) on every paragraph.
 
-Choices where the spec is silent:
+Design choices:
 - ftfy stays in Python (it has no Rust equivalent) and costs more than the whole Rust pipeline; `fix_text` skips it
   for lines that are printable ASCII without `&`, where ftfy can only rewrite "\r\n"/"\r" as "\n" (every other fix
   needs a non-ASCII character, an HTML entity or a control character).

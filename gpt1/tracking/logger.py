@@ -23,7 +23,7 @@ entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, 
 one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.pipeline.replay) delivers such
 files later.
 
-Choices where the spec is silent:
+Design choices:
 - Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
   tracked folder of a git checkout, the commit as `mlflow.source.git.commit` (the tag MLflow's UI shows) and
   `gpt1.git.dirty`; an installed copy gets no commit tag rather than a guessed one.

@@ -1,7 +1,7 @@
 """MLflow 3 logged models and the Model Registry, queued through a `gpt1.tracking.logger.RunLogger` like any other
 call (so an outage retries and spools them, and `gpt1 replay-spool` makes them again).
 
-Choices where the spec is silent:
+Design choices:
 - Models are MLflow 3 logged models (the run's "Logged models", the experiment's Models tab, `models:/<model_id>`,
   `runs:/<run_id>/<name>`): task models come from gpt1.finetune.serving, a folder of files from `log_files_model` (the
   pre-trained HF export: uploaded, or recorded by location as an external model when large). Both are linked to the

@@ -3,7 +3,7 @@ system metrics, the pipeline's parent run and its saved runs-table view. Everyth
 `gpt1.tracking.logger.RunLogger`, so an outage queues, retries and spools it like any other call; logged models and the
 Model Registry are gpt1.tracking.models.
 
-Choices where the spec is silent:
+Design choices:
 - Stage runs are tagged by `stage_tags`: `gpt1.stage`, `gpt1.key` (the stage's content key), `gpt1.preset`,
   `gpt1.cached`.
 - Datasets are `mlflow.data` sources: a local path, or `hub_dataset_source` for Hugging Face hub data (id, config,

@@ -3,7 +3,7 @@ hard-wrapped lines joined.
 
 `clean(text)` is the whole recipe for one document; the sample generator and the tests reuse the pieces.
 
-Choices where the spec is silent:
+Design choices:
 - Decoding: a UTF-8 or UTF-16 byte order mark decides; otherwise UTF-8, then cp1252 (what non-UTF-8 Gutenberg
   and Windows files use). Latin-1 is never guessed: it would "decode" any binary file. NUL bytes mean binary.
 - Gutenberg boilerplate is removed only from texts that carry a START or END marker; texts without markers

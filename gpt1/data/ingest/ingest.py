@@ -7,7 +7,7 @@ records are gpt1/data/sources.py; the output layout is gpt1/data/corpus.py. Reco
 so memory is bounded by the largest document plus one Parquet row group per split; only the set of document ids
 grows with the corpus.
 
-Choices where the spec is silent:
+Design choices:
 - Split: a document is val iff hash(split_seed, id) < val_fraction, so adding or removing documents never moves
   the others. Floor: if val would be empty (val_fraction > 0, >= 2 documents), the train document with the lowest
   hash goes to val instead; it is held back while streaming, so nothing has to be rewritten.
