@@ -26,11 +26,13 @@ from gpt1.stages.base import Ref, StageJob, Step
 @dataclass
 class Plan:
     """Every step of one run in the order they were added (`steps`) and the steps each waits for (`needs`), with
-    the run's config (where its steps log, gpt1.pipeline.lineage)."""
+    the run's config (where its steps log, gpt1.pipeline.lineage). `planned` keeps every step added, also those
+    `keep_what_makes` dropped, so their folders can still be named."""
 
     work: Path
     cfg: PipelineConfig
     steps: dict[str, Step] = field(default_factory=dict)
+    planned: dict[str, Step] = field(default_factory=dict)
     needs: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def add(
@@ -53,7 +55,7 @@ class Plan:
             for other, step in self.steps.items()
             if any(_inside(path, step.out) or _inside(step.out, path) for path in read)
         )
-        self.steps[name] = Step(name, job, out, force)
+        self.steps[name] = self.planned[name] = Step(name, job, out, force)
         return Ref(out, job.key())
 
     def keep_what_makes(self, *outputs: Ref) -> None:
@@ -78,11 +80,11 @@ class Plan:
 
     def ref(self, name: str) -> Ref:
         """A step's output as the input of another: its folder and its planned key."""
-        step = self.steps[name]
+        step = self.planned[name]
         return Ref(step.out, step.job.key())
 
     def dir(self, name: str) -> Path:
-        return self.steps[name].out
+        return self.planned[name].out
 
     def ready_early(self, name: str) -> bool:
         """Whether a step may start while the steps it needs still run, what it reads of them being written
