@@ -79,7 +79,7 @@ def added_stage(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "count_tokens", raising=False)
     source = (REPO / "gpt1" / "recipe" / "recipe.py").read_text(encoding="utf-8")
     tokenize_step = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Assign)
-                         and "tokenize.Job(" in ast.unparse(node.value))
+                         and "tokenize.Job" in ast.unparse(node.value))
     lines = source.splitlines()
     indent = " " * tokenize_step.col_offset
     lines[tokenize_step.end_lineno:tokenize_step.end_lineno] = [indent + line for line in ADDED_LINES]
