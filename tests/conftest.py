@@ -50,6 +50,17 @@ def sample_tasks(tmp_path_factory) -> Path:
     return root / "tasks"
 
 
+@pytest.fixture(scope="session")
+def empty_mlflow_db(tmp_path_factory) -> Path:
+    """An MLflow SQLite store with its tables created and nothing logged. Creating the tables costs seconds: a test's
+    own store starts as a copy of this file (`shutil.copy`) and is then used like a new one."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-empty") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()  # the first call creates the tables
+    return path
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models on a shared 2-core machine: thread hand-offs cost more than the maths."""

@@ -15,7 +15,8 @@ import urllib.request
 from pathlib import Path
 
 from tests.integration.test_flows import stop_group, wait_http
-from tests.unit.test_infra_assets import COMPOSE, GOOD_SECRETS, POOLS, rendered  # noqa: F401 (rendered: a fixture)
+from tests.integration.test_infra_tools import GOOD_SECRETS, rendered  # noqa: F401 (rendered: a fixture)
+from tests.unit.test_infra_assets import COMPOSE, POOLS
 
 
 def test_pools_are_created_by_the_readme_command_on_a_real_server(tmp_path):

@@ -1,5 +1,6 @@
 """Weight interop: HF transformers openai-gpt <-> ours (same logits), the original OpenAI release layout, hub ids
-read from a local hub cache, the tokenizer that travels with the weights, the CLI."""
+read from a local hub cache, the tokenizer that travels with the weights, the CLI. `gpt1 convert` as a process of
+its own, its hub cache and offline mode from its environment: tests/integration/test_convert_process.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -379,14 +378,3 @@ def test_a_hub_id_missing_offline_is_a_one_line_error(offline_hub, tmp_path, cap
         err = capsys.readouterr().err
         assert err.startswith(f"gpt1 convert: error: {source}: not a local folder") and err.count("\n") == 1
         assert "Traceback" not in err and not (tmp_path / "o").exists()
-
-
-def test_the_hub_cache_and_offline_mode_come_from_the_environment(hub, trained, tmp_path):
-    env = {**os.environ, "HF_HUB_CACHE": str(hub[0]), "HF_HUB_OFFLINE": "1"}
-    out = tmp_path / "ours"
-    done = subprocess.run([sys.executable, "-m", "gpt1.cli", "convert", "--from", "hf",
-                           f"openai-community/openai-gpt@{COMMITS[0]}", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    loaded, expected = GPT1.from_pretrained(out).state_dict(), from_hf_state_dict(hub[1][COMMITS[0]].state_dict())[1]
-    assert all(torch.equal(loaded[k], v) for k, v in expected.items())

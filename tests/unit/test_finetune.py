@@ -7,6 +7,7 @@ gpt1.tasks.metrics), the model folder against a fresh load, the MLflow model aga
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -53,9 +54,10 @@ def checkpoint(work, sample_tasks) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tracking_uri(work) -> str:
+def tracking_uri(work, empty_mlflow_db) -> str:
     from mlflow.tracking import MlflowClient
 
+    shutil.copy(empty_mlflow_db, work / "mlflow.db")  # its tables already created
     uri = f"sqlite:///{work / 'mlflow.db'}"  # artifacts and models beside it, not in ./mlruns
     MlflowClient(uri).create_experiment("test-finetune", artifact_location=(work / "artifacts").as_uri())
     return uri

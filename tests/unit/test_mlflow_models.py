@@ -3,7 +3,8 @@ inputs; the pre-trained model as a logged model; child runs of cached stages; th
 on the parent run.
 
 One SQLite store for the module (its tables take seconds to create), a tiny checkpoint, sample task data, and two
-real fine-tunes of SST-2 registered under one name; the rest logs synthetic stage outputs."""
+real fine-tunes of SST-2 registered under one name; the rest logs synthetic stage outputs. The lineage of a real
+ingestion: tests/integration/test_mlflow_lineage.py."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def store(work) -> str:
+def store(work, empty_mlflow_db) -> str:
+    shutil.copy(empty_mlflow_db, work / "mlflow.db")  # its tables already created
     uri = f"sqlite:///{work / 'mlflow.db'}"
     MlflowClient(uri).create_experiment(EXPERIMENT, artifact_location=(work / "artifacts").as_uri())
     return uri
@@ -263,24 +265,3 @@ def test_a_finetune_logged_while_the_server_was_down_is_replayed_with_its_model(
     [version] = client.search_model_versions("name='test-models-offline'")
     assert version.source == f"models:/{output.model_id}"
     assert client.get_registered_model("test-models-offline").aliases == {"champion": version.version}
-
-
-def test_the_corpus_lineage_names_each_tasks_train_text_and_what_the_corpus_is_made_of(work, store, sample_tasks):
-    cfg = load_config("smoke", ["finetune.tasks=[sst2,rte]", f"finetune.data={sample_tasks}",
-                                "ingest.task_text=true", "ingest.leak_check=true", f"ingest.source={sample_tasks.parent}/books",
-                                f"tracking.tracking_uri={store}", f"tracking.experiment={EXPERIMENT}"])
-    plan = recipe.plan(cfg, work / "lineage")
-    parent = runs.start_pipeline_run(cfg, flow="gpt1", flow_run="lineage-run")
-    result = plan.steps["ingest"].job.run(plan.dir("ingest"), wait=False)
-    log_step(plan, plan.steps["ingest"], result, parent.run_id)
-    parent.end()
-    client = MlflowClient(store)
-    [child] = client.search_runs([client.get_run(parent.run_id).info.experiment_id],
-                                 f"tags.mlflow.parentRunId = '{parent.run_id}'")
-    datasets = {d.dataset.name: d.dataset for d in child.inputs.dataset_inputs}
-    assert set(datasets) == {"source", "task_text.sst2", "task_text.rte", "ingest-output"}
-    assert json.loads(datasets["task_text.sst2"].source)["uri"].endswith("SST-2")
-    profile = json.loads(datasets["ingest-output"].profile)
-    stats = result.marker["stats"]
-    assert profile["task_text_records"] == stats["origins"]["task_text"]["records"] > 0
-    assert profile["leak_check_removed_corpus"] == stats["leak_check"]["sentences_removed"]["corpus"]

@@ -1,5 +1,6 @@
 """Zero-shot probes (paper Fig. 2 right): scoring against a brute-force oracle, each heuristic's decision rule on a
-model whose preferences are known, and the task-data plumbing on the generated sample tasks."""
+model whose preferences are known, and the task-data plumbing on the generated sample tasks. Probe data that cannot
+be read: tests/integration/test_probe_data.py."""
 
 from __future__ import annotations
 
@@ -19,15 +20,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def sample(tmp_path_factory):
+def sample(sample_tasks):
+    """The session's sample data (seed 0, read only) and a tokenizer trained on its first book."""
     from gpt1.tokenizer import bpe
-    from gpt1.sample_data import write_sample_data
 
-    root = tmp_path_factory.mktemp("sample")
-    write_sample_data(root, seed=0)
-    text = (root / "books" / "book-00.txt").read_text(encoding="utf-8")[:200_000]
+    text = (sample_tasks.parent / "books" / "book-00.txt").read_text(encoding="utf-8")[:200_000]
     tok = bpe.train([p for p in text.split("\n\n") if p.strip()], merges=300, show_progress=False)
-    return SimpleNamespace(tasks=root / "tasks", tokenizer=tok)
+    return SimpleNamespace(tasks=sample_tasks, tokenizer=tok)
 
 
 class Prefers(torch.nn.Module):
@@ -120,30 +119,3 @@ def test_missing_task_data_skips_probes(tmp_path, caplog):
     assert probes.load_probe_data(None) == {}
     assert probes.load_probe_data(tmp_path, max_examples=5) == {}
     assert "zero-shot probe sst2 skipped" in caplog.text
-
-
-def test_probe_data_that_cannot_be_read_skips_that_probe_only(tmp_path, caplog, monkeypatch):
-    """Pre-training must not stop over a diagnostic: a hub task with no downloadable copy (Story Cloze), an
-    unreachable hub, a broken folder: each probe is skipped with its reason; a task's own location is used."""
-    from gpt1.pretrain.probes import load_probe_data
-    from gpt1.sample_data import write_sample_data
-
-    write_sample_data(tmp_path / "sample")
-    broken = tmp_path / "broken"
-    (broken / "SST-2").mkdir(parents=True)
-    (broken / "SST-2" / "dev.tsv").write_text("not\ta\tsst2\tfile\n")
-    own = {"storycloze": str(tmp_path / "sample" / "tasks" / "StoryCloze")}
-    with caplog.at_level("WARNING", logger="gpt1.pretrain.probes"):
-        data = load_probe_data(broken, 8, own)
-    assert "storycloze" in data and "sst2" not in data  # its own location read; the broken one skipped
-    assert "zero-shot probe sst2 skipped" in caplog.text
-    caplog.clear()
-    from gpt1.pretrain import probes
-
-    def unreachable(task, path, split, *args):
-        raise ConnectionError(f"cannot reach the hub for {path}")
-
-    monkeypatch.setattr(probes.tasks, "load", unreachable)
-    with caplog.at_level("WARNING", logger="gpt1.pretrain.probes"):
-        assert load_probe_data("hf", 8) == {}
-    assert "no downloadable hub copy" in caplog.text and "ConnectionError" in caplog.text

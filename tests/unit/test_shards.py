@@ -1,4 +1,5 @@
-"""Arrow shards: packing, manifest, determinism, crash/resume, and the training reader."""
+"""Arrow shards: packing, manifest, determinism, crash/resume, and the training reader. Long documents encoded in
+pieces, on many random documents: tests/integration/test_document_pieces.py."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ from tokenizers import Tokenizer
 from gpt1.tokenizer import bpe
 from gpt1.cli import main as cli
 from gpt1.data.ingest import corpus
-from conftest import SHARED_DATA
-from corpora import (LINE_BREAKS, corpus_dir, docs, make_docs, shard_bytes, tokenizer,  # noqa: F401 (fixtures)
-                     tricky_text, write_corpus)
+from corpora import (corpus_dir, docs, make_docs, shard_bytes, tokenizer, tricky_text,  # noqa: F401 (fixtures)
+                     write_corpus)
 from fs_faults import read_only
 
 from gpt1.data.tokenize import (BlockReader, StreamEncoder, document_pieces, load_manifest, plan_partitions,
@@ -222,33 +222,6 @@ def test_output_bytes_are_those_of_the_unsplit_writer(tmp_path, encode_chars):
     assert sha256_tree(tmp_path / "out") == GOLDEN_OUTPUT_SHA256
     longest_document = max(len(d) for parts in docs.values() for p in parts for d in p)
     assert max(longest) == longest_document if encode_chars == ENCODE_CHARS else max(longest) < longest_document / 4
-
-
-def encode_in_pieces(tokenizer, text: str, encode_chars: int) -> list[int]:
-    stream = list(StreamEncoder(tokenizer, np.dtype(np.uint32), encode_chars).encode([text]))
-    return np.concatenate(stream).tolist() if stream else []
-
-
-def tokenizers_to_check(tokenizer) -> list:
-    """The test's small tokenizer (mostly <unk> on TRICKY) and, when shared, the original GPT-1 vocabulary."""
-    vocab = SHARED_DATA / "openai-gpt1"
-    if not vocab.exists():
-        return [tokenizer]
-    return [tokenizer, bpe.from_openai(vocab / "encoder_bpe_40000.json", vocab / "vocab_40000.bpe")]
-
-
-def test_a_document_encoded_in_pieces_gives_the_ids_of_the_whole(tokenizer):
-    checked = 0
-    for tok in tokenizers_to_check(tokenizer):
-        for seed in range(120):
-            rng = random.Random(seed)
-            text = rng.choice(["", *LINE_BREAKS]) + tricky_text(rng, lines=rng.randint(1, 30), words=rng.randint(1, 14))
-            ids = tok.encode(text)
-            whole = [tok.boundary_id, *ids] if ids else []
-            for encode_chars in (3, 30, 200):
-                assert encode_in_pieces(tok, text, encode_chars) == whole, (seed, encode_chars, text)
-                checked += len(list(document_pieces(text, encode_chars))) > 1
-    assert checked > 300  # most cases were really cut
 
 
 def test_pieces_end_after_a_line_break_and_keep_to_the_limit():

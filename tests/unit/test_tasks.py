@@ -1,17 +1,17 @@
 """Task loaders on the real samples (counts derived independently from the bytes), local Hugging Face exports,
-malformed rows, submissions, the registry and the paper's input transformations."""
+malformed rows, submissions, the registry and the paper's input transformations. What importing gpt1.tasks brings
+in, seen from a fresh process: tests/integration/test_tasks_imports.py; every task on sample data generated afresh:
+tests/integration/test_tasks_sample_data.py."""
 
 from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, shared_path
+from conftest import shared_path
 from gpt1 import tasks
 from gpt1.config import load_config
 from gpt1.io import InputError
@@ -503,27 +503,6 @@ def test_a_thirteenth_task_is_one_spec(tmp_path, monkeypatch):
                                                   "primary": 50.0}, "majority": {"accuracy": 50.0, "primary": 50.0}}))
     report = render_markdown(read_runs([tmp_path / "run"], ["full"]))
     assert "### Other tasks (not in the paper)" in report and "| ours: full | 50.0 |" in report
-
-
-def test_tasks_package_imports_no_training_code():
-    code = ("import sys, gpt1.tasks; bad = [m for m in ('gpt1.model', 'gpt1.finetune', 'gpt1.pretrain', "
-            "'deepspeed', 'torch') if m in sys.modules]; assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
-
-
-def test_every_task_loads_from_generated_sample_data(tmp_path):
-    sample = pytest.importorskip("gpt1.sample_data")
-    sample.write_sample_data(tmp_path)
-    for name in tasks.TASKS:
-        spec = get(name)
-        folder = tmp_path / "tasks" / spec.folder
-        for split in ("train", *spec.eval_splits):
-            data = load(name, folder, split)
-            assert len(data) > 0 and data.labelled, (name, split)
-            assert not data.report.bad, (name, split, data.report.summary())
-        assert len(load(name, folder, "test")) > 0
-    assert {ex.group for ex in load("mnli", tmp_path / "tasks" / "MNLI", "dev")} == {"matched", "mismatched"}
-    assert {ex.level for ex in load("race", tmp_path / "tasks" / "RACE", "test")} == {"middle", "high"}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""GPT-1 BPE tokenizer: training, the original vocabulary, exact and fast parity with the original encoder, CLI."""
+"""GPT-1 BPE tokenizer: training, the original vocabulary, exact and fast parity with the original encoder, CLI. The CLI
+on a corpus a real ingestion wrote: tests/integration/test_tokenizer_cli.py."""
 
 from __future__ import annotations
 
@@ -283,31 +284,6 @@ def test_fast_mode_parity_floor(original, paragraphs, reference):
 
 
 # ------------------------------------------------------------------------------------------------------ CLI
-
-
-def test_cli_trains_on_an_ingested_corpus(tmp_path):
-    from gpt1.data.ingest.ingest import ingest
-
-    (tmp_path / "books").mkdir()
-    for i, text in enumerate(CORPUS):
-        (tmp_path / "books" / f"{i}.txt").write_text(f"Book {i}. {text}", encoding="utf-8")
-    ingest(str(tmp_path / "books"), tmp_path / "corpus", val_fraction=0.0, show_progress=False)
-    out = tmp_path / "tok"
-    assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--merges", "30",
-                "--max-chars", "500"]) == 0
-    stats = json.loads((out / "tokenizer_stats.json").read_text())
-    loaded = bpe.load(out)
-    assert stats["merges"] == loaded.num_merges == 30
-    assert stats["vocab_size"] == loaded.vocab_size and stats["sha256"] == loaded.sha256
-    assert stats["characters"] == 500 and stats["seconds"] > 0
-
-    narrow = tmp_path / "tok-narrow"  # train_tokenizer.limit_alphabet: only the 12 most frequent characters are symbols
-    assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(narrow), "--merges", "30",
-                "--limit-alphabet", "12"]) == 0
-    assert json.loads((narrow / "tokenizer_stats.json").read_text())["limit_alphabet"] == 12
-    text = " ".join(CORPUS)
-    unknown = [bpe.load(path).encode(text).count(0) for path in (out, narrow)]  # id 0 is <unk>
-    assert unknown[0] == 0 < unknown[1]
 
 
 def test_cli_reports_a_folder_that_is_not_a_corpus(tmp_path, capsys):

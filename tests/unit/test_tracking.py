@@ -1,7 +1,8 @@
 """RunLogger: nesting, lineage, buffering while the tracking server is unreachable, and metrics sent in batches.
 
 The batching tests wrap the logger's MlflowClient to see each request it makes; an outage is a real HTTP client
-aimed at a port nobody listens on, the store a temp SQLite database."""
+aimed at a port nobody listens on, the store a temp SQLite database. The checks that create a store each, wait out
+outages and timers, or start another process: tests/integration/test_tracking_logger.py."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,71 +17,14 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-import gpt1
 from gpt1.tracking import logger, models, runs
-from gpt1.tracking.logger import METRICS_PER_REQUEST, RunLogger, start_run
-from tests.conftest import REPO
+from gpt1.tracking.logger import METRICS_PER_REQUEST, RunLogger
 
 
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def test_nested_runs_params_metrics_lineage(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    MlflowClient(uri).create_experiment("t", artifact_location=(tmp_path / "artifacts").as_uri())  # not ./mlruns
-    with start_run("pipeline", experiment="t", uri=uri, tags={"k": "v"}) as parent:
-        with start_run("stage", experiment="t", uri=uri, parent_run_id=parent.run_id) as child:
-            child.log_params({f"p{i}": i for i in range(150)})  # > one REST batch
-            child.log_metrics({"loss": 2.0}, step=1)
-            child.log_metrics({"loss": 1.0}, step=2)
-            child.log_dataset("corpus", "ab" * 32, "/data/corpus", context="training")
-            child.log_text("hello", "samples/a.txt")
-    client = MlflowClient(uri)
-    run = client.get_run(child.run_id)
-    assert run.data.tags["mlflow.parentRunId"] == parent.run_id
-    assert len(run.data.params) == 150 and run.info.status == "FINISHED"
-    assert [m.value for m in client.get_metric_history(child.run_id, "loss")] == [2.0, 1.0]
-    assert run.inputs.dataset_inputs[0].dataset.name == "corpus"
-    assert client.get_run(parent.run_id).data.tags["k"] == "v"
-
-
-def test_failed_block_marks_run_failed(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    try:
-        with start_run("boom", experiment="t", uri=uri) as run:
-            raise RuntimeError("x")
-    except RuntimeError:
-        pass
-    assert MlflowClient(uri).get_run(run.run_id).info.status == "FAILED"
-
-
-def test_unreachable_server_buffers_then_flushes(tmp_path):
-    run = RunLogger("offline", experiment="t", uri=f"http://127.0.0.1:{_closed_port()}")
-    assert run.run_id is None  # could not be created: nothing raised
-    run.log_params({"a": 1})
-    run.log_metrics({"loss": 3.0}, step=5)
-    assert run.pending == 2
-    # The server "comes back": point the same logger at a reachable store and flush in order.
-    run.uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run._client = None
-    assert run.flush() and run.pending == 0
-    got = MlflowClient(run.uri).get_run(run.run_id)
-    assert got.data.params == {"a": "1"} and got.data.metrics == {"loss": 3.0}
-
-
-def test_reattach_by_run_id_continues_steps(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    first = RunLogger("pretrain", experiment="t", uri=uri)
-    first.log_metrics({"loss": 1.0}, step=1)
-    first.flush()  # metrics are buffered: the first process's end (or exit) delivers them before a resume
-    again = RunLogger("pretrain", experiment="t", uri=uri, run_id=first.run_id)
-    again.log_metrics({"loss": 0.5}, step=2)
-    again.flush()
-    steps = [m.step for m in MlflowClient(uri).get_metric_history(first.run_id, "loss")]
-    assert steps == [1, 2]
 
 
 # -- metrics sent in batches ----------------------------------------------------------------------------------
@@ -120,9 +62,10 @@ class RecordingClient:
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
+def store(tmp_path_factory, empty_mlflow_db) -> str:
     """One SQLite store for the batching tests (creating its tables costs seconds), with artifacts in a temp dir."""
     root = tmp_path_factory.mktemp("batching")
+    shutil.copy(empty_mlflow_db, root / "mlflow.db")  # its tables already created
     uri = f"sqlite:///{root / 'mlflow.db'}"
     MlflowClient(uri).create_experiment("t", artifact_location=(root / "artifacts").as_uri())
     return uri
@@ -184,15 +127,6 @@ def test_an_interval_of_zero_sends_every_call(store):
     run.end()
 
 
-def test_one_call_larger_than_a_request_is_split(store):
-    run, client = recorded_run(store, "wide", metrics_interval=60)
-    run.log_metrics({f"m{i}": float(i) for i in range(2500)}, step=3)
-    run.log_metrics({"loss": 1.0}, step=3)
-    run.end()
-    assert [len(r) for r in client.metric_requests()] == [1000, 1000, 500, 1]
-    assert len(MlflowClient(store).get_run(run.run_id).data.metrics) == 2501
-
-
 def test_buffered_metrics_are_sent_once_old_enough_without_any_other_call(store):
     run, client = recorded_run(store, "aged", metrics_interval=0.2)
     run.log_metrics({"loss": 2.0}, step=1)
@@ -202,20 +136,6 @@ def test_buffered_metrics_are_sent_once_old_enough_without_any_other_call(store)
     assert history(store, run.run_id, "loss") == [(1, 2.0), (2, 1.5)]
     assert len(client.metric_requests()) == 1
     run.end()
-
-
-def test_metric_timestamps_are_those_of_the_calls(store):
-    run, _ = recorded_run(store, "timestamps", metrics_interval=60)
-    before = int(time.time() * 1000)
-    run.log_metrics({"loss": 2.0}, step=1)
-    time.sleep(0.3)
-    run.log_metrics({"loss": 1.0}, step=2)
-    time.sleep(0.3)
-    delivered = int(time.time() * 1000)
-    run.end()
-    first, second = MlflowClient(store).get_metric_history(run.run_id, "loss")
-    assert before <= first.timestamp and second.timestamp - first.timestamp >= 250
-    assert second.timestamp <= delivered - 250
 
 
 def test_every_other_call_sends_the_buffered_metrics_first(store):
@@ -236,33 +156,6 @@ def test_every_other_call_sends_the_buffered_metrics_first(store):
     assert [step for _, _, step, _ in client.requests[0]["metrics"]] == [1, 2, 3]  # one request for three calls
     assert history(store, run.run_id, "loss") == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
     assert history(store, run.run_id, "acc") == [(4, 0.5), (5, 0.75)]
-
-
-def test_server_down_mid_run_then_back_delivers_every_buffered_metric_once(store):
-    run, client = recorded_run(store, "outage", metrics_interval=0.1)
-    for step in range(1, 51):
-        run.log_metrics({"loss": 1.0 / step}, step=step)
-    assert run.flush() and run.pending == 0
-
-    client.down = True
-    for step in range(51, 151):
-        run.log_metrics({"loss": 1.0 / step}, step=step)
-        time.sleep(0.002)  # ~0.3 s of training: the background thread tries, fails, backs off
-    run.log_params({"phase": "outage"})  # flushes the buffer first: fails too, everything queues in order
-    for step in range(151, 201):
-        run.log_metrics({"loss": 1.0 / step}, step=step)
-    assert run.pending > 0 and client.failed >= 1
-    client.down = False  # the server returns; the next retry (background thread, <= 2 s of backoff) catches up
-    assert wait_until(lambda: run.pending == 0, timeout=30), run.pending
-    run.end()
-
-    sent = [(key, step) for r in client.metric_requests() for key, _, step, _ in r]
-    assert sorted(sent) == [("loss", s) for s in range(1, 201)]  # delivered once each, none lost
-    assert history(store, run.run_id, "loss") == [(s, 1.0 / s) for s in range(1, 201)]
-    params_at = next(i for i, r in enumerate(client.requests) if r["params"])
-    before_params = [step for r in client.requests[:params_at] for _, _, step, _ in r["metrics"]]
-    assert sorted(before_params) == list(range(1, 151))  # logged before the param: delivered before it
-    assert MlflowClient(store).get_run(run.run_id).data.params == {"phase": "outage"}
 
 
 def test_spool_holds_buffered_metrics_when_the_server_never_returns(tmp_path):
@@ -315,42 +208,7 @@ def test_threads_sharing_one_logger(store):
     assert len(sent) == len(set(sent)) == 400
 
 
-def test_a_process_exiting_without_end_delivers_its_buffered_metrics(store):
-    script = (
-        "import sys\n"
-        "from gpt1.tracking.logger import RunLogger\n"
-        "run = RunLogger('exits', experiment='t', uri=sys.argv[1], metrics_interval=600)\n"
-        "for step in range(1, 21):\n"
-        "    run.log_metrics({'loss': 1.0 / step}, step=step)\n"
-        "print(run.run_id)\n"  # no end(), no flush(): the exit drain sends the buffer
-    )
-    done = subprocess.run([sys.executable, "-c", script, store], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr
-    run_id = done.stdout.strip().splitlines()[-1]
-    assert history(store, run_id, "loss") == [(s, 1.0 / s) for s in range(1, 21)]
-
-
 # -- what runs carry: code version, datasets, logged models, system metrics, champion, pipeline runs ----------------
-def test_runs_name_the_code_commit_only_from_a_checkout_that_tracks_it(store, tmp_path):
-    run, _ = recorded_run(store, "versioned")
-    run.end()
-    tags = MlflowClient(store).get_run(run.run_id).data.tags
-    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    assert tags["mlflow.source.git.commit"] == head and tags["gpt1.version"] == gpt1.__version__
-    assert tags["gpt1.git.dirty"] in ("true", "false")
-
-    # the package copied into another repository, untracked there (an install inside someone's tree): no commit
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    shutil.copytree(REPO / "gpt1", tmp_path / "gpt1", ignore=shutil.ignore_patterns("__pycache__"))
-    script = ("import gpt1, json; from gpt1.tracking.logger import code_version; "
-              "print(json.dumps([gpt1.__file__, code_version()]))")
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
-    where, copied = json.loads(done.stdout.strip().splitlines()[-1])
-    assert where.startswith(str(tmp_path)) and copied == {"gpt1.version": gpt1.__version__}
-
-
 def test_datasets_are_mlflow_data_sources_with_hub_ids_and_revisions(store):
     run, _ = recorded_run(store, "datasets")
     run.log_dataset("sst2/dev", "ab" * 40, runs.hub_dataset_source("nyu-mll/glue", config="sst2",
@@ -422,27 +280,6 @@ def test_a_failed_model_upload_is_completed_on_retry_not_duplicated(store, tmp_p
     mine = [m for m in store_client.search_logged_models([store_client.get_run(run.run_id).info.experiment_id])
             if m.source_run_id == run.run_id]
     assert len(mine) == 1 and str(mine[0].status) == "READY"
-
-
-def test_system_metrics_are_sampled_and_survive_an_outage(store, monkeypatch):
-    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
-    run, client = recorded_run(store, "system", metrics_interval=0.1)
-    runs.monitor_system(run)
-    assert wait_until(lambda: any(k.startswith("system/") for r in client.requests for k, *_ in r["metrics"]))
-    client.down = True
-    time.sleep(1.0)  # samples taken while the server is unreachable: queued, not lost, and sampling goes on
-    client.down = False
-    run.end()
-    steps = [s for s, _ in history(store, run.run_id, "system/cpu_utilization_percentage")]
-    assert steps == list(range(len(steps))) and len(steps) >= 5, steps
-    assert {"system/system_memory_usage_megabytes", "system/disk_usage_percentage"} <= set(
-        MlflowClient(store).get_run(run.run_id).data.metrics)
-
-    monkeypatch.setenv("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "false")
-    off, _ = recorded_run(store, "no-system")
-    runs.monitor_system(off)
-    off.end()
-    assert not any(k.startswith("system/") for k in MlflowClient(store).get_run(off.run_id).data.metrics)
 
 
 class FakeRegistry:

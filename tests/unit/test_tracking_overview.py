@@ -4,6 +4,8 @@ interrupted ended with it (`gpt1.tracking.runs`)."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -13,8 +15,9 @@ from gpt1.tracking.logger import RunLogger
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
+def store(tmp_path_factory, empty_mlflow_db) -> str:
     root = tmp_path_factory.mktemp("overview")
+    shutil.copy(empty_mlflow_db, root / "mlflow.db")  # its tables already created
     uri = f"sqlite:///{root / 'mlflow.db'}"
     MlflowClient(uri).create_experiment("overview", artifact_location=(root / "artifacts").as_uri())
     return uri
