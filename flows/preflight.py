@@ -16,6 +16,7 @@ import os
 from gpt1.config import PipelineConfig, load_config
 from gpt1.recipe import preflight
 from gpt1.recipe.preflight import Context, Findings
+from gpt1.stages.base import add_config_args
 
 PLACEHOLDER_IMAGE = "registry.example.com/"  # the image infra/k8s/work-pools/*.json ship with
 
@@ -103,17 +104,7 @@ def check_deployment(ctx: Context, client, name: str, what: str) -> None:
 
 # -- CLI ------------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset", default="paper", help="preset name or YAML file (default: paper)"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config override (repeatable)",
-    )
+    add_config_args(parser)
     parser.add_argument(
         "--work",
         default=os.environ.get("GPT1_WORK_DIR", "runs"),

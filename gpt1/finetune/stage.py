@@ -20,6 +20,7 @@ from gpt1.finetune.predict import MODEL_DIR
 from gpt1.finetune.train import (
     METRICS_FILE,
     PREDICTIONS_DIR,
+    FinetuneRun,
     ablation_name,
     finetune,
     log_finished,
@@ -27,7 +28,15 @@ from gpt1.finetune.train import (
 )
 from gpt1.io import read_json, write_json
 from gpt1.model.transformer import CONFIG_NAME
-from gpt1.stages.base import Ref, Result, StageJob, add_output_args, data_key, run_from_args
+from gpt1.stages.base import (
+    Ref,
+    Result,
+    StageJob,
+    add_config_args,
+    add_output_args,
+    data_key,
+    run_from_args,
+)
 from gpt1.stages.outputs import is_done, mark_done, read_marker
 from gpt1.tasks import TASKS
 from gpt1.tokenizer import bpe
@@ -93,14 +102,15 @@ class Job(StageJob):
             out,
             cfg.finetune,
             tokenizer_dir=self.tokenizer.path if self.tokenizer else None,
-            parent_run_id=self.parent_run_id,
-            tracking_uri=cfg.tracking.tracking_uri,
-            experiment=cfg.tracking.experiment,
-            run_name=self.label,
-            track=self.track,
+            tracking=cfg.tracking,
+            run=FinetuneRun(
+                name=self.label,
+                parent_run_id=self.parent_run_id,
+                tags=runs.stage_tags("finetune", key=self.key(), preset=cfg.preset),
+                registered_model=registered_model_name(cfg, self.task),
+                enabled=self.track,
+            ),
             device=self.device,
-            registered_model=registered_model_name(cfg, self.task),
-            run_tags=runs.stage_tags("finetune", key=self.key(), preset=cfg.preset),
         )
         return {
             "task": self.task,
@@ -157,17 +167,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="pre-trained model folder (written by gpt1 pretrain (final/) or gpt1 convert)",
     )
     parser.add_argument("--out", required=True, type=Path, help="output folder for this task")
-    parser.add_argument(
-        "--preset", default="paper", help="config preset name or YAML file (default: paper)"
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config override, e.g. finetune.aux_lm_weight=0 (repeatable)",
-    )
+    add_config_args(parser, example="finetune.aux_lm_weight=0")
     parser.add_argument(
         "--tokenizer", type=Path, help="tokenizer folder/file (default: the checkpoint's)"
     )

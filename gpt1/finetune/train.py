@@ -65,7 +65,7 @@ import torch
 from tqdm import tqdm
 
 from gpt1 import tasks
-from gpt1.config import FinetuneConfig, PipelineConfig
+from gpt1.config import FinetuneConfig, PipelineConfig, TrackingConfig
 from gpt1.errors import Diverged
 from gpt1.finetune.predict import (
     MODEL_DIR,
@@ -600,6 +600,19 @@ def write_predictions(
     return written
 
 
+@dataclass(frozen=True)
+class FinetuneRun:
+    """The MLflow run a fine-tune logs to. `name` defaults to `finetune-<task>`; `tags` are added to the run's
+    (the stage's key and preset); `registered_model`: also register the logged model as a new version of this
+    Model Registry name; `enabled=False`: log nothing."""
+
+    name: str | None = None
+    parent_run_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    registered_model: str | None = None
+    enabled: bool = True
+
+
 def finetune(
     task: str,
     data_path: str | os.PathLike,
@@ -608,35 +621,31 @@ def finetune(
     cfg: FinetuneConfig | None = None,
     *,
     tokenizer_dir: str | os.PathLike | None = None,
-    parent_run_id: str | None = None,
-    tracking_uri: str | None = None,
-    experiment: str = "gpt1",
-    run_name: str | None = None,
-    track: bool = True,
+    tracking: TrackingConfig | None = None,
+    run: FinetuneRun | None = None,
     device: str | None = None,
-    registered_model: str | None = None,
-    run_tags: dict[str, str] | None = None,
 ) -> dict:
     """Fine-tune `task` from a checkpoint folder, evaluate, predict; returns what metrics.json holds.
 
-    `registered_model`: also register the logged MLflow model as a new version of this Model Registry name.
-    `run_tags`: added to the MLflow run's tags (the stage's key and preset). Writing into a folder that may hold
-    other files, failures and re-runs are the stage's business (gpt1.finetune.stage); this function only writes
-    its outputs."""
+    `tracking`: the MLflow server and experiment (the pipeline config's section); `run`: the run logged there.
+    Writing into a folder that may hold other files, failures and re-runs are the stage's business
+    (gpt1.finetune.stage); this function only writes its outputs."""
     cfg = cfg or FinetuneConfig()
+    tracking = tracking or TrackingConfig()
+    run = run or FinetuneRun()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tags = {
         **stage_tags("finetune"),
-        **(run_tags or {}),
+        **run.tags,
         "gpt1.task": task,
         "gpt1.ablation": ablation_name(cfg),
     }
-    tracking = dict(
-        experiment=experiment,
-        uri=tracking_uri,
-        parent_run_id=parent_run_id,
-        enabled=track,
+    logger_args = dict(
+        experiment=tracking.experiment,
+        uri=tracking.tracking_uri,
+        parent_run_id=run.parent_run_id,
+        enabled=run.enabled,
         tags=tags,
     )
     return _finetune(
@@ -646,10 +655,10 @@ def finetune(
         out_dir,
         cfg,
         tokenizer_dir,
-        tracking,
-        run_name or f"finetune-{task}",
+        logger_args,
+        run.name or f"finetune-{task}",
         device,
-        registered_model,
+        run.registered_model,
     )
 
 
@@ -660,7 +669,7 @@ def _finetune(
     out_dir: Path,
     cfg: FinetuneConfig,
     tokenizer_dir,
-    tracking: dict,
+    logger_args: dict,
     run_name: str,
     device: str | None,
     registered_model: str | None,
@@ -696,7 +705,7 @@ def _finetune(
     data_splits = {
         s.name: {**s.report, "sha256": s.digest} for s in (train_set, *held_out.values())
     }
-    with start_run(run_name, **tracking) as run:
+    with start_run(run_name, **logger_args) as run:
         monitor_system(run)
         run.log_params(
             {

@@ -47,7 +47,7 @@ from gpt1.pretrain.outputs import log_finished
 from gpt1.pretrain.worker import WORKER
 from gpt1.runtime import processes
 from gpt1.stages import outputs
-from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
+from gpt1.stages.base import Ref, Result, StageJob, add_config_args, add_output_args, run_from_args
 from gpt1.tracking.runs import stage_tags
 
 log = logging.getLogger(__name__)
@@ -240,9 +240,7 @@ class Job(StageJob):
 
 # -- CLI ------------------------------------------------------------------------------------------------------
 def add_cli_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--preset", default="paper", help="preset name or YAML file (default: paper)"
-    )
+    add_config_args(parser, example="pretrain.lr=1e-4")
     parser.add_argument(
         "--shards", required=True, type=Path, help="gpt1 tokenize output (manifest.json + shards)"
     )
@@ -251,9 +249,6 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         required=True,
         type=Path,
         help="output folder: checkpoints, final/, metrics, samples",
-    )
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="config override"
     )
     parser.add_argument(
         "--resume", help="'auto': continue from the latest complete checkpoint (if any); or a path"
@@ -296,7 +291,9 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         "pretrain.probe_max_examples": args.probe_examples,
         "tracking.tracking_uri": args.tracking_uri,
     }
-    return list(args.set) + [f"{key}={value}" for key, value in flags.items() if value is not None]
+    return list(args.overrides) + [
+        f"{key}={value}" for key, value in flags.items() if value is not None
+    ]
 
 
 def job_from_args(args: argparse.Namespace) -> Job:

@@ -241,6 +241,22 @@ class Step:
         return self.job.stage
 
 
+def add_config_args(parser: argparse.ArgumentParser, example: str = "") -> None:
+    """`--preset` and repeatable `--set KEY=VALUE` (into `args.overrides`): the run's config, as `load_config`
+    takes it."""
+    parser.add_argument(
+        "--preset", default="paper", help="preset name or YAML file (default: paper)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"config override{f', e.g. {example}' if example else ''} (repeatable)",
+    )
+
+
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     """The output options every stage command shares."""
     group = parser.add_argument_group("output folder")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from gpt1.config import FinetuneConfig, ModelConfig
 from gpt1.tokenizer import bpe
-from gpt1.finetune.train import finetune
+from gpt1.finetune.train import FinetuneRun, finetune
 from gpt1.model.transformer import GPT1
 
 torch.set_num_threads(1)
@@ -65,7 +65,7 @@ def test_pre_training_is_what_lets_fine_tuning_generalise(work, sample_tasks, pr
     scores = {}
     for scratch in (False, True):
         result = finetune("qnli", sample_tasks / "QNLI", pretrained, work / "claim" / str(scratch),
-                          cfg.model_copy(update={"from_scratch": scratch}), track=False)
+                          cfg.model_copy(update={"from_scratch": scratch}), run=FinetuneRun(enabled=False))
         scores[scratch] = result["metrics"]["primary"]
     majority = result["majority"]["primary"]
     assert scores[False] >= 80 and scores[True] <= majority + 15, (scores, majority)

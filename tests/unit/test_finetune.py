@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1.tokenizer import bpe
-from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.finetune.train import backward, build_model, evenly_spaced, finetune, held_out_splits, load_task_data
+from gpt1.config import FinetuneConfig, ModelConfig, TrackingConfig, load_config
+from gpt1.finetune.train import (FinetuneRun, backward, build_model, evenly_spaced, finetune, held_out_splits,
+                               load_task_data)
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor
 from gpt1.finetune.predict import LABEL_NAMES, TaskPredictor, read_inputs
@@ -30,6 +31,7 @@ torch.set_num_threads(1)
 FOLDERS = {"sst2": "SST-2", "cola": "CoLA", "mnli": "MNLI", "mrpc": "MRPC", "stsb": "STS-B", "race": "RACE",
            "storycloze": "StoryCloze", "rte": "RTE", "snli": "snli_1.0"}
 TINY = dict(n_ctx=64, n_layer=2, n_head=2, n_embd=32, d_ff=64)
+UNTRACKED = FinetuneRun(enabled=False)
 TRACKED = ("mnli", "storycloze")  # the runs that also exercise MLflow logging and the pyfunc model
 QUICK = FinetuneConfig(lr=1e-3, batch_size=16, epochs=1, max_train_examples=32, max_eval_examples=24,
                        eval_batch_size=32)
@@ -71,9 +73,10 @@ def runs(work, sample_tasks, checkpoint, tracking_uri):
     def get(task: str):
         if task not in done:
             out = work / "runs" / task
-            result = finetune(task, sample_tasks / FOLDERS[task], checkpoint, out, QUICK, track=task in TRACKED,
-                              tracking_uri=tracking_uri, experiment="test-finetune",
-                              registered_model=f"test-finetune-{task}" if task in TRACKED else None)
+            result = finetune(task, sample_tasks / FOLDERS[task], checkpoint, out, QUICK,
+                              tracking=TrackingConfig(tracking_uri=tracking_uri, experiment="test-finetune"),
+                              run=FinetuneRun(enabled=task in TRACKED,
+                                              registered_model=f"test-finetune-{task}" if task in TRACKED else None))
             done[task] = (out, result)
         return done[task]
 
@@ -166,7 +169,7 @@ def test_finetune_on_real_shared_samples(task, parts, work, checkpoint):
     headline falls back to dev (middle + high)."""
     data = shared_path("tasks", *parts)
     cfg = QUICK.model_copy(update={"max_train_examples": 16, "max_eval_examples": 16})
-    result = finetune(task, data, checkpoint, work / "shared" / task, cfg, track=False)
+    result = finetune(task, data, checkpoint, work / "shared" / task, cfg, run=UNTRACKED)
     assert result["eval_split"] == "dev"
     assert result["eval_split_fallback"] == ({"paper": "test", "used": "dev"} if task == "race" else None)
     assert result["data"]["splits"]["train"]["bad"] == {}
@@ -210,7 +213,7 @@ def test_aux_lm_weight_changes_the_objective(work, sample_tasks, checkpoint):
     for weight in (0.5, 0.0):
         cfg = QUICK.model_copy(update={"aux_lm_weight": weight, "max_train_examples": 16, "max_eval_examples": 8})
         results[weight] = finetune("sst2", sample_tasks / "SST-2", checkpoint, work / f"aux-{weight}", cfg,
-                                   track=False)["train"]
+                                   run=UNTRACKED)["train"]
     with_lm, without = results[0.5], results[0.0]
     assert without["final_lm_loss"] is None and without["final_loss"] == without["final_clf_loss"]
     assert with_lm["final_lm_loss"] > 0
@@ -269,7 +272,7 @@ def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_
     out = work / "conflict"
     with pytest.raises(ValueError, match="exclude each other"):
         finetune("sst2", sample_tasks / "SST-2", checkpoint, out, FinetuneConfig(from_scratch=True, transfer_layers=1),
-                 track=False)
+                 run=UNTRACKED)
     args = ["finetune", "--task", "sst2", "--data", str(sample_tasks / "SST-2"), "--checkpoint", str(checkpoint),
             "--out", str(out), "--no-tracking", "--set", "finetune.from_scratch=true",
             "--set", "finetune.transfer_layers=1"]
@@ -280,7 +283,7 @@ def test_from_scratch_with_transfer_layers_is_refused_and_recorded(work, sample_
 
 def test_same_seed_same_metrics_and_weights(work, sample_tasks, checkpoint):
     cfg = QUICK.model_copy(update={"max_train_examples": 16, "max_eval_examples": 8, "seed": 3})
-    results = [finetune("rte", sample_tasks / "RTE", checkpoint, work / f"seed-{i}", cfg, track=False)
+    results = [finetune("rte", sample_tasks / "RTE", checkpoint, work / f"seed-{i}", cfg, run=UNTRACKED)
                for i in range(2)]
     assert results[0]["metrics"] == results[1]["metrics"]
     assert results[0]["train"]["final_loss"] == results[1]["train"]["final_loss"]

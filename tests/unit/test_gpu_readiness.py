@@ -76,10 +76,10 @@ def test_pretrain_stage_checks_cuda_before_it_reads_the_shards(cuda_required, tm
 
 
 def test_finetune_checks_cuda_before_it_reads_anything(cuda_required, tmp_path):
-    from gpt1.finetune.train import finetune
+    from gpt1.finetune.train import FinetuneRun, finetune
 
     with pytest.raises(cuda.CudaUnavailable, match="fine-tuning needs CUDA"):
-        finetune("sst2", tmp_path / "no-data", tmp_path / "no-checkpoint", tmp_path / "out", track=False)
+        finetune("sst2", tmp_path / "no-data", tmp_path / "no-checkpoint", tmp_path / "out", run=FinetuneRun(enabled=False))
 
 
 def test_versions_name_torch_and_deepspeed_and_say_none_for_what_is_absent():

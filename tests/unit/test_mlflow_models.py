@@ -25,8 +25,8 @@ from gpt1.tracking import logger, models, runs
 from gpt1.pretrain import outputs as pretrain_outputs
 from gpt1 import tasks
 from gpt1.tokenizer import bpe
-from gpt1.config import FinetuneConfig, ModelConfig, load_config
-from gpt1.finetune.train import finetune
+from gpt1.config import FinetuneConfig, ModelConfig, TrackingConfig, load_config
+from gpt1.finetune.train import FinetuneRun, finetune
 from gpt1.finetune.train import log_finished as log_finished_finetune
 from gpt1.io import read_json, write_json
 from gpt1.model.transformer import GPT1
@@ -74,7 +74,8 @@ def checkpoint(work, sample_tasks) -> Path:
 def registered(work, store, sample_tasks, checkpoint) -> list[tuple[Path, dict]]:
     """Two fine-tunes of SST-2 with different recipes, each registered as a version of REGISTERED."""
     return [(work / f"sst2-{i}", finetune("sst2", sample_tasks / "SST-2", checkpoint, work / f"sst2-{i}", cfg,
-                                          tracking_uri=store, experiment=EXPERIMENT, registered_model=REGISTERED))
+                                          tracking=TrackingConfig(tracking_uri=store, experiment=EXPERIMENT),
+                                          run=FinetuneRun(registered_model=REGISTERED)))
             for i, cfg in enumerate(RECIPES)]
 
 
@@ -247,8 +248,8 @@ def test_a_finetune_logged_while_the_server_was_down_is_replayed_with_its_model(
     monkeypatch.setenv("GPT1_MLFLOW_SPOOL_DIR", str(spool))
     monkeypatch.setenv("GPT1_MLFLOW_FLUSH_TIMEOUT", "0")  # give up at once: everything goes to the spool
     result = finetune("sst2", sample_tasks / "SST-2", checkpoint, work / "offline", RECIPES[0],
-                      tracking_uri=f"http://127.0.0.1:{free_port()}", experiment=EXPERIMENT,
-                      registered_model="test-models-offline", run_name="offline/sst2")
+                      tracking=TrackingConfig(tracking_uri=f"http://127.0.0.1:{free_port()}", experiment=EXPERIMENT),
+                      run=FinetuneRun(name="offline/sst2", registered_model="test-models-offline"))
     assert result["run_id"] is None  # the server was never reached
     [path] = spool.glob("mlflow-undelivered-*.json")
     calls = [c["call"] for c in json.loads(path.read_text())["calls"]]
