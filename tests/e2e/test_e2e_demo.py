@@ -43,7 +43,7 @@ def test_demo_runs_the_smoke_deployment(demo):
 
 
 def test_report_shows_that_pre_training_helps_on_every_task(demo):
-    """The issue's goal for the smoke pipeline: the 12 tasks above the majority class, no pre-training below."""
+    """The issue's goal for the smoke pipeline: every task above the majority class, no pre-training below."""
     proc, env, state = demo
     reports = sorted((state / "work" / "report").glob("*/results.json"))
     assert len(reports) == 1, reports

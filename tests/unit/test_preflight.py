@@ -34,9 +34,10 @@ def test_the_paper_with_a_missing_task_folder_names_every_problem_at_once(offlin
 def test_the_smoke_preset_passes_and_says_what_the_run_will_do(offline, tmp_path, capsys):
     assert cli(["preflight", "--preset", "smoke", "--work", str(tmp_path / "w")]) == 0
     out = capsys.readouterr().out
-    assert "preflight: ok" in out and "12 task(s) x 2 variant(s)" in out
+    n_tasks = len(load_config("smoke").finetune.tasks)
+    assert "preflight: ok" in out and f"{n_tasks} task(s) x 2 variant(s)" in out
     stages = [line.split()[:3] for line in out.splitlines() if line.startswith("  ")][:7]
-    assert stages == [[name, "to", "run"] if name != "finetune" else [name, "24", "jobs,"]
+    assert stages == [[name, "to", "run"] if name != "finetune" else [name, str(2 * n_tasks), "jobs,"]
                       for name in ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain", "finetune",
                                    "report")]
     assert "disk: the run writes about" in out

@@ -98,7 +98,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError):
         compute("rte", [], [])
     with pytest.raises(ValueError, match="unknown task"):
-        compute("wnli", [0], [0])
+        compute("no-such-task", [0], [0])
     with pytest.raises(ValueError, match="groups"):
         compute("race", [0, 1], [0, 1], extra={"groups": ["high"]})
 

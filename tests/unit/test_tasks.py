@@ -271,6 +271,8 @@ def test_story_cloze_any_file_name_and_no_final_newline(tmp_path):
 # Errors: malformed rows, ambiguity, missing files
 
 def test_injected_malformed_row_is_counted_with_its_line(tmp_path):
+    tmp_path = tmp_path / "RTE"  # as distributed: a task added later may share its header (GLUE's WNLI does)
+    tmp_path.mkdir()
     lines = task_file("RTE", "dev.tsv").read_bytes().split(b"\n")
     lines.insert(10, b"9999\tonly two fields")  # becomes line 11
     lines.insert(50, b"9998\tcp1252 \x93quotes\x94\tx\tentailment")  # line 51
@@ -284,6 +286,8 @@ def test_injected_malformed_row_is_counted_with_its_line(tmp_path):
 
 
 def test_too_many_malformed_rows_is_an_input_error(tmp_path):
+    tmp_path = tmp_path / "RTE"  # as distributed: a task added later may share its header (GLUE's WNLI does)
+    tmp_path.mkdir()
     lines = task_file("RTE", "dev.tsv").read_text().split("\n")
     lines[5] = lines[5].rsplit("\t", 1)[0] + "\tmaybe"  # unknown label on line 6
     for at in (20, 30, 40):
@@ -335,7 +339,7 @@ def test_ambiguous_and_missing_inputs(tmp_path):
     with pytest.raises(ValueError, match="dev_matched"):
         load("sst2", tmp_path, "dev_matched")
     with pytest.raises(ValueError, match="unknown task"):
-        get("wnli")
+        get("no-such-task")
 
 
 # ---------------------------------------------------------------------------------------------------------------
