@@ -84,6 +84,7 @@ $(COMPOSE): | $(STAMP)
 lint: venv
 	$(BIN)/ruff format --check
 	$(BIN)/ruff check
+	$(BIN)/mypy
 
 test: venv lint
 	$(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e

@@ -32,7 +32,7 @@ class Cadence:
         return not self.timed and step % self.updates == 0
 
     def due_by_time(self) -> bool:
-        return self.timed and time.monotonic() - self.last >= 60 * self.minutes
+        return self.minutes is not None and time.monotonic() - self.last >= 60 * self.minutes
 
     def ran(self) -> None:
         self.last = time.monotonic()

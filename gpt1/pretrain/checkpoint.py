@@ -156,7 +156,7 @@ class CheckpointManager:
             RuntimeError,
         ) as err:  # torch.save reports a failed write as a RuntimeError
             raise write_error(path, err) from err
-        written = [None] * self.world_size
+        written: list = [None] * self.world_size  # filled by the gather: each rank's files
         dist.all_gather_object(written, _files_written(engine, self.root, tag, self.rank))
         if self.rank == 0:
             files = _record_files(path, sorted(set().union(*written)))

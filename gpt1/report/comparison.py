@@ -239,14 +239,15 @@ def compare(runs: list, headline: tuple[tuple[str, str], ...] | None = None) -> 
 
 
 def seed_of(run) -> int | None:
-    result = next(iter(run.results.values()), {})
+    result: dict = next(iter(run.results.values()), {})
     return (result.get("finetune_config") or {}).get("seed")
 
 
 def per_seed(wanted: tuple[tuple[str, str], ...], pretrained: list, scratch: list) -> list[dict]:
     """With several seeds: each seed's headline mean difference on its own (the pre-trained and from-scratch
     fine-tunes of that seed), with its interval; how much of the averaged gain one seed carries."""
-    seeds = sorted({seed_of(r) for r in pretrained} & {seed_of(r) for r in scratch} - {None})
+    both = {seed_of(r) for r in pretrained} & {seed_of(r) for r in scratch}
+    seeds = sorted(seed for seed in both if seed is not None)
     if len(seeds) < 2:
         return []
     found = []

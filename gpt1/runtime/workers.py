@@ -209,6 +209,7 @@ class _Worker:
             self._job_output_done.clear()
         pid = self.pid
         try:
+            assert self._executor is not None  # started above
             code = self._executor.submit(_run_job, job_id, job).result()
             # The job's last lines may still be in the pipe: they precede its end-of-output record.
             self._job_output_done.wait(timeout=60)

@@ -95,17 +95,17 @@ def compute(
     if any(y is None for y in y_true):
         raise ValueError(f"{task}: unlabelled examples (label None) cannot be scored")
     dtype = float if spec.regression else np.int64
-    y_true, y_pred = np.asarray(y_true, dtype=dtype), np.asarray(y_pred, dtype=dtype)
-    out = {name: 100 * FUNCTIONS[name](y_true, y_pred) for name in spec.metrics}
+    truth, predicted = np.asarray(y_true, dtype=dtype), np.asarray(y_pred, dtype=dtype)
+    out = {name: 100 * FUNCTIONS[name](truth, predicted) for name in spec.metrics}
     out["primary"] = out[spec.primary_metric]
     groups = (extra or {}).get("groups")
     if spec.groups and groups is not None:
         groups = np.asarray(groups, dtype=object)
-        if len(groups) != len(y_true):
-            raise ValueError(f"{task}: {len(groups)} groups for {len(y_true)} examples")
+        if len(groups) != len(truth):
+            raise ValueError(f"{task}: {len(groups)} groups for {len(truth)} examples")
         for group in sorted({g for g in groups if g is not None}):
             selected = groups == group
-            out[f"accuracy_{group}"] = 100 * accuracy(y_true[selected], y_pred[selected])
+            out[f"accuracy_{group}"] = 100 * accuracy(truth[selected], predicted[selected])
         group_keys = [f"accuracy_{g}" for g in spec.groups]
         if spec.primary_is_group_mean and all(key in out for key in group_keys):
             out["primary"] = float(np.mean([out[key] for key in group_keys]))

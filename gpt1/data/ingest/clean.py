@@ -55,6 +55,7 @@ from __future__ import annotations
 import codecs
 import re
 import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import ftfy
@@ -190,7 +191,7 @@ def _fix_lines(text: str) -> str:
     return "".join(pieces) + text[pos:] if pieces else text
 
 
-def _translator(table: dict[int, str | None]):
+def _translator(table: Mapping[int, str | None]):
     """`str.translate(table)` as a regex substitution: translate costs ~0.25 us per character on non-ASCII text,
     while scanning for a character class is nearly free, and these characters are rare."""
     chars = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(table)) + "]")
