@@ -131,10 +131,8 @@ class CausalSelfAttention(nn.Module):
         if self.attention != "auto":
             return self.attention == "sdpa"
         # PyTorch's fused CPU kernel has no dropout: with attention dropout active SDPA falls back to an unfused
-        # path. Measured (GPT-1 shape, bf16 autocast, batch 2 x 512, 1 thread, CPU time, shared machine):
-        # train step (fwd+bwd+AdamW, bench_model.py --compare-attention) sdpa 143 vs manual 216 tokens per
-        # CPU-second (manual 1.5x); eval forward sdpa 0.57-0.71 s vs manual 0.86-1.31 s (sdpa 1.5x).
-        # Hence: manual only for CPU training with attention dropout.
+        # path slower than the manual one, while without dropout SDPA is the faster
+        # (`benchmarks/bench_model.py --compare-attention`). Hence: manual only for CPU training with dropout.
         dropout_active = self.training and self.attn_dropout.p > 0
         return device.type != "cpu" or not dropout_active
 
@@ -318,8 +316,8 @@ class GPT1(nn.Module):
             state = {k: v for k, v in state.items() if _block_index(k) < transfer_layers}
             cfg = cfg.model_copy(update={"n_layer": transfer_layers})
         # Built on the CPU and initialised, then overwritten: under torch.device("meta") the init goes through
-        # torch's reference ops, whose first use imports torch._dynamo (~3 s per process, more than a random init
-        # of the 117M model costs).
+        # torch's reference ops, whose first use imports torch._dynamo (seconds per process, more than a random
+        # init of the 117M model costs).
         model = cls(cfg)
         model.load_checked_state_dict(state, source=weights_path)
         if vocab_size is not None and vocab_size != cfg.vocab_size:

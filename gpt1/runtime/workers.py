@@ -324,7 +324,7 @@ def _worker_main(writer, parent_pid: int, threads: str, preload: tuple[str, ...]
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         torch.set_num_threads(int(threads))
-        # torch.optim.Optimizer.__init__ imports torch._dynamo on first use (~3 s): pay it here, once.
+        # torch.optim.Optimizer.__init__ imports torch._dynamo on first use (seconds): pay it here, once.
         torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
 
 
