@@ -29,11 +29,6 @@ PARENT_PID_ENV = "GPT1_PARENT_PID"
 _POLL_SECONDS = 1.0
 
 
-def gpt1_command(*args: str) -> list[str]:
-    """`gpt1 ...` run with this interpreter (works inside any venv, no PATH assumptions)."""
-    return [sys.executable, "-m", "gpt1.cli", *args]
-
-
 def parent_env() -> dict[str, str]:
     """Environment entries that make a child started by this process stop when this process dies."""
     return {PARENT_PID_ENV: str(os.getpid())}
@@ -106,16 +101,6 @@ def stream(
     finally:
         code = proc.wait()
     return code
-
-
-def run_stage_command(
-    cmd: list[str], log_line: Callable[[str], None] = print, env: dict[str, str] | None = None
-) -> None:
-    """Run a `gpt1 ...` command as a stage does: in a session of its own, stopped when this process dies, its
-    output streamed; raises RuntimeError if it fails."""
-    code = stream(cmd, log_line, {**(env or {}), **parent_env()}, new_session=True)
-    if code != 0:
-        raise RuntimeError(f"command failed with exit code {code}: {' '.join(cmd)}")
 
 
 def stop_stage_processes(timeout: float) -> None:

@@ -15,11 +15,11 @@ import pytest
 
 from gpt1.runtime.processes import alive
 
-# The parent: runs a stage command the way the pipeline does, forwarding its output.
+# The parent: runs a stage command the way pre-training's launcher does (gpt1.pretrain.stage), forwarding its output.
 PARENT = """
 import sys
-from gpt1.runtime.processes import run_stage_command
-run_stage_command([sys.executable, "-c", sys.argv[1]])
+from gpt1.runtime.processes import parent_env, stream
+sys.exit(stream([sys.executable, "-c", sys.argv[1]], print, parent_env(), new_session=True))
 """
 # The stage: what `python -m gpt1.cli ...` does first, then reports its pid and works for a long time.
 STAGE = """
