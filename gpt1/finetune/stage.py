@@ -93,6 +93,7 @@ class Job(StageJob):
         if (
             self.random_init is not None
         ):  # the vocabulary is the tokenizer's, known once it is trained
+            assert self.tokenizer is not None  # a random init is planned with the run's tokenizer
             vocab = bpe.load(self.tokenizer.path).vocab_size
             write_random_init(self.checkpoint, {**self.random_init, "vocab_size": vocab})
         result = finetune(

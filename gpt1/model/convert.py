@@ -530,7 +530,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if source == "hf":
         folder, origin = resolve_hf_source(args.src)
     else:
-        folder = origin = Path(args.src)
+        folder = Path(args.src)
+        origin = str(folder)
         if not folder.is_dir():
             raise NotADirectoryError(f"source folder not found: {folder}")
     if source == "hf":

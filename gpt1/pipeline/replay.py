@@ -60,7 +60,7 @@ def read_spool(path: Path) -> dict:
         )
     for i, call in enumerate(spool["calls"]):
         kind = call.get("call") if isinstance(call, dict) else None
-        absent = [f for f in CALL_FIELDS.get(kind, ()) if f not in call]
+        absent = [f for f in CALL_FIELDS.get(kind or "", ()) if f not in call]
         if kind in CALL_FIELDS and absent:
             raise InputError(
                 f"call {i} ({kind}) lacks {', '.join(absent)}", file=path, field=f"calls[{i}]"

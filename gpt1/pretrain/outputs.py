@@ -54,7 +54,7 @@ def log_pretrained_model(
     hf = final / "hf"
     if not hf.is_dir():
         return
-    upload = cfg.tracking.upload_checkpoints or size_on_disk(hf) <= MODEL_UPLOAD_LIMIT
+    upload = cfg.tracking.upload_checkpoints or (size_on_disk(hf) or 0) <= MODEL_UPLOAD_LIMIT
     log_files_model(
         run,
         "pretrained",

@@ -277,7 +277,7 @@ def run_cli(args: argparse.Namespace) -> int:
         task_text=args.task_text,
         leak_check=args.leak_check,
     )
-    tasks = ()
+    tasks: tuple[TaskFiles, ...] = ()
     if cfg.task_text or cfg.leak_check:
         tasks = tuple(
             TaskFiles(task, where, data_key(where))
