@@ -165,7 +165,8 @@ def ngram_baselines(
     fit, held = _split_train(train_blocks, vocab_size, max_fit_pairs)
     counts = _Counts(fit, vocab_size)
     held_features = [counts.features(block) for block in held if len(block)]
-    weight = _tune_weight(tuple(np.concatenate(parts) for parts in zip(*held_features)))
+    held_bigram, held_unigram, held_seen = (np.concatenate(parts) for parts in zip(*held_features))
+    weight = _tune_weight((held_bigram, held_unigram, held_seen))
     unigram_sum = bigram_sum = 0.0
     scored = 0
     for chunk in _chunks(val_blocks, vocab_size):

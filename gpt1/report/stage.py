@@ -83,11 +83,10 @@ class Job(StageJob):
             raise FileNotFoundError(f"no results to report: {', '.join(missing)} do not exist")
 
     def build(self, out: Path) -> dict:
-        ran = [
-            (path, label)
-            for path, label in zip(self.results, self.labels or [None] * len(self.results))
-            if path.is_dir()
-        ]
+        labels = self.labels or tuple(
+            path.name for path in self.results
+        )  # passed on only when given
+        ran = [(path, label) for path, label in zip(self.results, labels) if path.is_dir()]
         files = build_report(
             [path for path, _ in ran],
             out,

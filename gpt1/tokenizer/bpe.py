@@ -43,6 +43,7 @@ import hashlib
 import itertools
 import json
 import logging
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -376,7 +377,7 @@ class GPT1Tokenizer:
         return f"GPT1Tokenizer(vocab_size={self.vocab_size}, merges={self.num_merges}, {mode})"
 
 
-def load(path: str | Path, exact: bool = False) -> GPT1Tokenizer:
+def load(path: str | os.PathLike, exact: bool = False) -> GPT1Tokenizer:
     """A saved tokenizer: a tokenizer.json file or the folder holding one."""
     path = Path(path)
     file = path / TOKENIZER_FILE if path.is_dir() else path
