@@ -60,12 +60,13 @@ def scaled_corpus(books: Path, out: Path, scale: int, fmt: str) -> int:
 
 def child(source: str | None, out: str) -> None:
     """Run in a fresh process: ingest (or only import, when `source` is None) and print what it cost."""
+    from gpt1.config import IngestConfig
     from gpt1.data.ingest.ingest import BOOKCORPUS_ROWS_PER_DOC, ingest
 
     cpu, stats = time.process_time(), None
     if source:  # rows are grouped into documents as for hub BooksCorpus
         rows_per_doc = BOOKCORPUS_ROWS_PER_DOC if source.endswith(".jsonl") else None
-        stats = ingest(source, out, show_progress=False, rows_per_doc=rows_per_doc)
+        stats = ingest(IngestConfig(source=source, rows_per_doc=rows_per_doc), out, show_progress=False)
     print(json.dumps({
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "cpu_seconds": time.process_time() - cpu,

@@ -49,6 +49,7 @@ SHARD_ROWS = 1024  # 0.5M tokens: the 1x corpus already fills several shards, so
 def ingest_books(work: Path, mb: float) -> Path:
     """The smallest shared books up to `mb` MB, ingested: many documents, as in BooksCorpus ingested in ~80 KB
     documents, so parallel work can be balanced (one book = one document)."""
+    from gpt1.config import IngestConfig
     from gpt1.data.ingest.ingest import ingest
 
     books, total = work / "books", 0
@@ -58,7 +59,7 @@ def ingest_books(work: Path, mb: float) -> Path:
             break
         (books / path.name).symlink_to(path)
         total += path.stat().st_size
-    ingest(str(books), work / "corpus-1x", val_fraction=0.05, show_progress=False)
+    ingest(IngestConfig(source=str(books), val_fraction=0.05), work / "corpus-1x", show_progress=False)
     return work / "corpus-1x"
 
 

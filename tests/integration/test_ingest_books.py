@@ -12,6 +12,7 @@ import pytest
 from conftest import shared_path
 from corpora import rows
 
+from gpt1.config import IngestConfig
 from gpt1.data.ingest import clean as C
 from gpt1.data.ingest import ingest as I
 from gpt1.data.ingest.corpus import iter_texts
@@ -27,7 +28,7 @@ BOILERPLATE = ("project gutenberg", "*** start", "*** end", "full license", "gut
 def books_corpus(tmp_path_factory):
     books = shared_path("books")
     out = tmp_path_factory.mktemp("books") / "corpus"
-    stats = I.ingest(str(books), out, show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(books)), out, show_progress=False)
     docs = {r["source"]: r for r in rows(out)}
     return books, out, stats, docs
 

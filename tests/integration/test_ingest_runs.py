@@ -28,17 +28,17 @@ from tests.unit.test_ingest import NAMES, STORY, VERSE, stage
 def test_duplicates_are_dropped_after_cleaning(tmp_path):
     src = write(tmp_path / "src", {"a.txt": book(1), "b.txt": book(1), "c.txt": book(2),
                                    "d.txt": b"\xef\xbb\xbf" + book(1).replace("\n", "\r\n").encode()})
-    stats = I.ingest(str(src), tmp_path / "out", show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(src)), tmp_path / "out", show_progress=False)
     assert stats["duplicates"]["count"] == 2 and stats["duplicates"]["examples"] == ["b.txt", "d.txt"]
     assert sorted(r["source"] for r in rows(tmp_path / "out")) == ["a.txt", "c.txt"]
-    stats = I.ingest(str(src / "[bc].txt"), tmp_path / "glob", show_progress=False)  # a glob picks files
+    stats = I.ingest(IngestConfig(source=str(src / "[bc].txt")), tmp_path / "glob", show_progress=False)  # a glob picks files
     assert stats["duplicates"]["count"] == 0 and sum(stats["documents"].values()) == 2
 
 
 def test_unusable_files_are_rejected_and_the_run_continues(tmp_path):
     src = write(tmp_path / "src", {"good.txt": book(1), "bin.txt": b"PK\x03\x04\x00\x00binary",
                                    "bad.txt": b"\x81\x81\x81", "blank.txt": " \n\r\n\t", "short.txt": "Hi."})
-    stats = I.ingest(str(src), tmp_path / "out", min_doc_chars=10, show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(src), min_doc_chars=10), tmp_path / "out", show_progress=False)
     assert {r: t["examples"] for r, t in stats["rejects"].items()} == {
         "binary": ["bin.txt"], "undecodable": ["bad.txt"], "empty": ["blank.txt"], "too_short": ["short.txt"]}
     assert [r["source"] for r in rows(tmp_path / "out")] == ["good.txt"]
@@ -62,10 +62,10 @@ def test_jsonl_rows_with_malformed_lines_counted(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("\n".join(lines) + "\n\n")
     with pytest.raises(InputError, match=r"rows.jsonl:51.*3 of 200 rows are malformed"):
-        I.ingest(str(path), tmp_path / "bad", show_progress=False)
+        I.ingest(IngestConfig(source=str(path)), tmp_path / "bad", show_progress=False)
     lines[150] = json.dumps({"text": "fine now"})
     path.write_text("\n".join(lines) + "\n")
-    stats = I.ingest(str(path), tmp_path / "out", show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(path)), tmp_path / "out", show_progress=False)
     assert stats["malformed_rows"]["count"] == 2 and stats["inputs"]["rows"] == 200
     assert [(e["line"], e["error"][:12]) for e in stats["malformed_rows"]["examples"]] == [
         (51, "invalid JSON"), (121, "no 'text' fi")]
@@ -77,8 +77,7 @@ def test_parquet_rows_with_a_named_column_and_grouping(tmp_path):
     texts = [f"sentence {i} ." for i in range(150)]
     path = tmp_path / "s.parquet"
     pq.write_table(pa.table({"body": texts[:4] + [None] + texts[4:]}), path, row_group_size=64)
-    stats = I.ingest(str(path), tmp_path / "out", text_column="body", rows_per_doc=4, val_fraction=0,
-                     show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(path), text_column="body", rows_per_doc=4, val_fraction=0), tmp_path / "out", show_progress=False)
     got = rows(tmp_path / "out")
     # grouped rows keep one per line, though these lowercase lines would read as wrapped prose
     assert len(got) == 38 and [r["text"] for r in got[:2]] == ["\n".join(texts[0:4]), "\n".join(texts[4:8])]
@@ -92,23 +91,23 @@ def test_hf_source_on_local_folders(tmp_path):
     folder = tmp_path / "hub_like"
     folder.mkdir()
     (folder / "train.jsonl").write_text("".join(json.dumps({"text": f"line {i}"}) + "\n" for i in range(7)))
-    stats = I.ingest(f"hf:{folder}:train", tmp_path / "a", rows_per_doc=3, val_fraction=0, show_progress=False)
+    stats = I.ingest(IngestConfig(source=f"hf:{folder}:train", rows_per_doc=3, val_fraction=0), tmp_path / "a", show_progress=False)
     assert [r["source"] for r in rows(tmp_path / "a")] == [f"{folder}:train:{s}" for s in ("1-3", "4-6", "7")]
     assert stats["inputs"]["rows"] == 7 and stats["settings"]["rows_per_doc"] == 3
     with pytest.raises(InputError, match=r"\[body\].*no column 'body' \(columns: text\)"):
-        I.ingest(f"hf:{folder}", tmp_path / "b", text_column="body", show_progress=False)
+        I.ingest(IngestConfig(source=f"hf:{folder}", text_column="body"), tmp_path / "b", show_progress=False)
 
     saved = tmp_path / "saved"
     texts = [f"row {i}" for i in range(120)]
     datasets.DatasetDict({"validation": datasets.Dataset.from_dict({"text": texts + [None]})}).save_to_disk(
         str(saved))
-    stats = I.ingest(f"hf:{saved}:validation", tmp_path / "c", val_fraction=0, show_progress=False)
+    stats = I.ingest(IngestConfig(source=f"hf:{saved}:validation", val_fraction=0), tmp_path / "c", show_progress=False)
     assert [r["text"] for r in rows(tmp_path / "c")] == texts
     assert stats["malformed_rows"]["count"] == 1
     assert stats["source_hash"] == I.HFSource(f"hf:{saved}:validation").fingerprint()
     assert stats["source_hash"] != I.HFSource(f"hf:{saved}:train").fingerprint()  # same files, other split
     with pytest.raises(ValueError, match="no split 'train'"):
-        I.ingest(f"hf:{saved}", tmp_path / "d", show_progress=False)
+        I.ingest(IngestConfig(source=f"hf:{saved}"), tmp_path / "d", show_progress=False)
 
 
 def _assignment(corpus):
@@ -117,30 +116,30 @@ def _assignment(corpus):
 
 def test_split_is_deterministic_and_stable_when_documents_are_added(tmp_path):
     src = write(tmp_path / "src", {f"{i:02d}.txt": book(i) for i in range(40)})
-    first = I.ingest(str(src), tmp_path / "a", val_fraction=0.3, split_seed=7, show_progress=False)
-    again = I.ingest(str(src), tmp_path / "b", val_fraction=0.3, split_seed=7, show_progress=False)
+    first = I.ingest(IngestConfig(source=str(src), val_fraction=0.3, split_seed=7), tmp_path / "a", show_progress=False)
+    again = I.ingest(IngestConfig(source=str(src), val_fraction=0.3, split_seed=7), tmp_path / "b", show_progress=False)
     assert _assignment(tmp_path / "a") == _assignment(tmp_path / "b")
     assert first["content_hash"] == again["content_hash"]
     assert 0 < first["documents"]["val"] < 40
 
     write(src, {f"{i:02d}.txt": book(i) for i in range(40, 50)})
-    I.ingest(str(src), tmp_path / "c", val_fraction=0.3, split_seed=7, show_progress=False)
+    I.ingest(IngestConfig(source=str(src), val_fraction=0.3, split_seed=7), tmp_path / "c", show_progress=False)
     grown = _assignment(tmp_path / "c")
     assert {name: grown[name] for name in _assignment(tmp_path / "a")} == _assignment(tmp_path / "a")
 
-    I.ingest(str(src), tmp_path / "d", val_fraction=0.3, split_seed=8, show_progress=False)
+    I.ingest(IngestConfig(source=str(src), val_fraction=0.3, split_seed=8), tmp_path / "d", show_progress=False)
     assert _assignment(tmp_path / "d") != grown
 
 
 def test_val_floor_and_part_size(tmp_path):
     src = write(tmp_path / "src", {f"{i:02d}.txt": book(i) for i in range(25)})
-    stats = I.ingest(str(src), tmp_path / "out", val_fraction=1e-9, rows_per_part=10, show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(src), val_fraction=1e-9), tmp_path / "out", rows_per_part=10, show_progress=False)
     assert stats["documents"] == {"train": 24, "val": 1} and stats["val_floor_applied"]
     assert [p["rows"] for p in stats["parts"]["train"]] == [10, 10, 4]
     assert [p.name for p in split_files(tmp_path / "out", "train")] == [
         "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     assert not list((tmp_path / "out").rglob(".*"))  # no temporary files left behind
-    one = I.ingest(str(src / "00.txt"), tmp_path / "one", show_progress=False)
+    one = I.ingest(IngestConfig(source=str(src / "00.txt")), tmp_path / "one", show_progress=False)
     assert one["documents"] == {"train": 1, "val": 0}
 
 

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from corpora import rows
 
+from gpt1.config import IngestConfig
 from gpt1.data.ingest import ingest as I
 from gpt1.io import InputError
 from tests.unit.test_ingest_subset import TEXTS, jsonl  # noqa: F401 (jsonl: a fixture)
@@ -44,11 +45,11 @@ def kept(corpus) -> list[str]:
 
 
 def test_max_documents_keeps_the_first_ones_and_reads_no_further(tmp_path, jsonl):
-    stats = I.ingest(str(jsonl), tmp_path / "ten", max_documents=10, val_fraction=0.2, show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(jsonl), max_documents=10, val_fraction=0.2), tmp_path / "ten", show_progress=False)
     assert kept(tmp_path / "ten") == TEXTS[:10]
     assert stats["inputs"]["rows"] == 10 and stats["subset"] == {"max_documents": 10, "max_chars": None,
                                                                  "limit_reached": True}
-    more = I.ingest(str(jsonl), tmp_path / "forty", max_documents=40, val_fraction=0.2, show_progress=False)
+    more = I.ingest(IngestConfig(source=str(jsonl), max_documents=40, val_fraction=0.2), tmp_path / "forty", show_progress=False)
     assert kept(tmp_path / "forty") == TEXTS[:40] and more["subset"]["max_documents"] == 40
     # a larger subset only adds documents; the ones both hold sit in the same split
     val_10 = {r["text"] for r in rows(tmp_path / "ten", "val")}
@@ -58,29 +59,29 @@ def test_max_documents_keeps_the_first_ones_and_reads_no_further(tmp_path, jsonl
 
 def test_max_chars_keeps_whole_documents_up_to_the_limit(tmp_path, jsonl):
     limit = sum(map(len, TEXTS[:25])) + len(TEXTS[25]) - 1  # the 26th does not fit
-    stats = I.ingest(str(jsonl), tmp_path / "out", max_chars=limit, val_fraction=0, show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(jsonl), max_chars=limit, val_fraction=0), tmp_path / "out", show_progress=False)
     assert kept(tmp_path / "out") == TEXTS[:25]
     assert sum(stats["characters"].values()) <= limit and stats["inputs"]["rows"] == 26
-    both = I.ingest(str(jsonl), tmp_path / "both", max_chars=limit, max_documents=5, show_progress=False)
+    both = I.ingest(IngestConfig(source=str(jsonl), max_chars=limit, max_documents=5), tmp_path / "both", show_progress=False)
     assert sum(both["documents"].values()) == 5  # whichever limit comes first
     with pytest.raises(InputError, match=rf"max_chars=10 keeps no document: the first one \({jsonl}:1\) has "):
-        I.ingest(str(jsonl), tmp_path / "none", max_chars=10, show_progress=False)
+        I.ingest(IngestConfig(source=str(jsonl), max_chars=10), tmp_path / "none", show_progress=False)
 
 
 def test_without_limits_everything_is_read(tmp_path, jsonl):
-    stats = I.ingest(str(jsonl), tmp_path / "out", show_progress=False)
+    stats = I.ingest(IngestConfig(source=str(jsonl)), tmp_path / "out", show_progress=False)
     assert stats["inputs"]["rows"] == len(TEXTS) and not stats["subset"]["limit_reached"]
-    exact = I.ingest(str(jsonl), tmp_path / "exact", max_documents=len(TEXTS), show_progress=False)
+    exact = I.ingest(IngestConfig(source=str(jsonl), max_documents=len(TEXTS)), tmp_path / "exact", show_progress=False)
     assert sum(exact["documents"].values()) == len(TEXTS)
 
 
 @pytest.mark.parametrize("layout", ["parquet_repo", "saved"])
 def test_hub_layouts_stream_a_subset_through_the_hub_code_path(tmp_path, layout, request):
     folder = request.getfixturevalue(layout)
-    stats = I.ingest(f"hf:{folder}", tmp_path / "train", max_documents=7, show_progress=False)
+    stats = I.ingest(IngestConfig(source=f"hf:{folder}", max_documents=7), tmp_path / "train", show_progress=False)
     assert kept(tmp_path / "train") == TEXTS[:7] and stats["inputs"]["rows"] == 7
     assert stats["source"] == f"hf:{folder}" and stats["settings"]["max_documents"] == 7
-    validation = I.ingest(f"hf:{folder}:validation", tmp_path / "val", max_chars=10**9, show_progress=False)
+    validation = I.ingest(IngestConfig(source=f"hf:{folder}:validation", max_chars=10**9), tmp_path / "val", show_progress=False)
     assert kept(tmp_path / "val") == TEXTS[:40] and not validation["subset"]["limit_reached"]
 
 

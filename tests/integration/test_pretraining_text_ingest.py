@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpt1 import tasks
+from gpt1.config import IngestConfig
 from gpt1.data.ingest import corpus
 from gpt1.data.ingest.ingest import ingest
 from gpt1.data.ingest.leaks import MIN_WORDS, normalize
@@ -32,7 +33,8 @@ def books_and_tasks(tmp_path, sample_tasks):
 
 def test_task_rows_join_the_corpus_without_their_labels_and_are_counted(tmp_path, books_and_tasks):
     books, where = books_and_tasks
-    stats = ingest(str(books), tmp_path / "corpus", task_text=list(where.items()), show_progress=False)
+    stats = ingest(IngestConfig(source=str(books), task_text=True), tmp_path / "corpus", task_files=list(where.items()),
+                   show_progress=False)
     rows = {task: tasks.load(task, path, "train") for task, path in where.items()}
     documents = [d for split in corpus.SPLITS for d in read_documents(tmp_path / "corpus", split)]
     from_tasks = [d for d in documents if corpus.origin_of(d["source"]) == corpus.TASK_TEXT_ORIGIN]
@@ -53,8 +55,8 @@ def test_a_planted_dev_sentence_is_removed_from_books_and_task_text_and_counted(
     dev = next(ex.text for ex in tasks.load("sst2", where["sst2"], "dev") if len(ex.text.split()) > MIN_WORDS + 1)
     book = sorted(books.glob("*.txt"))[0]
     book.write_text(book.read_text(encoding="utf-8") + f"\n\nA first line. {dev}\nA last line.\n", encoding="utf-8")
-    stats = ingest(str(books), tmp_path / "corpus", task_text=[("sst2", where["sst2"])],
-                   leak_check=[("sst2", where["sst2"])], show_progress=False)
+    stats = ingest(IngestConfig(source=str(books), task_text=True, leak_check=True), tmp_path / "corpus",
+                   task_files=[("sst2", where["sst2"])], show_progress=False)
     leak = stats["leak_check"]
     assert leak["sentences_removed"]["corpus"] >= 1 and leak["held_out"]["sst2"]["rows"]["dev"] > 0
     everything = " ".join(d["text"] for s in corpus.SPLITS for d in read_documents(tmp_path / "corpus", s))
@@ -71,7 +73,8 @@ def test_the_leak_check_on_real_files_removes_a_dev_sentence_planted_in_a_real_b
     # inside the body (what follows the Gutenberg footer goes anyway), at a paragraph break
     middle = len(raw) // 2 + re.search(rb"\r?\n\r?\n", raw[len(raw) // 2:]).start()
     (books / source.name).write_bytes(raw[:middle] + f"\n\nPlanted here. {dev}\n".encode() + raw[middle:])
-    stats = ingest(str(books), tmp_path / "corpus", leak_check=[("sst2", str(glue))], show_progress=False)
+    stats = ingest(IngestConfig(source=str(books), leak_check=True), tmp_path / "corpus", task_files=[("sst2", str(glue))],
+                   show_progress=False)
     assert stats["leak_check"]["sentences_removed"] == {"corpus": 1, "task_text": 0}
     assert stats["leak_check"]["held_out"]["sst2"]["rows"] == {"dev": 872, "test": 1821}
     text = " ".join(corpus.iter_texts(tmp_path / "corpus", "train")) + " ".join(corpus.iter_texts(tmp_path / "corpus",
@@ -81,7 +84,7 @@ def test_the_leak_check_on_real_files_removes_a_dev_sentence_planted_in_a_real_b
 
 def test_a_book_is_held_out_whole_before_it_is_cut_into_documents(tmp_path, books_and_tasks):
     books, _ = books_and_tasks
-    stats = ingest(str(books), tmp_path / "corpus", val_fraction=0.3, max_doc_chars=300, show_progress=False)
+    stats = ingest(IngestConfig(source=str(books), val_fraction=0.3, max_doc_chars=300), tmp_path / "corpus", show_progress=False)
     sources = {split: {d["source"] for d in read_documents(tmp_path / "corpus", split)} for split in corpus.SPLITS}
     assert sources["train"] and sources["val"] and not sources["train"] & sources["val"]
     lengths = [len(d["text"]) for s in corpus.SPLITS for d in read_documents(tmp_path / "corpus", s)]
@@ -97,7 +100,8 @@ def read_documents(root: Path, split: str) -> list[dict]:
 # -- blocks that start a document ----------------------------------------------------------------------------------
 def test_aligned_shards_hold_every_token_and_most_blocks_start_a_document(tmp_path, books_and_tasks):
     books, where = books_and_tasks
-    ingest(str(books), tmp_path / "corpus", task_text=list(where.items()), max_doc_chars=200, show_progress=False)
+    ingest(IngestConfig(source=str(books), task_text=True, max_doc_chars=200), tmp_path / "corpus",
+           task_files=list(where.items()), show_progress=False)
     tok = bpe.train(list(corpus.iter_texts(tmp_path / "corpus", "train")), merges=300, show_progress=False)
     plain = tokenize_corpus(tmp_path / "corpus", tok, tmp_path / "plain", n_ctx=127, shard_rows=64,
                             show_progress=False)

@@ -11,12 +11,13 @@ from tests.unit.test_tokenizer import CORPUS
 
 
 def test_cli_trains_on_an_ingested_corpus(tmp_path):
+    from gpt1.config import IngestConfig
     from gpt1.data.ingest.ingest import ingest
 
     (tmp_path / "books").mkdir()
     for i, text in enumerate(CORPUS):
         (tmp_path / "books" / f"{i}.txt").write_text(f"Book {i}. {text}", encoding="utf-8")
-    ingest(str(tmp_path / "books"), tmp_path / "corpus", val_fraction=0.0, show_progress=False)
+    ingest(IngestConfig(source=str(tmp_path / "books"), val_fraction=0.0), tmp_path / "corpus", show_progress=False)
     out = tmp_path / "tok"
     assert cli(["train-tokenizer", "--corpus", str(tmp_path / "corpus"), "--out", str(out), "--merges", "30",
                 "--max-chars", "500"]) == 0

@@ -174,13 +174,13 @@ def test_cleaning_cleaned_text_changes_nothing(text):
 def test_missing_text_column_is_a_clear_error(tmp_path):
     (tmp_path / "a.jsonl").write_text(json.dumps({"body": "x"}) + "\n")
     with pytest.raises(InputError, match=r"a.jsonl:1 \[text\].*no 'text' field \(fields: body\)"):
-        I.ingest(str(tmp_path / "a.jsonl"), tmp_path / "out", show_progress=False)
+        I.ingest(IngestConfig(source=str(tmp_path / "a.jsonl")), tmp_path / "out", show_progress=False)
     pq.write_table(pa.table({"body": ["x"]}), tmp_path / "b.parquet")
     with pytest.raises(InputError, match=r"b.parquet \[text\].*columns: body"):
-        I.ingest(str(tmp_path / "b.parquet"), tmp_path / "out", show_progress=False)
+        I.ingest(IngestConfig(source=str(tmp_path / "b.parquet")), tmp_path / "out", show_progress=False)
     pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "c.parquet")
     with pytest.raises(InputError, match="holds int64, not text"):
-        I.ingest(str(tmp_path / "c.parquet"), tmp_path / "out", show_progress=False)
+        I.ingest(IngestConfig(source=str(tmp_path / "c.parquet")), tmp_path / "out", show_progress=False)
 
 
 def test_hf_spec_parsing():
@@ -202,4 +202,4 @@ def test_refuses_to_replace_a_folder_that_is_not_a_corpus(tmp_path):
         stage(src, tmp_path / "out")
     assert (tmp_path / "out" / "notes.md").read_text() == "mine"
     with pytest.raises(ValueError, match="not empty"):  # the build function itself writes only into an empty folder
-        I.ingest(str(src), tmp_path / "out", show_progress=False)
+        I.ingest(IngestConfig(source=str(src)), tmp_path / "out", show_progress=False)

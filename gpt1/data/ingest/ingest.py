@@ -1,6 +1,6 @@
 """Stage 1, corpus ingestion: a text source -> cleaned, deduplicated documents split into train/val.
 
-    stats = ingest("../shared/data/books", "runs/corpus")     # the build; `gpt1 ingest` runs it as a stage
+    stats = ingest(IngestConfig(source="../shared/data/books"), "runs/corpus")   # `gpt1 ingest`: as a stage
 
 The sources (directories, globs and files of .txt/.jsonl/.parquet, `hf:` datasets) and how their rows become
 records are gpt1/data/sources.py; the output layout is gpt1/data/corpus.py. Records stream through one at a time,
@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from gpt1.config import IngestConfig
 from gpt1.data.ingest.clean import clean
 from gpt1.data.ingest.corpus import CORPUS, ORIGINS, SCHEMA, STATS_FILE, TASK_TEXT_ORIGIN
 from gpt1.data.ingest.documents import cut_documents
@@ -228,68 +229,50 @@ class TrainValSplit:
 
 # -- the build ------------------------------------------------------------------------------------------------
 def ingest(
-    source: str,
+    cfg: IngestConfig,
     out_dir: str | os.PathLike,
     *,
-    text_column: str = "text",
-    val_fraction: float = 0.01,
-    split_seed: int = 0,
-    min_doc_chars: int = 1,
+    task_files: Sequence[tuple[str, str]] = (),
     show_progress: bool = True,
-    rows_per_doc: int | None = None,
     rows_per_part: int = ROWS_PER_PART,
-    unwrap_lines: bool = True,
-    max_documents: int | None = None,
-    max_chars: int | None = None,
-    max_doc_chars: int | None = None,
-    task_text: Sequence[tuple[str, str]] = (),
-    leak_check: Sequence[tuple[str, str]] = (),
 ) -> dict:
-    """Clean, deduplicate and split `source` into the corpus layout in `out_dir` (created; it must be empty);
+    """Clean, deduplicate and split `cfg.source` into the corpus layout in `out_dir` (created; it must be empty);
     returns the stats, also written as stats.json.
 
-    `rows_per_doc`: consecutive rows joined into one document for row sources (default: BOOKCORPUS_ROWS_PER_DOC
-    for hub BooksCorpus, else 1). `unwrap_lines`: join the lines of hard-wrapped prose paragraphs (see
-    gpt1/data/clean.py). `max_documents` / `max_chars`: a subset of the source, see `_build`. `max_doc_chars`:
-    records cut into documents of at most this many characters at paragraph boundaries, after the train/val split.
-    `task_text`: (task, where its files are) pairs whose train rows are added as documents (task_text.py);
-    `leak_check`: (task, where) pairs whose held-out sentences are removed from everything (leaks.py). Whether to
-    run, and replacing an earlier corpus without ever showing half of one, are the stage's
-    (gpt1.data.ingest.stage): this writes what it is given to write.
+    `cfg` is the `ingest` section (its fields say what each setting does); `task_files`: (task, where its files
+    are) pairs, whose train rows are added as documents when `cfg.task_text` (task_text.py) and whose held-out
+    sentences are removed from everything when `cfg.leak_check` (leaks.py). Whether to run, and replacing an
+    earlier corpus without ever showing half of one, are the stage's (gpt1.data.ingest.stage): this writes what it
+    is given to write.
     """
-    if not 0 <= val_fraction < 1:
-        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    if min_doc_chars < 0 or (rows_per_doc is not None and rows_per_doc < 1) or rows_per_part < 1:
-        raise ValueError("min_doc_chars must be >= 0, rows_per_doc and rows_per_part >= 1")
-    if any(limit is not None and limit < 1 for limit in (max_documents, max_chars, max_doc_chars)):
-        raise ValueError(
-            f"max_documents, max_chars and max_doc_chars must be >= 1 when given, got {max_documents}, "
-            f"{max_chars}, {max_doc_chars}"
-        )
+    if rows_per_part < 1:
+        raise ValueError(f"rows_per_part must be >= 1, got {rows_per_part}")
+    task_text = list(task_files) if cfg.task_text else []
+    leak_check = list(task_files) if cfg.leak_check else []
     out = Path(out_dir)
     if out.is_dir() and any(out.iterdir()):
         raise ValueError(f"{out} is not empty: a corpus is built into an empty folder")
     check_writable(out)
-    src = open_source(source, exclude=out)
+    src = open_source(cfg.source, exclude=out)
     settings = {
-        "text_column": text_column,
-        "val_fraction": val_fraction,
-        "split_seed": split_seed,
-        "min_doc_chars": min_doc_chars,
-        "rows_per_doc": rows_per_doc or src.rows_per_doc,
+        "text_column": cfg.text_column,
+        "val_fraction": cfg.val_fraction,
+        "split_seed": cfg.split_seed,
+        "min_doc_chars": cfg.min_doc_chars,
+        "rows_per_doc": cfg.rows_per_doc or src.rows_per_doc,
         "rows_per_part": rows_per_part,
-        "unwrap_lines": unwrap_lines,
-        "max_documents": max_documents,
-        "max_chars": max_chars,
-        "max_doc_chars": max_doc_chars,
+        "unwrap_lines": cfg.unwrap_lines,
+        "max_documents": cfg.max_documents,
+        "max_chars": cfg.max_chars,
+        "max_doc_chars": cfg.max_doc_chars,
         "task_text": [t for t, _ in task_text],
         "leak_check": [t for t, _ in leak_check],
         "format": FORMAT_VERSION,
     }
-    src.check(text_column)
+    src.check(cfg.text_column)
     leaks = LeakCheck(leak_check)
-    stats = _build(src, out, settings, show_progress, list(task_text), leaks)
-    stats.update(source=source, source_hash=src.fingerprint())
+    stats = _build(src, out, settings, show_progress, task_text, leaks)
+    stats.update(source=cfg.source, source_hash=src.fingerprint())
     with _writing(out):
         write_json(out / STATS_FILE, stats)
     return stats

@@ -140,22 +140,10 @@ class Job(StageJob):
             )
 
     def build(self, out: Path) -> dict:
-        d = self.cfg
-        files = [(t.task, t.where) for t in self.tasks]
         stats = ingest.ingest(
-            self.source,
+            self.cfg.model_copy(update={"source": self.source}),  # the sample books: their folder
             out,
-            text_column=d.text_column,
-            val_fraction=d.val_fraction,
-            split_seed=d.split_seed,
-            min_doc_chars=d.min_doc_chars,
-            rows_per_doc=d.rows_per_doc,
-            unwrap_lines=d.unwrap_lines,
-            max_documents=d.max_documents,
-            max_chars=d.max_chars,
-            max_doc_chars=d.max_doc_chars,
-            task_text=files if d.task_text else (),
-            leak_check=files if d.leak_check else (),
+            task_files=[(t.task, t.where) for t in self.tasks],
             show_progress=sys.stderr.isatty() if self.progress is None else self.progress,
         )
         return {"stats": stats}
