@@ -16,6 +16,11 @@ Before anything is sent, every call of a file is checked: a file that is not a s
 is a call that cannot be replayed (an artifact or model folder no longer on disk, a call this version does not
 know); `--skip-missing` replays the rest of such a file and lists what was skipped. Exit 0 when everything was
 delivered, 1 when calls are left for a later replay.
+
+A spool file is read back like any input, so what it names is confined: a replay uploads only files under the
+folder that holds DIR (the spool folder sits in the work dir whose runs wrote it: GPT1_MLFLOW_SPOOL_DIR=WORK/spool)
+or under a folder given with `--allow`, symlinks resolved; and it sends only to a store that exists, never creating
+one where a file names it (a `sqlite:` or `file:` URI whose path is absent is refused: give `--tracking-uri`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import argparse
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
@@ -68,19 +74,41 @@ def read_spool(path: Path) -> dict:
     return spool
 
 
-def missing(call: dict) -> str | None:
-    """Why a call cannot be replayed here (None: it can)."""
+def missing(call: dict, allowed: Sequence[Path]) -> str | None:
+    """Why a call cannot be replayed here (None: it can). `allowed`: the folders it may upload from."""
     kind = call.get("call")
     if kind not in CALL_FIELDS:
         return f"unknown call {kind!r}"
     if kind == "log_model" and call["kind"] not in ("task", "files"):
         return f"unknown model kind {call['kind']!r}"
+    if kind not in ("log_artifact", "log_artifacts", "log_model"):
+        return None
     where = call.get("path") or call.get("model_dir") or call.get("folder")
-    if kind in ("log_artifact", "log_artifacts", "log_model") and not (
-        where and os.path.exists(where)
-    ):
+    if not isinstance(where, str) or not where or not os.path.exists(where):
         return f"{where} no longer exists"
+    real = Path(where).resolve()
+    if not any(real.is_relative_to(folder) for folder in allowed):
+        return (
+            f"{where} is outside the folders a replay uploads from "
+            f"({', '.join(map(str, allowed))}; --allow adds one)"
+        )
     return None
+
+
+def store_problem(uri: str) -> str | None:
+    """Why a replay must not send to `uri` (None: it may): a local store that does not exist yet."""
+    scheme, colon, rest = uri.partition(":")
+    if not colon:  # a bare path: MLflow's file store
+        path = uri
+    elif scheme == "sqlite":
+        path = rest.removeprefix("///")  # sqlite:///relative.db, sqlite:////absolute.db
+    elif scheme == "file":
+        path = rest.removeprefix("//")
+    else:
+        return None
+    if Path(path).exists():
+        return None
+    return f"tracking_uri {uri}: no store there, and a replay does not create one (--tracking-uri names a store)"
 
 
 def replay_call(run, call: dict) -> None:
@@ -133,10 +161,18 @@ def replay_call(run, call: dict) -> None:
         raise ValueError(f"not a call to replay one by one: {kind}")
 
 
-def check(path: Path, skip_missing: bool) -> tuple[dict, set[int]]:
-    """The spool file and the calls to skip; an InputError when it cannot be replayed as asked."""
+def check(
+    path: Path, skip_missing: bool, allowed: Sequence[Path], uri: str | None
+) -> tuple[dict, set[int]]:
+    """The spool file and the calls to skip; an InputError when it cannot be replayed as asked (to `uri`, else the
+    store the file names)."""
     spool = read_spool(path)
-    problems = [(i, why) for i, call in enumerate(spool["calls"]) if (why := missing(call))]
+    if uri is None and isinstance(spool["tracking_uri"], str):
+        if why := store_problem(spool["tracking_uri"]):
+            raise InputError(why, file=path, field="tracking_uri")
+    problems = [
+        (i, why) for i, call in enumerate(spool["calls"]) if (why := missing(call, allowed))
+    ]
     if problems and not skip_missing:
         i, why = problems[0]
         raise InputError(
@@ -151,12 +187,12 @@ def check(path: Path, skip_missing: bool) -> tuple[dict, set[int]]:
 
 
 def replay_file(
-    path: Path, uri: str | None, timeout: float, skip_missing: bool
+    path: Path, uri: str | None, timeout: float, skip_missing: bool, allowed: Sequence[Path]
 ) -> tuple[int, Path | None]:
     """Replay one spool file; returns (calls replayed, the spool file of what is left, if anything is)."""
     from gpt1.tracking.logger import RunLogger
 
-    spool, skipped = check(path, skip_missing)
+    spool, skipped = check(path, skip_missing, allowed, uri)
     run = RunLogger(
         spool["run_name"],
         experiment=spool["experiment"],
@@ -201,6 +237,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replay a file's other calls when some cannot be (their files are gone)",
     )
+    parser.add_argument(
+        "--allow",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="also upload files under this folder (default: only under the folder holding DIR)",
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -211,11 +255,12 @@ def run_cli(args: argparse.Namespace) -> int:
     if not files:
         print(f"{args.directory}: no spool files ({PATTERN})")
         return 0
+    allowed = [folder.resolve() for folder in (args.directory.parent, *args.allow)]
     for path in files:  # every file checked before anything is sent
-        check(path, args.skip_missing)
+        check(path, args.skip_missing, allowed, args.tracking_uri)
     failed = []
     for path in files:
-        count, left = replay_file(path, args.tracking_uri, args.timeout, args.skip_missing)
+        count, left = replay_file(path, args.tracking_uri, args.timeout, args.skip_missing, allowed)
         if left is None:
             print(f"{path.name}: {count} call(s) delivered")
         else:

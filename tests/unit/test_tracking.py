@@ -419,6 +419,44 @@ def test_replay_spool_refuses_what_it_cannot_replay(store, tmp_path, capsys):
     assert "not a gpt1 MLflow spool file" in capsys.readouterr().err
 
 
+def test_a_planted_spool_reads_and_creates_nothing_outside_its_folders(store, tmp_path, capsys):
+    """A spool file is an input: the files it names are uploaded only from under the folder holding the spool
+    folder (or --allow), symlinks resolved, and the store it names must exist."""
+    from gpt1 import cli
+
+    run_folder, outside = tmp_path / "work", tmp_path / "elsewhere"
+    spool = run_folder / "spool"
+    artifact = run_folder / "predictions.jsonl"
+    artifact.parent.mkdir(parents=True)
+    artifact.write_text('{"id": 1}\n')
+    spooled_run(spool, "planted", artifact)
+    [path] = spool.glob("mlflow-undelivered-*.json")
+    recorded = json.loads(path.read_text())
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not for upload")
+    (run_folder / "link.txt").symlink_to(outside / "secret.txt")
+
+    def plant(**changes) -> None:
+        spooled = {**recorded, **changes}
+        path.write_text(json.dumps(spooled))
+
+    for named in (outside / "secret.txt", run_folder / "link.txt"):
+        calls = [{**c, "path": str(named)} if c["call"] == "log_artifact" else c for c in recorded["calls"]]
+        plant(calls=calls)
+        assert cli.main(["replay-spool", str(spool), "--tracking-uri", store]) == 2
+        assert "is outside the folders a replay uploads from" in capsys.readouterr().err
+    assert cli.main(["replay-spool", str(spool), "--tracking-uri", store, "--allow", str(outside)]) == 0
+    client = MlflowClient(store)
+    [run] = client.search_runs([client.get_experiment_by_name("t").experiment_id], "attributes.run_name = 'planted'")
+    assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == ["link.txt", "notes"]  # as allowed
+
+    shutil.move(spool / "replayed" / path.name, path)
+    new_store = outside / "created-by-a-replay.db"
+    plant(tracking_uri=f"sqlite:///{new_store}")
+    assert cli.main(["replay-spool", str(spool)]) == 2
+    assert "a replay does not create one" in capsys.readouterr().err and not new_store.exists()
+
+
 def test_process_uri_keeps_the_environment_s_tracking_uri(monkeypatch, tmp_path):
     """MLflow's own restore deletes $MLFLOW_TRACKING_URI; a fine-tune worker's next task then logged to ./mlflow.db."""
     import mlflow
