@@ -85,7 +85,9 @@ def _text_to_bytes(s: str) -> torch.Tensor:
 def rng_state() -> dict:
     """This process's python, numpy, torch (and CUDA) RNG states, as JSON-able values."""
     version, internal, gauss = random.getstate()
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    numpy_state = np.random.get_state()
+    assert isinstance(numpy_state, tuple)  # the legacy form, get_state's default
+    name, keys, pos, has_gauss, cached = numpy_state
     state = {
         "python": [version, list(internal), gauss],
         "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],

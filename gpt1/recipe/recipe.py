@@ -47,7 +47,7 @@ def recipe(x: Experiment) -> Experiment:
     if "sample" in (cfg.ingest.source, cfg.finetune.data):
         x.samples = x.add(sample_data.Job(seed=cfg.sample_data.seed))
 
-    books = x.samples.inside("books") if cfg.ingest.source == "sample" else None
+    books = x.samples.inside("books") if x.samples and cfg.ingest.source == "sample" else None
     task_files = [ingest.TaskFiles(task, *x.task_data(task)) for task in x.tasks]
     x.corpus = corpus = x.add(ingest.Job.of(cfg.ingest, books, task_files))
     x.tokenizer_out = tokenizer = x.add(train_tokenizer.Job(corpus, cfg.train_tokenizer))

@@ -212,8 +212,11 @@ class StageJob:
     def with_context(self, **context: Any) -> StageJob:
         """This job with how-it-runs values (an MLflow parent run, a log line sink, threads) set on the fields it
         has; those never change its key."""
-        own = {f.name for f in fields(self)}
-        return replace(self, **{k: v for k, v in context.items() if k in own})
+        job: Any = (
+            self  # every stage job is a dataclass (StageJob's subclasses are declared as ones)
+        )
+        own = {f.name for f in fields(job)}
+        return replace(job, **{k: v for k, v in context.items() if k in own})
 
 
 _STAGE_JOBS: dict[str, type[StageJob]] = {}

@@ -55,7 +55,7 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +86,7 @@ WORK_DIR = ".work"
 PARTITION_BYTES = 1 << 20
 
 
+_malloc_trim: Callable[[int], int] | None
 try:  # glibc: hand freed memory back to the OS (see _release_freed_memory)
     _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
 except (OSError, AttributeError):
