@@ -27,6 +27,7 @@ import httpx
 
 from gpt1 import tasks
 from gpt1.config import PipelineConfig
+from gpt1.errors import one_line
 from gpt1.io import size_on_disk
 from gpt1.pretrain.distributed import batch_layout
 from gpt1.recipe.experiment import Experiment, curve_step
@@ -111,13 +112,17 @@ def run_checks(
 
 
 # -- data ---------------------------------------------------------------------------------------------------------
+def _offline() -> bool:
+    """The hub libraries are switched to their cache (as on the cluster)."""
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
 def _hub_reachable(ctx: Context) -> bool:
     if ctx.hub_online is None:
-        offline = any(
-            os.environ.get(v, "").lower() in ("1", "true", "yes")
-            for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-        )
-        if offline:
+        if _offline():
             ctx.hub_online = False
         else:
             try:
@@ -161,9 +166,23 @@ def check_hub_dataset(
     elif not _in_hub_cache(repo):
         ctx.problem(
             f"{what}: hf:{repo} is not in the local Hugging Face cache and the hub is unreachable; give a "
-            f"local copy with the override `{override}`{layout} (`--set`, or the flow's overrides) or pre-fill "
-            "the cache"
+            f"local copy with the override `{override}`{layout} (`--set`, or the flow's overrides) or fill "
+            "the cache where there is network (scripts/fill_hub_cache.py)"
         )
+
+
+def _check_cached_splits(ctx: Context, task: str, where: str) -> None:
+    """Offline, a task's cache folder can hold another revision or config than the run's: each split it reads
+    must load from the cache."""
+    for split in needed_splits(tasks.get(task)):
+        try:
+            tasks.peek(task, where, split)
+        except Exception as err:  # noqa: BLE001 - what the hub libraries raise offline varies by version
+            ctx.problem(
+                f"finetune {task}/{split}: {where} does not load from the local Hugging Face cache "
+                f"({one_line(err)}); fill it where there is network (scripts/fill_hub_cache.py)"
+            )
+            return
 
 
 def check_corpus(ctx: Context) -> None:
@@ -224,6 +243,8 @@ def check_task_data(ctx: Context) -> None:
                     "finetune.data=DIR",
                     f" (DIR/{spec.folder}/ holding its files)",
                 )
+            if _offline() and _in_hub_cache(repo):
+                _check_cached_splits(ctx, task, where)
             continue
         for split in needed_splits(spec):
             try:

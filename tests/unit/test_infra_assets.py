@@ -323,6 +323,28 @@ def test_k8s_pods_run_as_the_image_user_and_own_their_shared_volumes():
     assert len(pods) == 4 + 1 + len(POOLS)  # 3 workers + MLflow, the multi-node Job, the pools
 
 
+
+HUB_OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def test_every_cluster_process_reads_the_hub_from_its_cache_only():
+    """A pod or node that reaches for the hub mid-run waits on the network or fails late: the image, each pool's
+    defaults, the multi-node Job and the Slurm script all set the offline switches (the cache is filled first:
+    scripts/fill_hub_cache.py)."""
+    image_env = " ".join(a for op, a in dockerfile(INFRA / "Dockerfile") if op == "ENV")
+    places = {"image": dict(re.findall(r"(\w+)=(\S+)", image_env))}
+    for pool in POOLS:
+        places[pool.stem] = json.loads(pool.read_text())["variables"]["properties"]["env"]["default"]
+    for doc in k8s_docs(INFRA / "multinode/k8s/pretrain-job.yaml"):
+        if doc["kind"] == "Job":
+            for container in pod_spec(doc)["containers"]:
+                places[f"Job {container['name']}"] = {e["name"]: e["value"] for e in container.get("env", [])}
+    sbatch = (INFRA / "multinode/slurm/pretrain.sbatch").read_text()
+    places["slurm"] = dict(re.findall(r"\b(HF_\w+_OFFLINE)=(\S+)", sbatch))
+    for where, env in places.items():
+        assert {k: env.get(k) for k in HUB_OFFLINE} == HUB_OFFLINE, where
+    assert len(places) == 1 + len(POOLS) + 1 + 1
+
 # -- work pools ---------------------------------------------------------------------------------------------------
 def render_pool(template: dict, values: dict) -> dict:
     """The Job a Kubernetes worker would submit for a flow run: prefect-kubernetes' own code, real values."""
