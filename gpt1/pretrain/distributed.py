@@ -30,8 +30,11 @@ Design choices:
 - Gradients are reduced across ranks in fp32 (`communication_data_type`): DeepSpeed's default is the training
   dtype, and a sum over many ranks in bf16 keeps 8 bits of mantissa. With ZeRO 2-3 micro-batch gradients are also
   accumulated in fp32 (`data_types.grad_accum_dtype`); at ZeRO-1 DeepSpeed would answer that setting with its
-  separate BF16 optimizer, whose checkpoints its own `zero_to_fp32` cannot consolidate, so ZeRO-1 accumulates a
-  rank's micro-batches in bf16 (none at the paper's 8 x 8 layout on one node; `zero_stage=2` where it matters).
+  separate BF16 optimizer, whose checkpoints its own `zero_to_fp32` cannot consolidate, and without it would sum a
+  rank's micro-batches in bf16. So a bf16/fp16 layout that accumulates micro-batches (micro-batch x world size
+  below the global batch) needs `zero_stage >= 2`: `batch_layout` refuses it at ZeRO 0-1, naming the numbers,
+  rather than raising the stage itself, because the stage decides the checkpoint's layout and a run's checkpoints
+  should not change format with the number of GPUs it lands on.
 - DeepSpeed's bf16 overflow check is off (`bf16.check_grad_overflow`): it reduces every gradient tensor and waits
   for the device before each update, a fixed cost per update that dominates small per-rank batches on a GPU
   (benchmarks/bench_pretrain_gpu.py measures it). bf16 has fp32's range and no loss scale to adjust; a non-finite
@@ -161,7 +164,15 @@ def batch_layout(pretrain: PretrainConfig, world_size: int) -> BatchLayout:
             f" x world size {world_size} = {per_update}; pick values with global = micro x "
             "gradient-accumulation steps x world size"
         )
-    return BatchLayout(total, micro, total // per_update, world_size)
+    layout = BatchLayout(total, micro, total // per_update, world_size)
+    if layout.grad_accum > 1 and pretrain.precision != "fp32" and pretrain.zero_stage < 2:
+        raise ValueError(
+            f"pretrain.precision={pretrain.precision} with pretrain.zero_stage={pretrain.zero_stage} would sum "
+            f"{layout.grad_accum} micro-batch gradients per update in {pretrain.precision} (global batch {total} ="
+            f" micro-batch {micro} x {layout.grad_accum} x world size {world_size}): set pretrain.zero_stage=2,"
+            " which accumulates them in fp32, or a micro-batch that needs no accumulation"
+        )
+    return layout
 
 
 def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "cpu") -> dict:

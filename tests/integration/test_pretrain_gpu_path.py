@@ -45,7 +45,7 @@ ENGINE_SCRIPT = textwrap.dedent("""
     init_world()
     cfg = load_config("smoke", ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64",
                                 "model.n_ctx=16", "model.vocab_size=64", "pretrain.precision=bf16",
-                                "pretrain.global_batch_size=4", "pretrain.micro_batch_size=2",
+                                f"pretrain.global_batch_size={sys.argv[2]}", "pretrain.micro_batch_size=2",
                                 f"pretrain.zero_stage={sys.argv[1]}"])
     model = GPT1(cfg.model)
     engine, *_ = deepspeed.initialize(model=model, model_parameters=optim.param_groups(model, 0.01),
@@ -56,13 +56,16 @@ ENGINE_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("stage, optimizer, accumulation", [
-    (1, "DeepSpeedZeroOptimizer", "torch.bfloat16"), (2, "DeepSpeedZeroOptimizer", "torch.float32")])
-def test_deepspeed_engine_takes_the_fp32_reduction_and_keeps_its_zero_optimizer(stage, optimizer, accumulation):
+@pytest.mark.parametrize("stage, global_batch, optimizer, accumulation", [
+    (1, 2, "DeepSpeedZeroOptimizer", "torch.bfloat16"), (2, 4, "DeepSpeedZeroOptimizer", "torch.float32")])
+def test_deepspeed_engine_takes_the_fp32_reduction_and_keeps_its_zero_optimizer(stage, global_batch, optimizer,
+                                                                               accumulation):
     """DeepSpeed reads the keys (a misspelt key would leave bf16), and its ZeRO optimizer stays the one whose
-    checkpoints `zero_to_fp32` consolidates (fp32 accumulation at ZeRO-1 would swap in another)."""
-    done = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(stage)], env=env(), capture_output=True,
-                          text=True, timeout=300)
+    checkpoints `zero_to_fp32` consolidates (fp32 accumulation at ZeRO-1 would swap in another). ZeRO-1 runs
+    without accumulation (micro-batch = global batch), the only bf16 layout it is allowed; ZeRO-2 accumulates
+    two micro-batches in fp32."""
+    done = subprocess.run([sys.executable, "-c", ENGINE_SCRIPT, str(stage), str(global_batch)], env=env(),
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     engine = json.loads(done.stdout.strip().splitlines()[-1])
     assert engine == {"optimizer": optimizer, "communication": "torch.float32", "accumulation": accumulation}

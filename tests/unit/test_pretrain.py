@@ -96,10 +96,19 @@ def test_starting_the_process_group_on_cpu_builds_no_deepspeed_op(monkeypatch):
     ({"precision": "bf16", "zero_stage": 0}, 1, "needs pretrain.zero_stage >= 1"),
     ({"precision": "fp16", "zero_stage": 1}, 1, "needs a GPU"),
     ({"offload_optimizer": "true", "zero_stage": 0}, 1, "offload_optimizer=true needs"),
+    ({"precision": "bf16", "zero_stage": 1, "global_batch_size": 16, "micro_batch_size": 4}, 2,
+     "would sum 2 micro-batch gradients per update in bf16"),
 ])
 def test_inconsistent_settings_fail_with_the_numbers(changes, world, message):
     with pytest.raises(ValueError, match=message):
         deepspeed_config(pretrain_cfg(**changes), world_size=world, device="cpu")
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_bf16_accumulation_is_allowed_where_deepspeed_accumulates_in_fp32(stage):
+    p = pretrain_cfg(precision="bf16", zero_stage=stage, global_batch_size=16, micro_batch_size=4)
+    ds = deepspeed_config(p, world_size=2, device="cpu")
+    assert ds["gradient_accumulation_steps"] == 2 and ds["data_types"] == {"grad_accum_dtype": "fp32"}
 
 
 def test_batch_layout_multiplies_out():
