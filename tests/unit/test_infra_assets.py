@@ -226,7 +226,8 @@ def kustomization() -> dict:
 
 def manifests() -> list[dict]:
     docs = [doc for resource in kustomization()["resources"] for doc in k8s_docs(K8S / resource)]
-    return docs + k8s_docs(INFRA / "multinode/k8s/pretrain-job.yaml")
+    jobs = ("pretrain-job.yaml", "nccl-smoke-job.yaml")
+    return docs + [doc for job in jobs for doc in k8s_docs(INFRA / "multinode/k8s" / job)]
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -320,7 +321,7 @@ def test_k8s_pods_run_as_the_image_user_and_own_their_shared_volumes():
                                                     "capabilities": {"drop": ["ALL"]}}, name
         if any("persistentVolumeClaim" in v for v in pod.get("volumes", [])):
             assert security["fsGroup"] == IMAGE_UID and security["fsGroupChangePolicy"] == "OnRootMismatch", name
-    assert len(pods) == 4 + 1 + len(POOLS)  # 3 workers + MLflow, the multi-node Job, the pools
+    assert len(pods) == 4 + 2 + len(POOLS)  # 3 workers + MLflow, the multi-node and NCCL smoke Jobs, the pools
 
 
 
