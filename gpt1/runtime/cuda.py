@@ -6,7 +6,8 @@
 A GPU pod whose CUDA is unusable (an NVIDIA driver too old for torch's CUDA build, a node without its GPUs
 mounted, a CPU-only torch) would otherwise train on the host's CPUs while its GPUs idle. The GPU work pools and
 the multi-node assets set `GPT1_REQUIRE_CUDA=1`: there, choosing a device raises `CudaUnavailable` at once, one
-line naming torch, its CUDA build and the driver.
+line naming torch, its CUDA build and the driver (and, when the driver is older than the floor of torch's CUDA
+release, saying so).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from pathlib import Path
 REQUIRE_CUDA = "GPT1_REQUIRE_CUDA"
 # the loaded NVIDIA kernel module's version
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+
+
+# The oldest Linux driver that runs any build of a CUDA major release (NVIDIA's minor-version compatibility, from
+# the CUDA toolkit release notes). Below it torch cannot start CUDA; the message says so instead of leaving the user
+# to decode torch's warning.
+DRIVER_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
 
 
 class CudaUnavailable(OSError):
@@ -59,6 +66,28 @@ def driver_version() -> str | None:
     return lines[0] if done.returncode == 0 and lines else None
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def driver_below_floor(cuda_build: str | None, driver: str | None) -> str | None:
+    """Why `driver` cannot run torch's CUDA `cuda_build` (e.g. "13.0"), or None when it can or either is unknown."""
+    if not cuda_build or not driver:
+        return None
+    floor = DRIVER_FLOOR.get(int(cuda_build.split(".")[0]))
+    try:
+        too_old = floor is not None and _version(driver) < _version(floor)
+    except ValueError:
+        return None
+    if not too_old:
+        return None
+    return (
+        f"the NVIDIA driver {driver} is older than {floor}, the oldest that runs CUDA "
+        f"{cuda_build.split('.')[0]}.x builds: upgrade the node's driver, or use an image whose torch is built "
+        "for the CUDA the driver supports"
+    )
+
+
 @functools.cache  # torch warns why CUDA failed to start only on the first try
 def cuda_problem() -> str | None:
     """Why this process cannot compute on CUDA, or None when it can."""
@@ -71,6 +100,9 @@ def cuda_problem() -> str | None:
         available = torch.cuda.is_available()
     if available:
         return None
+    too_old = driver_below_floor(torch.version.cuda, driver_version())
+    if too_old:
+        return too_old
     said = " ".join(str(caught[0].message).split()) if caught else ""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     return (

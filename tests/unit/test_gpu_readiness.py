@@ -47,6 +47,22 @@ def test_required_cuda_names_torch_its_cuda_build_and_the_driver(cuda_required, 
     assert "\n" not in message
 
 
+def test_a_driver_below_the_floor_of_torch_s_cuda_is_named_as_the_reason(cuda_required, monkeypatch, tmp_path):
+    (tmp_path / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Release Build\n")
+    monkeypatch.setattr(cuda, "DRIVER_VERSION_FILE", tmp_path / "version")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # the lock's CUDA build, on a node with an R550 driver
+    with pytest.raises(cuda.CudaUnavailable, match=r"driver 550.54.15 is older than 580.65.06, the oldest that runs "
+                                                   r"CUDA 13.x builds"):
+        cuda.training_device("pre-training")
+
+
+@pytest.mark.parametrize("build, driver, too_old", [
+    ("13.0", "580.65.06", False), ("13.0", "575.57.08", True), ("12.8", "525.60.13", False),
+    ("12.1", "520.61.05", True), ("13.0", None, False), (None, "400.1", False), ("12.4", "not-a-version", False)])
+def test_driver_floor_per_cuda_major(build, driver, too_old):
+    assert (cuda.driver_below_floor(build, driver) is not None) == too_old
+
+
 @pytest.mark.parametrize("text, version", [
     ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024\n", "550.54.15"),
     ("NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  570.86.15  Release Build\n", "570.86.15"),
