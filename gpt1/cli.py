@@ -11,10 +11,15 @@ adds its traceback).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
+import math
 import os
+import re
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from gpt1.errors import DEBUG_ENV, OneLineParser, exit_code
 from gpt1.runtime.processes import exit_with_parent
@@ -45,6 +50,57 @@ def commands() -> dict[str, tuple[str, str]]:
     return {**{name: (job.__module__, job.summary) for name, job in stage_jobs().items()}, **TOOLS}
 
 
+INT_LIMIT = 1 << 63  # torch, numpy and the native libraries take no wider whole number
+MLFLOW_RUN_ID = re.compile(r"[0-9a-f]{32}")  # what MLflow names a run: uuid4().hex
+
+
+def _number_flag(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag's own type, then the rule every number flag shares: no command takes nan, an infinity, a negative
+    number (counts, sizes, seconds, temperatures, seeds) or a whole number wider than 64 bits."""
+
+    @functools.wraps(parse)  # argparse names the type in its message: `invalid int value`
+    def checked(text: str) -> Any:
+        value = parse(text)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value) or not 0 <= value < INT_LIMIT:
+                raise argparse.ArgumentTypeError(
+                    f"expected a finite number >= 0 and below 2**63, got {text!r:.60}"
+                )
+        return value
+
+    return checked
+
+
+def mlflow_run_id(text: str) -> str:
+    if not MLFLOW_RUN_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not an MLflow run id (32 hex digits), got {text!r:.60}")
+    return text
+
+
+def _declare_rules(parser: argparse.ArgumentParser) -> None:
+    """The rules of a command's flags that hold for every command, added to what its module declared."""
+    for action in parser._actions:
+        if action.dest.endswith("run_id"):
+            action.type = mlflow_run_id
+        elif (
+            action.type in (int, float)
+            or callable(action.type)
+            and not isinstance(action.type, type)
+        ):
+            action.type = _number_flag(action.type)  # Path and other classes parse no numbers
+
+
+def _repeated(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The first flag whose list names one item twice (`--labels a a`): every list flag names distinct things."""
+    for action in parser._actions:
+        values = getattr(args, action.dest, None)
+        if action.nargs in ("+", "*") and isinstance(values, list):
+            twice = next((value for i, value in enumerate(values) if value in values[:i]), None)
+            if twice is not None:
+                return f"argument {'/'.join(action.option_strings) or action.dest}: {twice} given twice"
+    return None
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="gpt1", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -56,6 +112,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:  # only the chosen command's module is imported
             importlib.import_module(module).add_cli_args(p)
+            _declare_rules(p)
+            p.set_defaults(command_parser=p)  # for the checks that need every parsed value
     return parser
 
 
@@ -70,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     def run() -> int:
-        args = build_parser(command).parse_args(argv)
+        parser = build_parser(command)
+        args = parser.parse_args(argv)
+        sub = getattr(args, "command_parser", None)
+        if sub is not None and (problem := _repeated(sub, args)):
+            sub.error(problem)
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.INFO,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -11,6 +11,7 @@ Unknown keys and bad values raise `ConfigError` naming the dotted path of the of
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -25,12 +27,16 @@ from pydantic import (
     model_validator,
 )
 
+from gpt1.io import InputError, check_input_file
 from gpt1.tasks.registry import (
     REGISTRY,
     TASKS,
 )  # the one list of tasks (gpt1.tasks never imports config)
 
 PRESET_DIR = Path(__file__).parent / "presets"
+PRESET_MAX_BYTES = 1 << 20  # a preset is a page of YAML; anything larger is not one
+# Every whole number ends in torch, numpy or a native library, none of which takes more than 64 bits.
+INT_LIMIT = 1 << 63
 
 SPECIAL_TOKENS = ("_start_", "_delimiter_", "_classify_")
 
@@ -39,9 +45,43 @@ class ConfigError(ValueError):
     """A config problem, with the dotted path of each offending field in the message."""
 
 
+def _whole_numbers(value: Any) -> list[int]:
+    """The ints in a field's value (in its lists and dicts too), booleans aside."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [number for item in value for number in _whole_numbers(item)]
+    return []
+
+
 class _Section(BaseModel):
-    # inf and nan are refused everywhere: `pretrain.lr=inf` would otherwise train a model of NaNs to the end
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # inf and nan are refused everywhere: `pretrain.lr=inf` would otherwise train a model of NaNs to the end.
+    # Strict: a boolean is no step count and `"5"` no number (lax pydantic takes `true` as 1, 5.0 as 5).
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, allow_inf_nan=False, strict=True
+    )
+
+    @field_validator("*")
+    @classmethod
+    def _fits_64_bits(cls, value: Any) -> Any:
+        if any(not -INT_LIMIT <= number < INT_LIMIT for number in _whole_numbers(value)):
+            raise ValueError("a whole number of more than 64 bits (torch and numpy take no more)")
+        return value
+
+
+def _distinct(items: list) -> list:
+    """A list that names a set (tasks, ablations): an item named twice is a typo, not a weight."""
+    repeated = sorted({str(item) for item in items if items.count(item) > 1})
+    if repeated:
+        raise ValueError(f"{', '.join(repeated)} named more than once")
+    return items
+
+
+Text = Annotated[
+    str, Field(min_length=1)
+]  # a name or a place: empty means nothing, never a default
 
 
 def _adam_betas(betas: tuple[float, float]) -> tuple[float, float]:
@@ -51,7 +91,12 @@ def _adam_betas(betas: tuple[float, float]) -> tuple[float, float]:
     return betas
 
 
-AdamBetas = Annotated[tuple[float, float], AfterValidator(_adam_betas)]
+# YAML and JSON have no tuples: the pair comes as a list (strict mode would refuse it)
+AdamBetas = Annotated[
+    tuple[float, float],
+    BeforeValidator(lambda value: tuple(value) if isinstance(value, list) else value),
+    AfterValidator(_adam_betas),
+]
 
 
 class ModelConfig(_Section):
@@ -95,11 +140,11 @@ class SampleDataConfig(_Section):
 class IngestConfig(_Section):
     """The `ingest` stage: a text source -> cleaned, deduplicated documents split into train/val."""
 
-    source: str = Field(
+    source: Text = Field(
         "hf:bookcorpus/bookcorpus:train",
         description="dir/glob of .txt, .jsonl/.parquet, hf:id[@rev][:split], or 'sample' (generated offline corpus)",
     )
-    text_column: str = "text"
+    text_column: Text = "text"
     rows_per_doc: int | None = Field(
         None,
         ge=1,
@@ -240,8 +285,10 @@ class PretrainConfig(_Section):
 class FinetuneConfig(_Section):
     """Supervised fine-tuning (paper 4.1 "Fine-tuning details")."""
 
-    tasks: list[str] = Field(default_factory=lambda: list(TASKS))
-    data: str = Field(
+    tasks: Annotated[list[str], AfterValidator(_distinct)] = Field(
+        default_factory=lambda: list(TASKS)
+    )
+    data: Text = Field(
         "hf",
         description="'hf' (hub ids), 'sample' (generated offline data) or a folder of task dirs",
     )
@@ -329,7 +376,7 @@ def headline_metric(item: str) -> tuple[str, str]:
 class ReportConfig(_Section):
     """The `report` stage: which tasks make the run's verdict on pre-training."""
 
-    headline_tasks: list[str] | None = Field(
+    headline_tasks: Annotated[list[str], AfterValidator(_distinct)] | None = Field(
         None,
         description="the tasks whose mean pre-trained minus from-scratch difference is the headline, each "
         "`task` (its primary metric) or `task:metric` (e.g. mrpc:accuracy); None: every task run",
@@ -357,7 +404,7 @@ TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "
 
 
 class TrackingConfig(_Section):
-    experiment: str = "gpt1"
+    experiment: Text = "gpt1"
     tracking_uri: str | None = Field(
         None, description="default: $MLFLOW_TRACKING_URI, else local sqlite"
     )
@@ -390,7 +437,9 @@ class OrchestrationConfig(_Section):
         "local",
         description="local: subprocesses on this worker; deployment: one flow run per task on a work pool",
     )
-    finetune_deployment: str = Field("gpt1-finetune/gpu", description="used when fanout=deployment")
+    finetune_deployment: Text = Field(
+        "gpt1-finetune/gpu", description="used when fanout=deployment"
+    )
     finetune_job_variables: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="fanout=deployment: work-pool job variables per task (e.g. more memory)",
@@ -415,12 +464,14 @@ class OrchestrationConfig(_Section):
     pretrain_nnodes: int = Field(
         1, gt=0, description="nodes of the Slurm job (pretrain_launcher=slurm)"
     )
-    ablations: list[Literal["no_pretrain", "no_aux_lm", "transfer_layers"]] = Field(
+    ablations: Annotated[
+        list[Literal["no_pretrain", "no_aux_lm", "transfer_layers"]], AfterValidator(_distinct)
+    ] = Field(
         default_factory=list,
         description="extra fine-tune fan-outs beside the full run (paper Table 5)",
     )
     ablation_transfer_layers: int = Field(6, gt=0)
-    retries: dict[str, int] = Field(
+    retries: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict,
         description="per stage name: how often a failed job is retried (default: its job "
         "class's `retries`)",
@@ -459,6 +510,31 @@ class PipelineConfig(_Section):
         return self
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as a person writes a preset: `1e-3` is a number (YAML 1.2; PyYAML's 1.1 rules read it as text, which
+    a float field now refuses) and a key written twice is an error (PyYAML keeps the last without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if not isinstance(key, (str, int, float)):
+                continue  # unhashable: PyYAML's own check below names it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
 def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
@@ -472,7 +548,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not path:
         raise ConfigError(f"override {item!r}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml.load(raw, _Loader) if raw.strip() else ""  # noqa: S506 - a SafeLoader
     except yaml.YAMLError:
         value = raw
     return path, value
@@ -520,6 +596,26 @@ def _format_errors(err: ValidationError, origin: str) -> str:
     return f"invalid config ({origin}): " + "; ".join(problems)
 
 
+def _read_yaml(path: Path) -> Any:
+    """The YAML document in `path`; anything that is not a small regular file of UTF-8 YAML raises ConfigError
+    naming the file (and line)."""
+    try:
+        check_input_file(path, what="preset file", max_bytes=PRESET_MAX_BYTES)
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM written by an editor is not a key
+        return yaml.load(text, _Loader)  # noqa: S506 - a SafeLoader
+    except InputError as err:
+        raise ConfigError(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" line {mark.line + 1}:" if mark else ""
+        problem = " ".join(f"{err.context or ''} {err.problem or ''}".split())
+        raise ConfigError(f"{path}:{where} not valid YAML ({problem})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+
+
 def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
     """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path. A preset may start
     from another (`extends: NAME`): its own values win, recursively, and `preset` is its own name."""
@@ -530,28 +626,25 @@ def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
             raise ConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()}")
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
-    with open(path, encoding="utf-8") as fh:
-        try:
-            data = yaml.safe_load(fh) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
+    data = _read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     data.setdefault("preset", path.stem)
     base = data.pop("extends", None)
     if base is not None:
+        if not isinstance(base, str) or not base.strip():
+            raise ConfigError(
+                f"{path}: extends: expected the name or YAML file of one preset, got {base!r:.60}"
+            )
         if base in _seen or base == name_or_path:
             raise ConfigError(
                 f"{path}: `extends: {base}` makes a cycle ({' -> '.join((*_seen, name_or_path, base))})"
             )
-        data = merge(
-            {
-                k: v
-                for k, v in load_preset_dict(base, (*_seen, name_or_path)).items()
-                if k != "preset"
-            },
-            data,
-        )
+        try:
+            parent = load_preset_dict(base, (*_seen, name_or_path))
+        except ConfigError as err:
+            raise ConfigError(f"{path}: extends: {err}") from None
+        data = merge({k: v for k, v in parent.items() if k != "preset"}, data)
     return data
 
 
