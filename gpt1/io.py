@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,13 @@ from typing import Any
 from gpt1.errors import NO_SPACE, first_line
 
 _CHUNK = 1 << 20
+JSON_MAX_BYTES = 256 << 20  # the pipeline's largest JSON is a tokenizer.json of a few MB
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @contextlib.contextmanager
@@ -81,10 +90,46 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """The parsed file; text that is not UTF-8 or not JSON raises InputError naming the file (and line)."""
+def check_input_file(path: str | os.PathLike, *, what: str, max_bytes: int | None) -> Path:
+    """`path`, once `os.stat` shows it is a regular file (symlinks followed) of at most `max_bytes` (None: a file
+    read in pieces, whatever its size). Checked before it is opened: opening a FIFO blocks, and a device such as
+    /dev/zero never ends. Anything else raises InputError naming `path` and what it is; `what` names what was
+    expected ("tokenizer file"). A path with nothing there raises FileNotFoundError."""
+    path = Path(path)
+    link = f" (a symlink to {os.readlink(path)})" if path.is_symlink() else ""
     try:
-        with open(path, encoding="utf-8") as fh:
+        info = path.stat()
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise InputError(f"a symlink loop, not a {what}", file=path) from None
+        if err.errno == errno.ENOENT and link:
+            raise InputError(
+                f"a dangling symlink (to {os.readlink(path)}, which does not exist), not a {what}",
+                file=path,
+            ) from None
+        raise
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"a folder{link}, where a {what} was expected", file=path)
+    if not stat.S_ISREG(info.st_mode):
+        kind = next(
+            (name for test, name in _KINDS if test(info.st_mode)), "an unknown kind of file"
+        )
+        raise InputError(f"{kind}{link}: a {what} must be a regular file", file=path)
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise InputError(
+            f"{info.st_size:,} bytes{link}, more than a {what} may have ({max_bytes:,})", file=path
+        )
+    return path
+
+
+def read_json(path: str | os.PathLike, max_bytes: int = JSON_MAX_BYTES) -> Any:
+    """The parsed file; a path that is not a regular file of at most `max_bytes`, text that is not UTF-8 or not
+    JSON raise InputError naming the file (and line)."""
+    check_input_file(path, what="JSON file", max_bytes=max_bytes)
+    try:
+        with open(
+            path, encoding="utf-8-sig"
+        ) as fh:  # a BOM (Windows editors write one) is not JSON
             return json.load(fh)
     except json.JSONDecodeError as err:
         raise InputError(
@@ -103,6 +148,7 @@ def parquet_file(path: str | os.PathLike):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    check_input_file(path, what="Parquet file", max_bytes=None)
     try:
         return pq.ParquetFile(path)
     except pa.ArrowException as err:
@@ -110,6 +156,7 @@ def parquet_file(path: str | os.PathLike):
 
 
 def sha256_file(path: str | os.PathLike) -> str:
+    check_input_file(path, what="file", max_bytes=None)
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(_CHUNK):

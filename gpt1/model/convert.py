@@ -39,11 +39,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
-from gpt1.io import InputError, atomic_dir, read_json, write_text
-from gpt1.model.transformer import GPT1, save_weights
+from gpt1.errors import first_line
+from gpt1.io import InputError, atomic_dir, check_input_file, read_json, write_text
+from gpt1.model.transformer import GPT1, MAX_WEIGHTS_BYTES, load_weights, save_weights
 from gpt1.tokenizer import bpe
 from gpt1.tokenizer.bpe import GPT1Tokenizer
 
@@ -208,22 +208,50 @@ def load_hf_folder(directory: str | os.PathLike) -> GPT1:
 
 
 def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
-    if (directory / HF_WEIGHTS).exists():
-        return load_file(str(directory / HF_WEIGHTS))
+    if (directory / HF_WEIGHTS).exists() or (directory / HF_WEIGHTS).is_symlink():
+        return load_weights(directory / HF_WEIGHTS)
     index = directory / "model.safetensors.index.json"
     if index.exists():
         sd: dict[str, torch.Tensor] = {}
         weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise InputError("no 'weight_map' object", file=index, field="weight_map")
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(s, str) for s in weight_map.values()
+        ):
+            raise InputError("no 'weight_map' object of file names", file=index, field="weight_map")
         for shard in sorted(set(weight_map.values())):
-            sd.update(load_file(str(directory / shard)))
+            if Path(shard).name != shard or shard in ("", ".", ".."):
+                raise InputError(
+                    f"shard {shard!r} is not a file name in this folder",
+                    file=index,
+                    field="weight_map",
+                )
+            sd.update(load_weights(directory / shard))
         return sd
-    if (directory / "pytorch_model.bin").exists():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    pickled = directory / "pytorch_model.bin"
+    if pickled.exists() or pickled.is_symlink():
+        return _read_pickled_weights(pickled)
     raise FileNotFoundError(
         f"no {HF_WEIGHTS}, model.safetensors.index.json or pytorch_model.bin in {directory}"
     )
+
+
+def _read_pickled_weights(path: Path) -> dict[str, torch.Tensor]:
+    """An older repository's pytorch_model.bin, unpickled with `torch.load(weights_only=True)`: tensors only, so
+    a pickle that would run code or hold other objects is refused, naming the file, never run."""
+    check_input_file(path, what="weights file", max_bytes=MAX_WEIGHTS_BYTES)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - torch raises UnpicklingError, RuntimeError, EOFError, ... by cause
+        raise InputError(
+            f"not a weights-only PyTorch file: torch.load(weights_only=True) refused it ({first_line(err)}); "
+            f"convert it to {HF_WEIGHTS} with a tool you trust",
+            file=path,
+        ) from None
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise InputError("expected a dict of named tensors (a state dict)", file=path)
+    return state
 
 
 def hf_folder_tokenizer(directory: Path) -> GPT1Tokenizer | None:

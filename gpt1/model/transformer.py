@@ -41,13 +41,24 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from gpt1.config import ModelConfig
-from gpt1.io import InputError, atomic_path, read_json, sha256_file, write_error, write_json
+from gpt1.io import (
+    InputError,
+    atomic_path,
+    check_input_file,
+    read_json,
+    write_error,
+    write_json,
+)
 from gpt1.model.losses import Average, lm_loss
+from gpt1.stages.base import verify_input
+from gpt1.stages.integrity import sha256_cached
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
 # `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
 # under those names by earlier versions still load (`model_files`); `gpt1.model.convert` writes the transformers layout.
 WEIGHTS_NAME = "gpt1.safetensors"
+# Far above any GPT-1-sized model in fp32; a larger file is not weights this pipeline can hold in memory.
+MAX_WEIGHTS_BYTES = 64 << 30
 CONFIG_NAME = "gpt1_config.json"
 # beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
 TRAINING_NAME = "training.json"
@@ -305,6 +316,7 @@ class GPT1(nn.Module):
         `activation_checkpointing`, never a shape.
         """
         directory = Path(directory)
+        verify_input(directory)  # inside a stage output: its files are the ones the stage recorded
         config_path, weights_path = model_files(directory)
         cfg = load_model_config(config_path, config_overrides)
         state = load_weights(weights_path)
@@ -342,6 +354,7 @@ class GPT1(nn.Module):
                 f"; ... ({len(problems)} problems)" if len(problems) > 5 else ""
             )
             raise InputError(f"weights do not match the config: {shown}", file=source)
+        _check_dtypes(state, current, source)
         placed = {
             k: v.to(
                 dtype=current[k].dtype, device=v.device if current[k].is_meta else current[k].device
@@ -349,6 +362,25 @@ class GPT1(nn.Module):
             for k, v in state.items()
         }
         self.load_state_dict(placed, assign=True)
+
+
+def _check_dtypes(
+    state: dict[str, torch.Tensor], current: dict[str, torch.Tensor], source: str | os.PathLike
+) -> None:
+    """Weights of another float dtype (a folder re-saved in half precision) are cast, with a warning naming it;
+    integer or boolean weights are no model's weights and are refused."""
+    for name, value in state.items():
+        if current[name].is_floating_point() and not value.is_floating_point():
+            raise InputError(
+                f"{name} holds {value.dtype} values, not floating-point weights", file=source
+            )
+    cast = {
+        f"{v.dtype} to {current[k].dtype}" for k, v in state.items() if v.dtype != current[k].dtype
+    }
+    if cast:
+        log.warning(
+            "%s: weights stored in another dtype, cast (%s)", source, ", ".join(sorted(cast))
+        )
 
 
 def _block_index(key: str) -> int:
@@ -419,10 +451,11 @@ def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
 def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, torch.Tensor]:
     """A safetensors file's tensors, refused (naming the file) when unreadable, when its bytes are not those a
     record beside it holds under `record_key` (`verify_recorded_sha256`), or when a tensor holds NaN or inf."""
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(
             f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)"
         )
+    check_input_file(path, what="weights file", max_bytes=MAX_WEIGHTS_BYTES)
     verify_recorded_sha256(path, record_key)
     try:
         state = load_file(str(path))
@@ -447,7 +480,7 @@ def verify_recorded_sha256(path: Path, key: str = "weights_sha256") -> None:
         record = path.parent / name
         expected = read_json(record).get(key) if record.is_file() else None
         if isinstance(expected, str):
-            actual = sha256_file(path)
+            actual = sha256_cached(path)  # hashed again only once the file changed
             if actual != expected:
                 raise InputError(
                     f"changed since it was written: sha256 {actual[:16]}, {name} records "

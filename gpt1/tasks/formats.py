@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from gpt1.io import InputError
+from gpt1.io import InputError, check_input_file
 from gpt1.tasks.examples import ChoiceExample, Example, Excluded, PairExample, RowError, TextExample
 from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import Columns, TaskSpec
@@ -56,12 +56,39 @@ Rows = Iterator[tuple[str, int, Item]]
 
 SEARCH_DEPTH = 3
 _BOM = b"\xef\xbb\xbf"
+# Read line by line (RACE articles whole, and they are small); the largest official file (SNLI train) is far below.
+MAX_TASK_FILE_BYTES = 4 << 30
 
 
 def text_or_pair(id: str, texts: tuple[str, ...], label, group: str | None) -> Example:
     if len(texts) == 1:
         return TextExample(id, texts[0], label, group)
     return PairExample(id, texts[0], texts[1], label, group)
+
+
+def check_task_file(path: Path) -> Path:
+    """`path` when it is a regular task file of a sane size; InputError naming it (a FIFO, a device, a dangling
+    symlink, a folder) before any reader opens it."""
+    return check_input_file(path, what="task file", max_bytes=MAX_TASK_FILE_BYTES)
+
+
+class UniqueIds:
+    """Refuses an example id seen before in the same file: predictions and submissions are keyed on it."""
+
+    def __init__(self, file: str, field: str):
+        self.file, self.field = file, field
+        self.lines: dict[str, int] = {}
+
+    def check(self, example_id: str, line: int) -> str:
+        first = self.lines.setdefault(example_id, line)
+        if first != line:
+            raise InputError(
+                f"id {example_id!r} repeats (first on line {first}): ids must be unique",
+                file=self.file,
+                line=line,
+                field=self.field,
+            )
+        return example_id
 
 
 def not_this_task(
@@ -145,6 +172,7 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
             return fields[-1]
         return fields[index[name]]
 
+    ids = UniqueIds(file, cols.id) if has_id and cols.id else None
     for row, (number, line) in enumerate(data):
         if isinstance(line, RowError):
             yield file, number, line
@@ -159,11 +187,8 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
         try:
             texts = tuple(get(fields, name).strip() for name in cols.text)
             label = spec.parse_label(get(fields, cols.label), cols.label) if has_label else None
-            yield (
-                file,
-                number,
-                text_or_pair(get(fields, cols.id) if has_id else str(row), texts, label, group),
-            )
+            example_id = ids.check(get(fields, cols.id), number) if ids else str(row)
+            yield file, number, text_or_pair(example_id, texts, label, group)
         except (RowError, Excluded) as item:
             yield file, number, item
 
@@ -257,6 +282,7 @@ def looks_like_records(spec: TaskSpec, path: Path) -> bool:
 def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
     records = spec.records
     file = str(path)
+    ids = UniqueIds(file, records.id) if records.id else None
     for row, (number, line) in enumerate(_lines(path)):
         if isinstance(line, RowError):
             yield file, number, line
@@ -267,8 +293,10 @@ def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
                 _check_record_keys(spec, file, record)
             texts = tuple(_text(record, key) for key in records.text)
             label = spec.parse_label(record.get(records.label), records.label)
-            example_id = record.get(records.id, row) if records.id else row
-            yield file, number, text_or_pair(str(example_id), texts, label, group)
+            example_id = str(record.get(records.id, row)) if ids else str(row)
+            if ids and records.id in record:
+                ids.check(example_id, number)
+            yield file, number, text_or_pair(example_id, texts, label, group)
         except (RowError, Excluded) as item:
             yield file, number, item
 
@@ -453,6 +481,7 @@ def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
             field="header",
         )
     index = {name: i for i, name in enumerate(header)}
+    ids = UniqueIds(file, "InputStoryid")
     for number, line in lines:
         try:
             if isinstance(line, RowError):
@@ -474,7 +503,9 @@ def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
             yield (
                 file,
                 number,
-                ChoiceExample(fields[index["InputStoryid"]], story, "", endings, label),
+                ChoiceExample(
+                    ids.check(fields[index["InputStoryid"]], number), story, "", endings, label
+                ),
             )
         except (RowError, Excluded) as item:
             yield file, number, item
@@ -518,7 +549,8 @@ def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> 
     """The first of `names` (in order of preference) in `root`, else in the one folder up to `depth` below
     holding it."""
     for name in names:
-        if (root / name).is_file():
+        # lexists: a FIFO or a dangling symlink under the name is found, and refused by name when read
+        if os.path.lexists(root / name) and not (root / name).is_dir():
             return root / name
     for name in names:
         dirs = _find(root, lambda d, subdirs, files, name=name: name in files, depth)
@@ -531,14 +563,14 @@ def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> 
 
 def files_near(root: Path, match) -> list[Path]:
     """Files matching `match(name)` in `root`, else in the nearest sub-folders that have any."""
-    found = sorted(p for p in root.iterdir() if p.is_file() and match(p.name))
+    found = sorted(p for p in root.iterdir() if not p.is_dir() and match(p.name))
     if found:
         return found
     return [
         d / f
         for d in _find(root, lambda d, subdirs, files: any(match(f) for f in files))
         for f in sorted(os.listdir(d))
-        if match(f) and (d / f).is_file()
+        if match(f) and not (d / f).is_dir()
     ]
 
 

@@ -94,11 +94,11 @@ def _rows(spec: TaskSpec, path: str | Path, split: str, read_files: list[str]) -
     if isinstance(path, str) and path.startswith("hf:"):
         return hub.read_hub(spec, path, split)
     path = Path(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(f"{spec.name}: {path} does not exist")
     if hub.is_saved_dataset(path):
         return hub.read_saved(spec, path, split)
-    if path.is_file():
+    if not path.is_dir():  # a file, or what is refused as one (a FIFO, a dangling symlink)
         read_files.append(str(path))
         return _read_file(
             spec, path, split, spec.group_of_split(split) or spec.group_of_file(path.name)
@@ -108,6 +108,7 @@ def _rows(spec: TaskSpec, path: str | Path, split: str, read_files: list[str]) -
 
 def _read_file(spec: TaskSpec, path: Path, split: str, group: str | None) -> Rows:
     """One file of `split`, read by what it is: Parquet or JSON records, official JSON lines, or the task's format."""
+    formats.check_task_file(path)
     formats.check_folder(spec, path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":

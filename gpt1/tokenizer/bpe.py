@@ -75,6 +75,10 @@ STATS_FILE = "tokenizer_stats.json"
 END_OF_WORD = "</w>"
 UNK = "<unk>"
 LIMIT_ALPHABET = 1000
+# A 40k-merge tokenizer.json is a few MB; far larger is not a tokenizer this pipeline wrote or can use.
+MAX_TOKENIZER_BYTES = 256 << 20
+# Token ids are u32 in `tokenizers` and in the shards beyond 65,535 ids.
+MAX_VOCAB_SIZE = (1 << 32) - 1
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Text clean-up: ftfy and the original standardisation
@@ -381,16 +385,68 @@ def load(path: str | os.PathLike, exact: bool = False) -> GPT1Tokenizer:
     """A saved tokenizer: a tokenizer.json file or the folder holding one."""
     path = Path(path)
     file = path / TOKENIZER_FILE if path.is_dir() else path
-    if not file.is_file():
+    if not file.exists() and not file.is_symlink():
         raise FileNotFoundError(f"{file}: no tokenizer here; run `gpt1 train-tokenizer` first")
+    spec = read_json(file, max_bytes=MAX_TOKENIZER_BYTES)
+    check_spec(spec, file)
     try:
-        tokenizer = Tokenizer.from_file(str(file))
-    except Exception as err:  # tokenizers raises a bare Exception for unreadable JSON
-        raise InputError(f"not a tokenizers file ({err})", file=file) from err
+        tokenizer = Tokenizer.from_str(json.dumps(spec))
+    except Exception as err:  # tokenizers raises a bare Exception for what it cannot read
+        raise InputError(f"not a tokenizers file ({err})", file=file) from None
     try:
         return GPT1Tokenizer(tokenizer, exact=exact)
     except InputError as err:
-        raise InputError(str(err), file=file) from err
+        raise InputError(str(err), file=file) from None
+
+
+def check_spec(spec, file: str | os.PathLike) -> None:
+    """Refuse a parsed tokenizer.json that is not a word-level GPT-1 BPE (naming `file` and the field) before
+    `tokenizers` reads it: it accepts some of these and fails later, in the middle of encoding."""
+    model = spec.get("model") if isinstance(spec, dict) else None
+    if not isinstance(model, dict):
+        raise InputError("not a tokenizers file: no 'model' object", file=file, field="model")
+    if model.get("type") != "BPE":
+        raise InputError(
+            f"model type is {model.get('type')!r}; a GPT-1 tokenizer is 'BPE'",
+            file=file,
+            field="model.type",
+        )
+    if model.get("end_of_word_suffix") != END_OF_WORD:
+        raise InputError(
+            f"end_of_word_suffix is {model.get('end_of_word_suffix')!r}; GPT-1's word-level BPE marks "
+            f"the end of a word with {END_OF_WORD!r}",
+            file=file,
+            field="model.end_of_word_suffix",
+        )
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or not all(
+        type(i) is int and 0 <= i < MAX_VOCAB_SIZE for i in vocab.values()
+    ):
+        raise InputError(
+            f"expected an object mapping each symbol to an id 0..{MAX_VOCAB_SIZE - 1:,}",
+            file=file,
+            field="model.vocab",
+        )
+    unk = model.get("unk_token")
+    if unk not in vocab:
+        raise InputError(
+            f"the unknown token {unk!r} is not in the vocabulary: text it cannot split would have no id",
+            file=file,
+            field="model.unk_token",
+        )
+    owner: dict[int, str] = {}
+    added = spec.get("added_tokens") or []
+    pairs = [
+        *vocab.items(),
+        *((t.get("content"), t.get("id")) for t in added if isinstance(t, dict)),
+    ]
+    for token, i in pairs:
+        if owner.setdefault(i, token) != token:
+            raise InputError(
+                f"id {i} is given to two tokens ({owner[i]!r} and {token!r})",
+                file=file,
+                field="model.vocab" if token in vocab else "added_tokens",
+            )
 
 
 def from_openai(
@@ -507,6 +563,7 @@ def from_transformers(directory: str | Path) -> GPT1Tokenizer:
         steps = None
     if not isinstance(steps, list) or steps[: len(fixes)] != fixes:
         raise InputError("not a tokenizer exported by gpt1 (`gpt1 convert --to hf`)", file=file)
+    check_spec(spec, file)
     spec.update(
         normalizer={"type": "Sequence", "normalizers": steps[len(fixes) :]}, post_processor=None
     )
@@ -537,6 +594,34 @@ def _alphabet(char_counts: collections.Counter, limit: int) -> list[str]:
             counts[normalized] += count
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return sorted(char for char, _ in ranked[:limit])
+
+
+def merge_limit(characters: int, limit_alphabet: int) -> int:
+    """The most merges `characters` characters of text can give, within the id type: a merge joins two adjacent
+    symbols of a word, so a word of n characters gives at most n - 1."""
+    ids_left = (
+        MAX_VOCAB_SIZE - 1 - 2 * limit_alphabet - len(SPECIAL_TOKENS)
+    )  # <unk>, c and c</w>, specials
+    return max(0, min(characters - 1, ids_left))
+
+
+def check_merges(
+    merges: int,
+    characters: int,
+    limit_alphabet: int,
+    what: str,
+    file: str | os.PathLike | None = None,
+    field: str = "merges",
+) -> None:
+    """Refuse a merge count no corpus of `characters` characters can give, before `tokenizers` is asked for it
+    (it reserves room for the whole vocabulary up front, and an impossible size aborts the process)."""
+    limit = merge_limit(characters, limit_alphabet)
+    if merges > limit:
+        raise InputError(
+            f"{merges:,} merges asked, but {what} of {characters:,} characters can give at most {limit:,}",
+            file=file,
+            field=field,
+        )
 
 
 def train(
@@ -576,6 +661,7 @@ def train(
         alphabet = _alphabet(char_counts, limit_alphabet)
         if not alphabet:
             raise ValueError("no text to train the tokenizer on")
+        check_merges(merges, sum(char_counts.values()), limit_alphabet, "the training text")
         known = set(alphabet)
         left_out = {ord(c): None for c in char_counts if not set(_normalized_char(c)) <= known}
 

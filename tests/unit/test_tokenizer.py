@@ -79,9 +79,9 @@ def test_words_are_lower_cased_and_end_in_the_end_of_word_symbol(trained):
 
 
 def test_min_frequency_can_stop_training_early(caplog):
-    tokenizer = bpe.train(CORPUS, merges=10_000, min_frequency=3, show_progress=False)
-    assert 40 < tokenizer.num_merges < 10_000
-    assert f"learned {tokenizer.num_merges} of 10000 merges" in caplog.text
+    tokenizer = bpe.train(CORPUS, merges=800, min_frequency=3, show_progress=False)
+    assert 40 < tokenizer.num_merges < 800
+    assert f"learned {tokenizer.num_merges} of 800 merges" in caplog.text
 
 
 def test_training_is_deterministic_and_the_hash_tracks_the_content(trained):
@@ -96,6 +96,13 @@ def test_training_rejects_bad_arguments_and_empty_input():
         bpe.train(CORPUS, merges=0, show_progress=False)
     with pytest.raises(ValueError, match="no text"):
         bpe.train(["   ", ""], merges=5, show_progress=False)
+
+
+def test_training_refuses_more_merges_than_the_text_can_give_before_the_native_trainer():
+    # tokenizers reserves the whole vocabulary up front: an impossible size aborts the process
+    with pytest.raises(InputError, match="2,000,000,000 merges asked") as refused:
+        bpe.train(CORPUS, merges=2_000_000_000, show_progress=False)
+    assert refused.value.field == "merges"
 
 
 # --------------------------------------------------------------------------------- text clean-up and words

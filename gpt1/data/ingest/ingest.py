@@ -33,7 +33,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +51,7 @@ from gpt1.data.ingest.sources import (
     MAX_EXAMPLES,
     FileSource,
     HFSource,
+    Record,
     Report,
     open_source,
 )
@@ -92,8 +93,8 @@ class SplitWriter:
         self.ids = hashlib.sha256()  # content hash of the split: its document ids in order
         self._buffer: list[Document] = []
         self._buffered_chars = 0
-        self._part: contextlib.ExitStack | None = None
-        self._writer: pq.ParquetWriter | None = None
+        # the open part: its writer, and the stack whose atomic_path renames it into place when closed
+        self._part: tuple[pq.ParquetWriter, contextlib.ExitStack] | None = None
         self._part_rows = 0
 
     def add(self, doc: Document) -> None:
@@ -119,40 +120,42 @@ class SplitWriter:
             self._write_buffer()
 
     def _write_buffer(self) -> None:
-        if self._writer is None:
-            self._part = contextlib.ExitStack()
-            tmp = self._part.enter_context(
+        if self._part is None:
+            stack = contextlib.ExitStack()
+            tmp = stack.enter_context(
                 atomic_path(self.folder / f"part-{len(self.parts):05d}.parquet")
             )
             # Every value is unique, so no dictionaries; min/max statistics of whole books would copy them twice.
-            self._writer = pq.ParquetWriter(
+            writer = pq.ParquetWriter(
                 tmp,
                 SCHEMA,
                 compression="zstd",
                 use_dictionary=False,
                 write_statistics=["id", "source"],
             )
+            self._part = writer, stack
         columns = {
             "id": [d.id for d in self._buffer],
             "source": [d.source for d in self._buffer],
             "text": [d.text for d in self._buffer],
         }
-        self._writer.write_table(pa.table(columns, schema=SCHEMA))
+        self._part[0].write_table(pa.table(columns, schema=SCHEMA))
         self._part_rows += len(self._buffer)
         self._buffer, self._buffered_chars = [], 0
         if self._part_rows >= self.rows_per_part:
-            self._close_part()
+            self._close_part(self._part)
 
-    def _close_part(self) -> None:
-        self._writer.close()
-        self._part.close()  # atomic_path renames the finished part into place
+    def _close_part(self, part: tuple[pq.ParquetWriter, contextlib.ExitStack]) -> None:
+        writer, stack = part
+        writer.close()
+        stack.close()  # atomic_path renames the finished part into place
         self.parts.append(
             {
                 "file": f"{self.folder.name}/part-{len(self.parts):05d}.parquet",
                 "rows": self._part_rows,
             }
         )
-        self._writer, self._part, self._part_rows = None, None, 0
+        self._part, self._part_rows = None, 0
 
     def __enter__(self) -> SplitWriter:
         return self
@@ -160,13 +163,14 @@ class SplitWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None:
             self._flush()
-            if self._writer is not None:
+            if self._part is not None:
                 with _writing(self.folder):
-                    self._close_part()
-        elif self._writer is not None:
+                    self._close_part(self._part)
+        elif self._part is not None:
+            writer, stack = self._part
             with contextlib.suppress(OSError):  # e.g. the disk that made this fail is still full
-                self._writer.close()
-            self._part.__exit__(exc_type, exc, tb)  # atomic_path deletes the unfinished part
+                writer.close()
+            stack.__exit__(exc_type, exc, tb)  # atomic_path deletes the unfinished part
 
 
 @contextlib.contextmanager
@@ -309,6 +313,12 @@ class LeakCheck:
         }
 
 
+def _closable(records: Iterator[Record]) -> Generator[Record, None, None]:
+    """`records` as a generator whose close() closes them: a hub source's records hold its stream open, and
+    Source.records is typed only as an Iterator."""
+    yield from records
+
+
 def _build(
     src: FileSource | HFSource,
     build: Path,
@@ -325,11 +335,12 @@ def _build(
     only that far). The subset is a prefix of what the full run would keep, so a larger limit only adds
     documents; the train/val assignment of a document does not depend on the limits. Task text is never cut.
     """
-    report, seen, started = Report(), set(), time.time()
+    report, started = Report(), time.time()
+    seen: set[str] = set()  # ids of the documents kept
     max_docs, max_chars = settings["max_documents"], settings["max_chars"]
     kept = {origin: {"records": 0, "characters": 0} for origin in ORIGINS}
     limit_reached = False
-    records = src.records(settings["text_column"], settings["rows_per_doc"], report)
+    records = _closable(src.records(settings["text_column"], settings["rows_per_doc"], report))
     with (
         contextlib.closing(records),
         SplitWriter(build / "train", settings["rows_per_part"]) as train,
@@ -395,7 +406,10 @@ def _build(
     # the process after the corpus is written (apache/arrow#45214). Collect it now, while Arrow is still alive.
     gc.collect()
     if train.documents + val.documents == 0:
-        reasons = ", ".join(f"{r}: {t.count}" for r, t in report.rejects.items()) or "no records"
+        reasons = (
+            ", ".join(f"{r}: {t.count}, first {t.examples[0]}" for r, t in report.rejects.items())
+            or "no records"
+        )
         raise InputError(
             f"no documents ({reasons}; duplicates: {report.duplicates.count}; "
             f"malformed rows: {report.malformed.count})",

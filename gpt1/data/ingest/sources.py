@@ -13,7 +13,10 @@ whose neighbours sit in train, the `_start_` boundary comes once per stretch rat
 compares stretches, not frequent short sentences ("he said."). Other row sources default to one row per document;
 `rows_per_doc` overrides (rows are grouped within a file, never across files).
 
-Inputs that cannot be used (binary, undecodable, unreadable) are named in the `Report` and the run continues.
+Inputs that cannot be used (binary, undecodable, unreadable) are named in the `Report` and the run continues;
+unreadable includes a name the walk finds that is not a regular file (a FIFO, a device, a dangling symlink, a
+symlink loop) or a book larger than MAX_BOOK_BYTES. Such a path given alone, or a source with nothing else, is
+an InputError naming it.
 Malformed rows (bad JSON, missing/null/non-text field) are counted with file and line; above MAX_MALFORMED_SHARE
 of the rows the run fails: the column or file is wrong. A hub dataset that cannot be fetched (no network, offline
 mode, not in the cache) is one InputError saying how to supply it as a local folder.
@@ -36,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpt1.data.ingest.clean import UndecodableError, decode
-from gpt1.io import InputError, sha256_file, sha256_tree, stable_hash
+from gpt1.io import InputError, check_input_file, sha256_file, sha256_tree, stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,7 @@ MAX_EXAMPLES = 20  # examples kept (and warnings logged) per reject reason, fall
 BOOKCORPUS_ROWS_PER_DOC = 1000
 SENTENCE_PER_ROW_DATASETS = {"bookcorpus", "bookcorpus/bookcorpus"}
 DIR_SUFFIXES = {".txt", ".jsonl", ".parquet"}
+MAX_BOOK_BYTES = 1 << 30  # a .txt book is read whole into memory; .jsonl and .parquet are streamed
 
 
 @dataclass
@@ -221,24 +225,30 @@ class FileSource:
         path = Path(spec).expanduser()
         if path.is_dir():
             found = [
-                p
+                (p.relative_to(path).as_posix(), p)
                 for p in sorted(path.rglob("*"))
-                if p.is_file()
-                and p.suffix.lower() in DIR_SUFFIXES
+                if p.suffix.lower() in DIR_SUFFIXES
+                and not p.is_dir()
                 and not any(part.startswith(".") for part in p.relative_to(path).parts)
             ]
-            self.files = [(p.relative_to(path).as_posix(), p) for p in found]
+        elif path.exists() or path.is_symlink():  # one file: what it is decides, not its suffix
+            found = [(str(path), path)]
         else:
-            matches = (
-                [path]
-                if path.is_file()
-                else sorted(map(Path, glob.glob(str(path), recursive=True)))
-            )
-            self.files = [(str(p), p) for p in matches if p.is_file()]
+            matches = sorted(map(Path, glob.glob(str(path), recursive=True)))
+            found = [(str(p), p) for p in matches if not p.is_dir()]
         if exclude is not None:  # an out_dir inside the source dir must not feed the next run
-            self.files = [
-                (n, p) for n, p in self.files if not p.resolve().is_relative_to(exclude.resolve())
-            ]
+            found = [(n, p) for n, p in found if not _inside(p, exclude)]
+        # Names that are not readable files are reported as rejects, never skipped without a word.
+        self.unusable: list[tuple[str, InputError]] = []
+        self.files = []
+        for name, p in found:
+            limit = MAX_BOOK_BYTES if p.suffix.lower() not in (".jsonl", ".parquet") else None
+            try:
+                self.files.append((name, check_input_file(p, what="corpus file", max_bytes=limit)))
+            except InputError as err:
+                self.unusable.append((name, err))
+        if not self.files and self.unusable:
+            raise self.unusable[0][1]
         if not self.files:
             raise FileNotFoundError(
                 f"{spec}: no input files (expected a directory or glob of .txt/.jsonl/.parquet "
@@ -258,6 +268,9 @@ class FileSource:
                 _check_jsonl_column(path, name, column)
 
     def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
+        for name, problem in self.unusable:
+            report.files += 1
+            report.reject("unreadable", name, str(problem))
         for name, path in self.files:
             report.files += 1
             suffix = path.suffix.lower()
@@ -273,6 +286,12 @@ class FileSource:
         """Records to expect, when known up front (text files only): for the progress bar."""
         only_text = all(p.suffix.lower() not in (".jsonl", ".parquet") for _, p in self.files)
         return len(self.files) if only_text else None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path` (its target; a dangling symlink or a loop by its own folder) lies under `folder`."""
+    where = path.resolve() if path.exists() else path.parent.resolve() / path.name
+    return where.is_relative_to(folder.resolve())
 
 
 def _check_parquet_column(path: Path, name: str, column: str) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
-from gpt1.data.ingest.corpus import iter_texts, split_files
-from gpt1.io import InputError, write_json
+from gpt1.data.ingest.corpus import STATS_FILE, iter_texts, split_files
+from gpt1.io import InputError, read_json, write_json
 from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
 from gpt1.tokenizer import bpe
 
@@ -40,6 +40,19 @@ class Job(StageJob):
     def check(self, out: Path) -> None:
         if not split_files(self.corpus.path, "train"):
             raise InputError("the corpus has no train documents", file=self.corpus.path / "train")
+        # the corpus's own count refuses an impossible merge count before the text is read
+        counts = read_json(self.corpus.path / STATS_FILE).get("characters")
+        characters = counts.get("train") if isinstance(counts, dict) else None
+        if isinstance(characters, int):
+            t = self.cfg
+            bpe.check_merges(
+                t.merges,
+                min(characters, t.max_train_chars or characters),
+                t.limit_alphabet,
+                "the corpus's train split",
+                file=self.corpus.path,
+                field="train_tokenizer.merges",
+            )
 
     def build(self, out: Path) -> dict:
         t = self.cfg
