@@ -43,7 +43,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
+from uuid import UUID
 
 from prefect import flow, get_client, get_run_logger, task
 from prefect.artifacts import (
@@ -59,7 +60,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
     FlowRunFilterTags,
 )
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.deployments import run_deployment
 from prefect.exceptions import TerminationSignal
 from prefect.runtime import deployment, flow_run, task_run
@@ -102,10 +103,15 @@ WORKER_PRELOAD = (
     *(job.__module__ for job in stage_jobs().values() if job.in_worker),
 )
 
-Preset = Literal[tuple(available_presets())]  # a dropdown in the UI; the server refuses other names
 Override = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)+=")]
-# the ablation a deployment runs as its main result, whatever preset and overrides
-Variant = Literal[VARIANTS]
+if TYPE_CHECKING:  # Literals built at run time, which a type checker cannot read: strings to it
+    Preset = str
+    Variant = str
+else:
+    # a dropdown in the UI; the server refuses other names
+    Preset = Literal[tuple(available_presets())]
+    # the ablation a deployment runs as its main result, whatever preset and overrides
+    Variant = Literal[VARIANTS]
 
 
 @dataclass
@@ -175,18 +181,19 @@ def preflight_task(cfg: PipelineConfig, work_dir: str) -> None:
 @task(name="step", task_run_name="{name}", persist_result=False)
 def step_task(
     plan: Experiment, name: str, parent_run_id: str | None, threads: str | None = None
-) -> str:
-    """One step: here (in a reused worker process when its stage runs in one), or on its deployment."""
+) -> str | State:
+    """One step: here (in a reused worker process when its stage runs in one), or on its deployment; a Cancelled
+    state when the flow run's cancellation stopped it."""
     step = plan.steps[name]
     o = plan.cfg.orchestration
     if (target := _deployment_of(plan, step)) is not None:
         return _run_on_deployment(plan, step, target, parent_run_id)
     if isinstance(step.job, pretrain.Job) and o.pretrain_deployment and not is_done(step.out):
-        run = wait_for(_pretrain_run(plan, parent_run_id).id)
-        if not run.state.is_completed():
+        run = wait_for(_pretrain_run(plan, o.pretrain_deployment, parent_run_id).id)
+        failure = _failure(run)
+        if failure is not None:
             raise RuntimeError(
-                f"pre-training ({o.pretrain_deployment}, flow run {run.name}): "
-                f"{run.state.message or run.state.name}"
+                f"pre-training ({o.pretrain_deployment}, flow run {run.name}): {failure}"
             )
         return str(step.out)
     compute = _local_compute.get(str(flow_run.id))
@@ -416,20 +423,30 @@ def _start(
 
 
 # -- child flow runs (the cluster) ---------------------------------------------------------------------------------
-def wait_for(flow_run_id, poll_seconds: float = 5.0):
+def wait_for(flow_run_id: UUID, poll_seconds: float = 5.0) -> FlowRun:
     """The flow run once it has reached a final state."""
     with get_client(sync_client=True) as client:
-        while not (run := client.read_flow_run(flow_run_id)).state.is_final():
+        run = client.read_flow_run(flow_run_id)
+        while run.state is None or not run.state.is_final():
             time.sleep(poll_seconds)
+            run = client.read_flow_run(flow_run_id)
     return run
 
 
-def _pretrain_run(plan: Experiment, parent_run_id: str | None):
+def _failure(run: FlowRun) -> str | None:
+    """Why a child flow run in a final state did not complete (None: it did)."""
+    assert run.state is not None  # every caller waited for a final state
+    return None if run.state.is_completed() else str(run.state.message or run.state.name)
+
+
+def _pretrain_run(plan: Experiment, target: str, parent_run_id: str | None):
     """The pre-training flow run for this plan's stage key: one already in flight (another flow run, e.g. an
     ablation started beside `full`, needs the same weights) is waited for instead of holding a second set of GPU
     nodes; else a new one. Runs are tagged with the key so they can be found; the look-up and the start hold a
     lock on the shared volume, so two parents arriving together start one run."""
-    o, key = plan.cfg.orchestration, plan.model.key
+    # a plan with a pre-training step planned its model
+    assert plan.model is not None
+    key = plan.model.key
     tag = f"gpt1-pretrain-key:{key}"
     submitting = outputs.lock(plan.model.path.with_name(f"{key}.submit"), wait=True)
     try:
@@ -447,7 +464,7 @@ def _pretrain_run(plan: Experiment, parent_run_id: str | None):
             )
         if not in_flight:
             return run_deployment(
-                o.pretrain_deployment,
+                target,
                 parameters={
                     "config": plan.cfg.model_dump(mode="json"),
                     "work_dir": str(plan.work),
@@ -488,10 +505,10 @@ def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id:
         timeout=None,
         job_variables=plan.cfg.orchestration.finetune_job_variables.get(task_name) or None,
     )
-    if not run.state.is_completed():
-        raise RuntimeError(
-            f"{step.name} (flow run {run.name}): {run.state.message or run.state.name}"
-        )
+    assert isinstance(run, FlowRun)  # the coroutine Prefect's types allow is for async callers
+    failure = _failure(run)  # timeout=None: run_deployment returned it in a final state
+    if failure is not None:
+        raise RuntimeError(f"{step.name} (flow run {run.name}): {failure}")
     return str(step.out)
 
 
@@ -571,7 +588,8 @@ def _run_plan(plan: Experiment) -> str:
 # -- flows -------------------------------------------------------------------------------------------------------
 @flow(
     name="gpt1",
-    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),
+    # Prefect's own types refuse its ThreadPoolTaskRunner here (PrefectHQ/prefect#16938)
+    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),  # type: ignore[arg-type]
     log_prints=True,
     result_serializer="json",
 )
@@ -623,7 +641,8 @@ def finetune_one(
 
 @flow(
     name="gpt1-finetune-all",
-    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),
+    # Prefect's own types refuse its ThreadPoolTaskRunner here (PrefectHQ/prefect#16938)
+    task_runner=ThreadPoolTaskRunner(max_workers=STEP_THREADS),  # type: ignore[arg-type]
     log_prints=True,
     result_serializer="json",
 )

@@ -17,7 +17,7 @@ Raw inputs are the task's fields under their Hugging Face column names (`input_c
 `context, question, options` for multiple choice. A prediction is said in words (`readable_prediction`): the
 label's name (`positive`, `entailment`, `not_duplicate`), the chosen option of a multiple-choice question, the
 STS-B score. Fine-tuning evaluates with the same `predict_logits` and `decode`, so a prediction here is what the
-evaluation scored; its own prediction files keep the labels as the task's files write them (`prediction_records`).
+evaluation scored; its own prediction files spell classes by the same names (`prediction_records`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,10 @@ TASK_FILE = "task.json"
 # -- the task model folder ------------------------------------------------------------------------------------
 def n_outputs(spec: TaskSpec) -> int:
     """Head width: classes, 1 for the STS-B score, or K candidates for multiple choice."""
-    return spec.n_choices if spec.kind == "multiple_choice" else spec.n_outputs
+    if spec.kind == "multiple_choice":
+        assert spec.n_choices is not None  # TaskSpec refuses a multiple-choice task without it
+        return spec.n_choices
+    return spec.n_outputs
 
 
 def save_task_model(
@@ -111,6 +114,14 @@ def load_task_model(
     for key in ("task", "head", "n_outputs"):
         if key not in info:
             raise InputError("missing field", file=model_dir / TASK_FILE, field=key)
+    labels = tasks.get(info["task"]).labels
+    if "labels" in info and info["labels"] != (list(labels) if labels else None):
+        raise InputError(
+            f"{info['labels']!r:.80} is not the task's label list {list(labels or [])} (edited after "
+            "training?)",
+            file=model_dir / TASK_FILE,
+            field="labels",
+        )
     model = GPT1ForTask(
         GPT1.from_pretrained(model_dir), info["head"], info["n_outputs"], info.get("clf_pdrop", 0.0)
     )
@@ -155,7 +166,7 @@ def predict_logits(
     """Head outputs for every example, (N, n_outputs) or (N, K); batches of similar length to limit padding."""
     model.eval()
     order = sorted(range(len(encoded)), key=lambda i: -max(map(len, encoded[i].input_ids)))
-    logits: list[np.ndarray | None] = [None] * len(encoded)
+    logits: dict[int, np.ndarray] = {}  # example index -> its outputs
     for start in tqdm(
         range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False
     ):
@@ -165,7 +176,7 @@ def predict_logits(
             out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
         for i, row in zip(index, out.logits.float().cpu().numpy()):
             logits[i] = row
-    result = np.stack(logits)
+    result = np.stack([logits[i] for i in range(len(encoded))])
     bad = ~np.isfinite(result).all(axis=1)
     if (
         bad.any()
@@ -195,19 +206,26 @@ LABEL_NAMES = {
 }
 
 
-def readable_prediction(spec: TaskSpec, example, value) -> str | float:
-    """A class index, candidate index or score as a user reads it: the label's name, the chosen option's text
-    (multiple choice), or the score (STS-B)."""
-    if spec.regression:
-        return float(value)
-    if spec.kind == "multiple_choice":
-        return example.options[int(value)]
-    return LABEL_NAMES.get(spec.name, spec.labels)[int(value)]
+def class_names(spec: TaskSpec) -> tuple[str, ...]:
+    """A task's labels in class order as every prediction output spells them: the names above for the tasks
+    whose files write digits, else the labels of its files (a submission file alone writes what its benchmark
+    demands)."""
+    if spec.labels is None:
+        raise ValueError(f"{spec.name}: a regression has no classes")
+    return LABEL_NAMES.get(spec.name, spec.labels)
 
 
 def label_name(spec: TaskSpec, value) -> str | float:
-    """How a label or prediction is written out: the task's label string, or the score."""
-    return float(value) if spec.regression else spec.labels[int(value)]
+    """How a label or prediction is written out: the class's name (`class_names`), or the score."""
+    return float(value) if spec.labels is None else class_names(spec)[int(value)]
+
+
+def readable_prediction(spec: TaskSpec, example, value) -> str | float:
+    """A class index, candidate index or score as a user reads it: the chosen option's text (multiple choice),
+    else as `label_name` writes it."""
+    if spec.kind == "multiple_choice":
+        return example.options[int(value)]
+    return label_name(spec, value)
 
 
 def prediction_records(

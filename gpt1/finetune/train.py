@@ -15,7 +15,8 @@ architecture), `transfer_layers=k` (only the first k pre-trained blocks).
 Outputs in OUT (each file written atomically; metrics.json last, so its presence means the task finished):
 
     metrics.json              headline metrics, majority baseline, every evaluated split, throughput, settings
-    predictions/<split>.jsonl one line per example: id, group, gold label, prediction, probabilities
+    predictions/<split>.jsonl one line per example: id, group, gold label and prediction (a class by its name, as
+                              `gpt1 predict` says it; a score), probabilities
     submission/<Task>.tsv     test-split predictions in the GLUE server format (`gpt1.tasks.write_submission`)
     model/                    the task model folder (gpt1.finetune.predict: transformer, head, tokenizer, task.json)
 
@@ -57,8 +58,10 @@ import logging
 import math
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -89,6 +92,7 @@ from gpt1.model.transformer import (
     TRAINING_NAME,
     WEIGHTS_NAME,
     GPT1ForTask,
+    TaskHead,
     load_model_config,
     model_files,
 )
@@ -102,6 +106,9 @@ from gpt1.tokenizer.bpe import TOKENIZER_FILE
 from gpt1.tracking.logger import RunLogger, start_run
 from gpt1.tracking.models import register_model
 from gpt1.tracking.runs import hub_dataset_source, monitor_system, stage_tags
+
+if TYPE_CHECKING:
+    from mlflow.data.dataset_source import DatasetSource
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +175,7 @@ def held_out_splits(spec: TaskSpec) -> list[str]:
 
 def load_split(
     spec: TaskSpec,
-    path: str | os.PathLike,
+    path: str | Path,
     split: str,
     tokenizer,
     max_len: int,
@@ -197,7 +204,7 @@ def load_split(
 
 
 def load_task_data(
-    spec: TaskSpec, path: str | os.PathLike, tokenizer, max_len: int, cfg: FinetuneConfig
+    spec: TaskSpec, path: str | Path, tokenizer, max_len: int, cfg: FinetuneConfig
 ) -> tuple[Split, dict[str, Split]]:
     """The train split and every held-out split present; errors (missing files, bad rows) before any compute."""
     common = dict(tokenizer=tokenizer, max_len=max_len, max_bad_fraction=cfg.max_bad_row_fraction)
@@ -246,7 +253,7 @@ def build_model(
     checkpoint_dir: str | os.PathLike,
     vocab_size: int,
     cfg: FinetuneConfig,
-    new_tokens: list[int] = (),
+    new_tokens: Sequence[int] = (),
 ) -> GPT1ForTask:
     """The pre-trained transformer (or, ablating pre-training, a random one of the same shape) plus the task head;
     with `finetune.redraw_specials`, the embeddings of `new_tokens` drawn afresh.
@@ -263,7 +270,8 @@ def build_model(
         )
         if cfg.redraw_specials:
             base.redraw_token_embeddings(list(new_tokens), seed=cfg.seed)
-    return GPT1ForTask(base, spec.head, n_outputs(spec), cfg.clf_pdrop)
+    # TaskSpec.head is a plain str; GPT1ForTask refuses one that is not a TaskHead
+    return GPT1ForTask(base, cast(TaskHead, spec.head), n_outputs(spec), cfg.clf_pdrop)
 
 
 # -- objective and schedule -----------------------------------------------------------------------------------
@@ -395,7 +403,7 @@ def examples_per_forward(spec: TaskSpec, cfg: FinetuneConfig) -> int:
     """Examples per micro-batch: finetune.micro_batch_size (default the whole batch), fewer when their sequences
     would exceed finetune.forward_sequences (a similarity pair is 2 sequences, a K-way choice K)."""
     sequences = (
-        spec.n_choices if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
+        n_outputs(spec) if spec.head == "multiple_choice" else 2 if spec.head == "similarity" else 1
     )
     return max(1, min(cfg.micro_batch_size or cfg.batch_size, cfg.forward_sequences // sequences))
 
@@ -483,7 +491,8 @@ def train(
         ablation_name(cfg),
     )
 
-    step, seen, tokens, train_seconds, last = 0, 0, 0, 0.0, {}
+    step, seen, tokens, train_seconds = 0, 0, 0, 0.0
+    last: dict[str, float] = {}  # the latest update's losses and gradient norm
     evaluations: dict[str, Evaluation] = {}
     bar = tqdm(total=total, desc=f"finetune {spec.name}", unit="step", disable=None)
     progress = Every(PROGRESS_SECONDS)
@@ -862,6 +871,7 @@ def log_task_data(run: RunLogger, spec: TaskSpec, data_path, splits: dict[str, d
             "malformed": sum(report["bad"].values()),
             "excluded": sum(report["excluded"].values()),
         }
+        source: str | DatasetSource
         if isinstance(data_path, str) and data_path.startswith("hf:"):
             repo, config, revision = hub.parse_ref(data_path)
             hub_split = "+".join(name for name, _ in hub.hf_splits(spec, split))

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -216,7 +216,8 @@ def fit_threshold(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 def choice_probe(model, tokenizer, examples: Sequence) -> float:
     """Accuracy (%) of picking the answer with the best average token log-prob given context (+ question)."""
-    pairs, offsets = [], []
+    pairs: list[tuple[list[int], list[int]]] = []  # (context, option) token ids
+    offsets: list[int] = []
     for ex in examples:
         context = [
             tokenizer.start_id,
@@ -257,7 +258,7 @@ def _accuracy(labels: Sequence, predictions: Sequence) -> float:
 # ------------------------------------------------------------------------------------------ data and runner
 
 # heuristic -> (probe function taking one examples list per split, the metric it reports)
-HEURISTICS = {
+HEURISTICS: dict[str, tuple[Callable[..., float], str]] = {
     "sentiment": (sentiment_probe, "accuracy"),
     "acceptability": (acceptability_probe, "mcc"),
     "answer_likelihood": (choice_probe, "accuracy"),
@@ -298,9 +299,13 @@ def load_probe_data(
         log.info("zero-shot probes: no task data given; only the built-in Winograd probe runs")
         return data
     for spec in probed_tasks():
-        if spec.name not in task_data and source is None:
+        given = task_data.get(spec.name)
+        if given:
+            path: str | Path = given
+        elif source is not None:
+            path = task_path(source, spec.name)
+        else:
             continue
-        path = task_data.get(spec.name) or task_path(source, spec.name)
         if str(path).startswith("hf:") and spec.hf_manual:
             log.warning(
                 "zero-shot probe %s skipped: no downloadable hub copy (%s)",

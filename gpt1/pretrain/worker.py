@@ -57,6 +57,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -88,6 +89,11 @@ from gpt1.progress import duration
 from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
 
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from gpt1.tracking.logger import RunLogger
+
 log = logging.getLogger("gpt1.pretrain")
 
 SAMPLE_PROMPTS = ("the old man looked at", "she opened the door and", "it was the first time that")
@@ -108,13 +114,13 @@ class Window:
         self.reset()
 
     def reset(self) -> None:
-        self.pending: list[tuple[torch.Tensor, object, float]] = []
+        self.pending: list[tuple[torch.Tensor, torch.Tensor | float | None, float]] = []
         self.losses: list[float] = []
         self.norms: list[float | None] = []
         self.lrs: list[float] = []
         self.started = time.perf_counter()
 
-    def add(self, loss: torch.Tensor, grad_norm, lr: float) -> None:
+    def add(self, loss: torch.Tensor, grad_norm: torch.Tensor | float | None, lr: float) -> None:
         self.pending.append((loss, grad_norm, lr))
 
     def exclude(self, seconds: float) -> None:
@@ -225,7 +231,8 @@ class Pretraining:
         self.reader_state = self.train_data.state_dict()
 
         self.peak_flops, self.peak_source = None, ""
-        self.run = self.metrics = self.bar = None
+        self.run: RunLogger | None = None
+        self.metrics: MetricsLog | None = None
         if world.is_main:
             from gpt1.model.mfu import device_peak_flops
 
@@ -245,7 +252,7 @@ class Pretraining:
             **stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
             "gpt1.shards": self.manifest.get("key", ""),
         }
-        self.run = RunLogger(
+        self.run = run = RunLogger(
             "pretrain",
             experiment=self.cfg.tracking.experiment,
             uri=self.cfg.tracking.tracking_uri,
@@ -253,7 +260,7 @@ class Pretraining:
             run_id=self.run_id,
             tags=tags,
         )
-        monitor_system(self.run)
+        monitor_system(run)
         environment = {f"env.{name}": value for name, value in versions().items()}
         log.info(
             "environment: %s",
@@ -261,9 +268,9 @@ class Pretraining:
         )
         if resumed and self.run_id is not None:
             # params are already on the run (MLflow refuses to change a logged param); this start's are tags
-            self.run.set_tags({"resumed_at_step": self.step, **environment})
+            run.set_tags({"resumed_at_step": self.step, **environment})
             return
-        self.run.log_params(
+        run.log_params(
             {
                 **flatten(self.cfg.model_dump(mode="json")),
                 **environment,
@@ -275,9 +282,9 @@ class Pretraining:
                 "peak_flops_source": self.peak_source,
             }
         )
-        self.run.log_dict(self.cfg.model_dump(mode="json"), "config.json")
-        self.run.log_dict(self.ds_config, "deepspeed_config.json")
-        self.run.log_dataset(
+        run.log_dict(self.cfg.model_dump(mode="json"), "config.json")
+        run.log_dict(self.ds_config, "deepspeed_config.json")
+        run.log_dataset(
             "shards",
             self.manifest.get("key") or sha256_file(self.shards / "manifest.json"),
             str(self.shards.resolve()),
@@ -288,10 +295,21 @@ class Pretraining:
     def run_id_now(self) -> str | None:
         return self.run.run_id if self.run is not None else self.run_id
 
+    # Rank 0's outputs, which __init__ opens there: only rank 0 logs, so only its code paths use these two.
+    @property
+    def main_run(self) -> RunLogger:
+        assert self.run is not None, "only rank 0 logs to MLflow"
+        return self.run
+
+    @property
+    def metrics_log(self) -> MetricsLog:
+        assert self.metrics is not None, "only rank 0 writes metrics.jsonl"
+        return self.metrics
+
     def _record(self, record: dict) -> None:
         """One line of OUT/metrics.jsonl, on disk at once (rank 0)."""
-        self.metrics.write(record)
-        self.metrics.flush()
+        self.metrics_log.write(record)
+        self.metrics_log.flush()
 
     # -- training ------------------------------------------------------------------------------------------
     def train_step(
@@ -332,7 +350,7 @@ class Pretraining:
         from tqdm import tqdm
 
         # disable=None: drawn on a terminal only (piped into Prefect logs, each redraw would be a record)
-        self.bar = tqdm(
+        bar = tqdm(
             total=self.total,
             initial=self.step,
             desc="pretrain",
@@ -362,7 +380,7 @@ class Pretraining:
             if boundary or due:
                 self.drain()  # before a checkpoint too: the lines of the updates it holds are on disk first
             if boundary:
-                self.log_window()
+                self.log_window(bar)
             if due:
                 started = time.perf_counter()
                 for name in (
@@ -376,7 +394,7 @@ class Pretraining:
                         if name in self.cadence:
                             self.cadence[name].ran()
                 self.window.exclude(time.perf_counter() - started)
-        self.bar.close()
+        bar.close()
 
     def due(self, boundary: bool) -> set[str]:
         """What runs after this update: every action at the end; an action counted in updates when its count is
@@ -423,7 +441,7 @@ class Pretraining:
         window.norms += norms
         window.lrs += lrs
 
-    def log_window(self) -> None:
+    def log_window(self, bar: tqdm) -> None:
         """Rank 0: the window's mean loss, last learning rate and gradient norm, and throughput, to MLflow and the
         log (call after `drain`); every rank then starts the next window."""
         from gpt1.model.mfu import mfu
@@ -449,9 +467,9 @@ class Pretraining:
                     "seconds_per_update": seconds / updates,
                 }
             )
-            self.run.log_metrics(metrics, step=self.step)
-            self.bar.update(updates)
-            self.bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
+            self.main_run.log_metrics(metrics, step=self.step)
+            bar.update(updates)
+            bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens_per_s:,.0f}")
             mfu_text = f"{100 * metrics['mfu']:.1f}%" if metrics["mfu"] is not None else "n/a"
             eta = (self.total - self.step) * seconds / updates
             log.info(
@@ -507,7 +525,7 @@ class Pretraining:
             log.warning("val split has fewer than one global batch of blocks: no validation loss")
         else:
             metrics = {"val_loss": val_loss, "val_ppl": math.exp(min(val_loss, 50.0))}
-            self.run.log_metrics(metrics, step=self.step)
+            self.main_run.log_metrics(metrics, step=self.step)
             self._record({"step": self.step, **metrics})
             log.info(
                 "step %d: val loss %.4f, perplexity %.2f", self.step, val_loss, metrics["val_ppl"]
@@ -515,7 +533,7 @@ class Pretraining:
         if samples:
             name = f"samples/step-{self.step:08d}.txt"
             write_text(self.out / name, samples)
-            self.run.log_text(samples, name)
+            self.main_run.log_text(samples, name)
 
     def samples(self) -> str | None:
         """Continuations of SAMPLE_PROMPTS (top-k 40, temperature 0.8, fixed seed: comparable across evals)."""
@@ -546,7 +564,7 @@ class Pretraining:
         started = time.perf_counter()
         results = run_probes(self.model, self.tokenizer, self.probe_data)
         if self.world.is_main:
-            self.run.log_metrics(results, step=self.step)
+            self.main_run.log_metrics(results, step=self.step)
             self._record({"step": self.step, **results})
             log.info(
                 "step %d: zero-shot probes %s (%.1fs)",
@@ -586,7 +604,7 @@ class Pretraining:
         if self.world.is_main:
             # A resumed run replays only what follows this checkpoint: what the buffer holds from before it must
             # reach MLflow now, not seconds later (a kill in between would lose it for good).
-            self.run.flush()
+            self.main_run.flush()
         meta = {
             "reader": self.reader_state,
             "tokens_seen": self.tokens_seen,
@@ -665,6 +683,7 @@ class Pretraining:
                 ValueError
             ) as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
                 log.warning("no transformers export in %s: %s", final / "hf", err)
+        weights_sha256 = sha256_file(final / WEIGHTS_NAME)
         summary = {
             "steps": self.step,
             "tokens_seen": self.tokens_seen,
@@ -673,7 +692,7 @@ class Pretraining:
             "shards_key": self.manifest.get("key"),
             "tokenizer_sha256": self.manifest.get("tokenizer_sha256"),
             "mlflow_run_id": self.run_id_now,
-            "weights_sha256": sha256_file(final / WEIGHTS_NAME),
+            "weights_sha256": weights_sha256,
             "peak_rss_mb": peak_rss_mb(),
             "corpus": self.manifest.get("composition"),
         }
@@ -683,17 +702,18 @@ class Pretraining:
         write_json(final / TRAINING_NAME, summary)
         log.info("final weights: %s", final)
 
-        self.metrics.flush()
+        self.metrics_log.flush()
+        run = self.main_run
         curve = plot_loss_curve(self.out / "metrics.jsonl", self.out / "loss_curve.png")
         if curve is not None:
-            self.run.log_artifact(curve)
+            run.log_artifact(curve)
         if self.cfg.tracking.upload_checkpoints:
-            self.run.log_artifact(final, "final")
+            run.log_artifact(final, "final")
         else:
-            self.run.log_reference("final", final, sha256_tree(final))
-            self.run.log_artifact(final / TRAINING_NAME, "final")
-        log_pretrained_model(self.run, final, self.cfg, self.step, summary["weights_sha256"])
-        self.run.end("FINISHED")
+            run.log_reference("final", final, sha256_tree(final))
+            run.log_artifact(final / TRAINING_NAME, "final")
+        log_pretrained_model(run, final, self.cfg, self.step, weights_sha256)
+        run.end("FINISHED")
 
     def language_model(self) -> dict | None:
         """Rank 0: the final validation loss (as evaluate() recorded it) beside unigram and interpolated-bigram
@@ -717,7 +737,7 @@ class Pretraining:
         ) as err:  # e.g. too few train blocks to fit and hold out: the model itself is fine
             log.warning("no n-gram baselines in training.json: %s", err)
             return None
-        self.run.log_metrics(
+        self.main_run.log_metrics(
             {
                 f"lm/{name}": summary[name]
                 for name in (

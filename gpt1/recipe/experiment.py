@@ -90,13 +90,13 @@ def variant_config(cfg: PipelineConfig, variant: str) -> PipelineConfig:
         return cfg.model_copy(
             update={"tracking": cfg.tracking.model_copy(update={"register_models": False})}
         )
-    changes = {
+    changes: dict[str, dict[str, object]] = {
         "full": {},
         "no_pretrain": {"from_scratch": True},
         "no_aux_lm": {"aux_lm_weight": 0.0},
         "transfer_layers": {"transfer_layers": cfg.orchestration.ablation_transfer_layers},
-    }[name]
-    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes)})
+    }
+    return cfg.model_copy(update={"finetune": cfg.finetune.model_copy(update=changes[name])})
 
 
 class Experiment(Plan):
@@ -161,6 +161,8 @@ class Experiment(Plan):
         if self.checkpoint is not None:
             return self.checkpoint
         if self.from_random_init(variant):
+            # without a checkpoint, this run's tokenizer: the recipe plans it before any fine-tune
+            assert self.tokenizer is not None
             key = stable_hash(
                 {
                     "random_init": self.cfg.model.model_dump(exclude={"vocab_size"}),
@@ -168,6 +170,8 @@ class Experiment(Plan):
                 }
             )
             return Ref(self.work / "random-init" / key, key)
+        # the recipe plans pre-training whenever no checkpoint is given
+        assert self.model is not None
         step = curve_step(variant)
         return self.model.inside(curve_point(step) if step is not None else FINAL)
 
@@ -258,6 +262,8 @@ class Experiment(Plan):
         if task in self.cfg.finetune.task_data:
             return self.cfg.finetune.task_data[task]
         if self.reads_samples(task):
+            # the recipe plans the sample data when finetune.data reads it
+            assert self.samples is not None
             return str(self.samples.path / "tasks" / spec.folder)
         return spec.files_in(self.cfg.finetune.data)
 
@@ -265,6 +271,7 @@ class Experiment(Plan):
         """(where a task's files are, their content key)."""
         where = self.task_source(task)
         if self.reads_samples(task):
+            assert self.samples is not None  # as in task_source
             # not written yet
             return where, self.samples.inside(f"tasks/{tasks.get(task).folder}").key
         return where, data_key(where)
@@ -297,10 +304,8 @@ class Experiment(Plan):
     def probe_data(self) -> str | None:
         """Where pre-training's zero-shot probes read task folders (None: the hub, per finetune.data)."""
         source = self.cfg.finetune.data
-        return (
-            str(self.samples.path / "tasks")
-            if source == "sample"
-            else None
-            if source == "hf"
-            else source
-        )
+        if source == "sample":
+            # the recipe plans the sample data when finetune.data reads it
+            assert self.samples is not None
+            return str(self.samples.path / "tasks")
+        return None if source == "hf" else source

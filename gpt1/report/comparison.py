@@ -24,6 +24,7 @@ adding a task moves no other task's interval.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -115,8 +116,17 @@ def read_predictions(task: str, result: dict, task_dir: Path) -> dict:
     lines = (task_dir / files[0]).read_text(encoding="utf-8").splitlines()
     records = [json.loads(line) for line in lines if line.strip()]
 
-    def number(value):
-        return float(value) if spec.regression else spec.labels.index(value)
+    from gpt1.finetune.predict import (
+        class_names,
+    )  # here: torch, which it imports, only when comparing
+
+    names = () if spec.labels is None else class_names(spec)
+    written = spec.labels or ()  # what a fine-tune wrote before classes were spelled by name
+
+    def number(value) -> float:
+        if spec.regression:
+            return float(value)
+        return names.index(value) if value in names else written.index(value)
 
     groups = [r.get("group") for r in records]
     return {
@@ -350,7 +360,7 @@ VERDICT_LINES = {
 
 
 # -- results.md ---------------------------------------------------------------------------------------------------
-def markdown(comparisons: list[dict]) -> str:
+def markdown(comparisons: Sequence[dict]) -> str:
     """The comparisons as results.md shows them, with how to read an interval."""
     parts = [
         "### Pre-trained minus from scratch (paired bootstrap, 95% interval)",

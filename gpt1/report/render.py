@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,8 +79,13 @@ def tables() -> tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...]:
     return tuple(found)
 
 
-# Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched).
-ABLATION_COLUMNS = tuple((s.ablation_column, s.name) for s in REGISTRY.values() if s.glue)
+# Table 5 columns: the GLUE tasks' primary metrics (MNLI: mean of matched and mismatched); TaskSpec requires
+# a column header of every GLUE task.
+ABLATION_COLUMNS = tuple(
+    (s.ablation_column, s.name)
+    for s in REGISTRY.values()
+    if s.glue and s.ablation_column is not None
+)
 # Paper Table 5 rows of the two ablations the pipeline runs ("full" is the specs' primary numbers).
 ABLATIONS = ("no_pretrain", "no_aux_lm")
 PAPER_ABLATIONS = {
@@ -289,7 +295,8 @@ def ablation_table(runs: list[Run]) -> str:
     header = ["Method", "Avg. Score"] + [name for name, _ in ABLATION_COLUMNS]
     full = {t: paper_value(t, "primary") for _, t in ABLATION_COLUMNS}
     rows = []
-    for setting, values in (("full", full), *PAPER_ABLATIONS.items()):
+    paper: list[tuple[str, Mapping[str, float | None]]] = [("full", full), *PAPER_ABLATIONS.items()]
+    for setting, values in paper:
         rows.append(
             [f"paper: {ABLATION_TITLES[setting]}", fmt(metrics.PAPER_AVERAGES[setting])]
             + [fmt(values[t]) for _, t in ABLATION_COLUMNS]
@@ -334,8 +341,8 @@ def scored_rows_table(runs: list[Run]) -> str:
     """Which rows each score was computed on: split and number of examples (metrics.json `evaluated_on`)."""
     tasks_run = sorted({t for r in runs for t in r.results}, key=lambda t: list(REGISTRY).index(t))
 
-    def cell(result: dict | None) -> str:
-        rows = (result or {}).get("evaluated_on")
+    def cell(result: dict) -> str:
+        rows = result.get("evaluated_on")
         if not rows:
             return MISSING
         if result.get("eval_on_training_rows"):
@@ -343,7 +350,7 @@ def scored_rows_table(runs: list[Run]) -> str:
         overlap = f" ({rows['training_rows']} also in train)" if rows.get("training_rows") else ""
         return f"{rows['split']}: {rows['rows']}{overlap}"
 
-    table = [[f"ours: {r.label}", *(cell(r.results.get(t)) for t in tasks_run)] for r in runs]
+    table = [[f"ours: {r.label}", *(cell(r.results.get(t, {})) for t in tasks_run)] for r in runs]
     return "### Rows scored (split: examples)\n\n" + markdown_table(
         ["Run", *(REGISTRY[t].title for t in tasks_run)], table
     )
@@ -415,7 +422,7 @@ def on_sample_data(runs: list[Run]) -> bool:
 
 
 def render_markdown(
-    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()
+    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: Sequence[dict] = ()
 ) -> str:
     sample = on_sample_data(runs)
     text = [
@@ -491,7 +498,10 @@ def results_figure(runs: list[Run]):
         if any(r.value(c[1], c[2]) is not None or c[1] in r.errors for r in runs)
     ]
     columns = ours or all_columns
-    series = [("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns], [None] * len(columns))]
+    # (name, value per column, what a column without a value says: None leaves it blank)
+    series: list[tuple[str, list[float | None], list[str | None]]] = [
+        ("GPT-1 (paper)", [paper_value(t, k) for _, t, k in columns], [None] * len(columns))
+    ]
     series += [
         (
             f"ours: {r.label}",
@@ -514,7 +524,7 @@ def results_figure(runs: list[Run]):
             [None] * len(columns),
         )
     )
-    colors = ["#9e9e9e", *plt.get_cmap("tab10").colors[: len(runs)], "#d9d9d9", "#d8b365"]
+    colors = ["#9e9e9e", *matplotlib.color_sequences["tab10"][: len(runs)], "#d9d9d9", "#d8b365"]
 
     bar, gap = 0.32, 0.45  # inches per bar and between groups
     group = bar * len(series) + gap
@@ -621,7 +631,7 @@ def curve_figure(compared: dict):
 
 
 def summary(
-    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: list[dict] = ()
+    runs: list[Run], not_run: dict[str, str] | None = None, comparisons: Sequence[dict] = ()
 ) -> dict:
     """results.json: what the tables show, the baselines and the comparisons (docs/tracking.md has its shape)."""
     tasks_run = {t for r in runs for t in r.baselines}

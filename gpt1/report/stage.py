@@ -83,14 +83,11 @@ class Job(StageJob):
             raise FileNotFoundError(f"no results to report: {', '.join(missing)} do not exist")
 
     def build(self, out: Path) -> dict:
-        labels = self.labels or tuple(
-            path.name for path in self.results
-        )  # passed on only when given
-        ran = [(path, label) for path, label in zip(self.results, labels) if path.is_dir()]
+        ran = [i for i, path in enumerate(self.results) if path.is_dir()]
         files = build_report(
-            [path for path, _ in ran],
+            [self.results[i] for i in ran],
             out,
-            [label for _, label in ran] if self.labels else None,
+            [self.labels[i] for i in ran] if self.labels else None,
             not_run=dict(self.not_run),
             headline=self.headline,
         )

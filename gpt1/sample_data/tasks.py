@@ -12,6 +12,7 @@ import io
 import json
 import random
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from gpt1.io import write_text
 from gpt1.sample_data import lexicon as lex
@@ -637,13 +638,13 @@ def restated_pair(
 ) -> tuple[str, str]:
     """A plain sentence of `polarity` and a restatement whose adjective keeps that polarity iff `keeps`."""
     adj = rng.choice(vocab.sentiment[polarity if keeps else other(polarity)])
+    p = person(rng)
     kw = dict(
-        n=person(rng).name,
         thing=rng.choice(lex.EXPERIENCES)[0],
         time=rng.choice(lex.TIMES),
         village=rng.choice(lex.VILLAGES),
     )
-    return say(rng.choice(firsts), **kw), say(rng.choice(seconds), adj=adj, **kw)
+    return say(rng.choice(firsts), p, **kw), say(rng.choice(seconds), p, adj=adj, **kw)
 
 
 def cola_sentence(rng: random.Random, vocab: lex.Vocabulary, ok: bool) -> tuple[str, str]:
@@ -714,7 +715,17 @@ def cloze_story(rng: random.Random, vocab: lex.Vocabulary, kind: str) -> tuple[l
     return story, right, wrong
 
 
-def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
+class RaceArticle(TypedDict):
+    """One RACE file (the dataset's field names), keys in its order."""
+
+    answers: list[str]
+    options: list[list[str]]
+    questions: list[str]
+    article: str
+    id: NotRequired[str]  # the file's name: set when it is written
+
+
+def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> RaceArticle:
     """A short article (about 30-40 words) and 3-4 four-option questions: which thing seen at a place was an animal
     (one question per place), and which experience was enjoyed. The article never says which is which: only the
     words' meaning does. Every option is scored with the whole article, so each word of it costs four times over
@@ -775,11 +786,10 @@ def race_article(rng: random.Random, vocab: lex.Vocabulary, level: str) -> dict:
             {},
         )
     )
-    out = {"answers": [], "options": [], "questions": []}
+    out: RaceArticle = {"answers": [], "options": [], "questions": [], "article": text}
     for question, options, right, slots in questions:
         options = shuffled(rng, options)
         out["answers"].append("ABCD"[options.index(right)])
         out["options"].append([say(o, p, **slots) for o in options])
         out["questions"].append(say(question, p, **slots))
-    out["article"] = text
     return out

@@ -47,10 +47,10 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from mlflow.data.dataset_source import DatasetSource
@@ -132,6 +132,12 @@ def code_version() -> dict[str, str]:
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
+
+
+class _Finishing(Protocol):
+    """Something `RunLogger.end()` stops before the run ends."""
+
+    def finish(self) -> None: ...
 
 
 @dataclass
@@ -271,9 +277,9 @@ class RunLogger:
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
         # an existing run continued (resumed training), not a new one
         self.reattached = run_id is not None
-        # Stopped by `end()` before the run is terminated: anything with `finish()` (gpt1.tracking.runs'
-        # system metrics sampler, set by its `monitor_system`).
-        self.system_metrics = None
+        # Stopped by `end()` before the run is terminated: gpt1.tracking.runs' system metrics sampler, set by its
+        # `monitor_system`.
+        self.system_metrics: _Finishing | None = None
         if enabled:
             self._ensure_run()
 
@@ -361,6 +367,9 @@ class RunLogger:
 
     def _metrics_request(self, items: list) -> Callable[[], Any]:
         return lambda: self.client.log_batch(self.run_id, metrics=items)
+
+    def _params_request(self, items: list) -> Callable[[], Any]:
+        return lambda: self.client.log_batch(self.run_id, params=items)
 
     def _flush_once(self) -> bool:
         """One pass: send the metric buffer, then replay queued calls in order until one fails."""
@@ -462,14 +471,19 @@ class RunLogger:
             chunk = items[i : i + 100]
             self.submit(
                 "log_params",
-                lambda c=chunk: self.client.log_batch(self.run_id, params=c),
+                self._params_request(chunk),
                 {"params": {p.key: p.value for p in chunk}},
             )
 
     def log_metrics(
-        self, metrics: dict[str, float], step: int | None = None, *, timestamp: int | None = None
+        self,
+        metrics: Mapping[str, float | None],
+        step: int | None = None,
+        *,
+        timestamp: int | None = None,
     ) -> None:
-        """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms)."""
+        """Buffered (see the module docstring); at `step` (default 0), timestamped now (or `timestamp`, in ms);
+        a None value is left out."""
         if not self.enabled:
             return
         from mlflow.entities import Metric
@@ -551,16 +565,20 @@ class RunLogger:
         numbers MLflow shows beside it (e.g. rows)."""
         if not self.enabled:
             return
-        from mlflow.data.sources import LocalArtifactDatasetSource
+        # MLflow defines this class at import time, from its artifact repositories: its stubs cannot name it
+        from mlflow.data.sources import LocalArtifactDatasetSource  # type: ignore[attr-defined]
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        if isinstance(source, (str, os.PathLike)):
-            source = LocalArtifactDatasetSource(str(source))
+        origin: DatasetSource = (
+            LocalArtifactDatasetSource(str(source))
+            if isinstance(source, (str, os.PathLike))
+            else source
+        )
         dataset = Dataset(
             name=name,
             digest=digest[:_MAX_DIGEST_LEN],
-            source_type=source._get_source_type(),
-            source=source.to_json(),
+            source_type=origin._get_source_type(),
+            source=origin.to_json(),
             profile=json.dumps(profile) if profile else None,
         )
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]

@@ -69,13 +69,15 @@ def log_files_model(
     `upload`, else an external model (MLflow's `mlflow.model.isExternal`) whose tags `gpt1.location` and
     `gpt1.sha256` say where it is and what it holds."""
     folder = Path(folder).resolve()
+    param_texts = {k: str(v) for k, v in (params or {}).items()}
+    tag_texts = {k: str(v) for k, v in (tags or {}).items()}
     record = {
         "kind": "files",
         "folder": str(folder),
         "upload": upload,
         "model_type": model_type,
-        "params": {k: str(v) for k, v in (params or {}).items()},
-        "tags": {k: str(v) for k, v in (tags or {}).items()},
+        "params": param_texts,
+        "tags": tag_texts,
         "step": step,
     }
 
@@ -88,7 +90,7 @@ def log_files_model(
         client = run.client
         if "model_id" not in attempt:
             model_tags = {
-                **record["tags"],
+                **tag_texts,
                 "gpt1.location": str(folder),
                 "gpt1.sha256": sha256_tree(folder),
             }
@@ -99,7 +101,7 @@ def log_files_model(
                 name=name,
                 source_run_id=run.run_id,
                 tags=model_tags,
-                params=record["params"],
+                params=param_texts,
                 model_type=model_type,
             ).model_id
         model_id = attempt["model_id"]

@@ -58,7 +58,7 @@ def hub_dataset_source(
     path: str, *, config: str | None = None, split: str | None = None, revision: str | None = None
 ) -> DatasetSource:
     """An `mlflow.data` source for Hugging Face hub data (what `datasets.load_dataset` would be given)."""
-    from mlflow.data.sources import HuggingFaceDatasetSource
+    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
 
     return HuggingFaceDatasetSource(path, config_name=config, split=split, revision=revision)
 

@@ -24,7 +24,7 @@ from gpt1.finetune.train import (FinetuneRun, backward, build_model, evenly_spac
                                load_task_data)
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor
-from gpt1.finetune.predict import LABEL_NAMES, TaskPredictor, read_inputs
+from gpt1.finetune.predict import TaskPredictor, class_names, read_inputs
 
 torch.set_num_threads(1)
 
@@ -93,8 +93,8 @@ def recompute(task: str, rows: list[dict]) -> dict[str, float]:
     if spec.regression:
         y, p = np.array([r["label"] for r in rows]), np.array([r["prediction"] for r in rows])
         return {"pearson": 100 * float(np.corrcoef(y, p)[0, 1])}
-    y = np.array([spec.labels.index(r["label"]) for r in rows])
-    p = np.array([spec.labels.index(r["prediction"]) for r in rows])
+    y = np.array([class_names(spec).index(r["label"]) for r in rows])
+    p = np.array([class_names(spec).index(r["prediction"]) for r in rows])
     out = {"accuracy": 100 * float(np.mean(y == p))}
     tp, fp, fn, tn = (int(np.sum((p == a) & (y == b))) for a, b in ((1, 1), (1, 0), (0, 1), (0, 0)))
     if task in ("mrpc", "qqp"):
@@ -111,7 +111,7 @@ def recompute(task: str, rows: list[dict]) -> dict[str, float]:
 def majority_accuracy(task: str, path: Path, rows: list[dict]) -> float:
     spec = tasks.get(task)
     counts = Counter(ex.label for ex in tasks.load(task, path, "train"))
-    guess = spec.labels[max(sorted(counts), key=counts.__getitem__)]
+    guess = class_names(spec)[max(sorted(counts), key=counts.__getitem__)]
     return 100 * float(np.mean([r["label"] == guess for r in rows]))
 
 
@@ -159,8 +159,27 @@ def test_reloaded_model_reproduces_the_saved_predictions(runs, sample_tasks):
     dev = tasks.load("mrpc", sample_tasks / "MRPC", "dev")
     picked = [dev[i] for i in evenly_spaced(len(dev), QUICK.max_eval_examples)]
     again = TaskPredictor(out / "model").predict(picked)
-    assert [r["prediction"] for r in again] == [LABEL_NAMES["mrpc"][int(r["prediction"])] for r in rows]
+    assert [r["prediction"] for r in again] == [r["prediction"] for r in rows]
     assert np.allclose([r["probabilities"] for r in again], [r["probabilities"] for r in rows], atol=1e-5)
+
+
+@pytest.mark.parametrize("task,names", [("mrpc", {"not_equivalent", "equivalent"}), ("stsb", None)])
+def test_finetune_predictions_and_gpt1_predict_spell_labels_alike(task, names, runs, work, sample_tasks):
+    """predictions/*.jsonl and `gpt1 predict` on the same rows: a class by its name (MRPC's files write 0 and 1),
+    a score as a number."""
+    out, _ = runs(task)
+    rows = read_jsonl(out / "predictions" / "dev.jsonl")
+    target = work / f"{task}-dev-predictions.jsonl"
+    assert cli.main(["predict", "--model", str(out), "--input", str(sample_tasks / FOLDERS[task] / "dev.tsv"),
+                     "--out", str(target)]) == 0
+    predicted = {p["id"]: p for p in read_jsonl(target)}
+    for key in ("label", "prediction"):
+        ours, theirs = [r[key] for r in rows], [predicted[r["id"]][key] for r in rows]
+        if names is None:
+            assert all(isinstance(v, float) for v in ours + theirs)
+            assert theirs == pytest.approx(ours, abs=1e-5)
+        else:
+            assert theirs == ours and set(ours) <= names, key
 
 
 @pytest.mark.parametrize("task,parts", [("rte", ("RTE",)), ("race", ("RACE",))])
@@ -373,7 +392,7 @@ def test_predict_cli_on_raw_jsonl_and_task_file(runs, work, sample_tasks, capsys
                      "--out", str(target)]) == 0
     predicted = read_jsonl(target)
     assert [p["id"] for p in predicted] == [r["id"] for r in rows]
-    assert [p["prediction"] for p in predicted] == [LABEL_NAMES["mrpc"][int(r["prediction"])] for r in rows]
+    assert [p["prediction"] for p in predicted] == [r["prediction"] for r in rows]
 
     # an official task file (labelled): predictions on stdout, its metrics on stderr
     assert cli.main(["predict", "--model", str(out), "--input", str(sample_tasks / "MRPC" / "dev.tsv")]) == 0

@@ -170,10 +170,10 @@ def test_worker_reports_the_final_val_loss_beside_the_baselines(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 6, "val_loss": 9.0}\n{"step": 7, "loss": 5.0}\n'
                                             '{"step": 7, "val_loss": 5.5, "val_ppl": 244.7}\n')
     logged = []
+    run = SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics)))
     worker = SimpleNamespace(out=tmp_path, step=7, shards=shards, manifest=read_json(shards / "manifest.json"),
                              cfg=SimpleNamespace(pretrain=SimpleNamespace(eval_batches=2)),
-                             layout=SimpleNamespace(global_batch=6),
-                             run=SimpleNamespace(log_metrics=lambda metrics, step: logged.append((step, metrics))))
+                             layout=SimpleNamespace(global_batch=6), run=run, main_run=run)
     worker.validation_blocks = lambda available: Pretraining.validation_blocks(worker, available)
     summary = Pretraining.language_model(worker)
     assert summary["val_loss"] == 5.5 and summary["scored_tokens"] == 2 * 6 * n_ctx

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from gpt1 import cli
+from gpt1.finetune.predict import label_name
 from gpt1.io import write_json, write_text
+from gpt1.report.comparison import read_predictions
 from gpt1.report.render import PAPER_ABLATIONS, build_report, read_runs
 from gpt1.tasks import get, load, metrics
 
@@ -35,8 +37,7 @@ def fake_result(task: str, rng: np.random.Generator, ablation: str, skill: float
     extra = {"groups": [groups[i % 2] for i in range(n)]} if groups else None
     split = "test" if task in ("snli", "scitail") else "dev"
     spec = get(task)
-    name = float if spec.regression else (lambda value: spec.labels[int(value)])
-    records = [{"id": str(i), "label": name(y[i]), "prediction": name(pred[i]),
+    records = [{"id": str(i), "label": label_name(spec, y[i]), "prediction": label_name(spec, pred[i]),
                 **({"group": extra["groups"][i]} if extra else {})} for i in range(n)]
     return {"task": task, "ablation": ablation, "eval_split": split, "files": {split: [f"predictions/{split}.jsonl"]},
             "metrics": metrics.compute(task, y.tolist(), pred.tolist(), extra),
@@ -171,9 +172,8 @@ def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, 
     folder = sample / "tasks" / spec.folder
     dev = list(load(task, folder, "dev"))
     predictions = [predict(ex.label) for ex in dev]
-    name = float if spec.regression else (lambda value: spec.labels[value])
     write_text(root / task / "predictions" / "dev.jsonl", "".join(
-        json.dumps({"id": ex.id, "label": name(ex.label), "prediction": name(p)}) + "\n"
+        json.dumps({"id": ex.id, "label": label_name(spec, ex.label), "prediction": label_name(spec, p)}) + "\n"
         for ex, p in zip(dev, predictions)))
     settings = {"seed": seed, "from_scratch": variant == "no_pretrain", "max_train_examples": 300,
                 "max_eval_examples": None, "max_bad_row_fraction": 0.0, "lr": 1e-3}
@@ -183,6 +183,19 @@ def sample_result(root: Path, sample: Path, task: str, variant: str, seed: int, 
         "metrics": metrics.compute(task, [ex.label for ex in dev], predictions),
         "majority": metrics.majority_baseline(task, [ex.label for ex in load(task, folder, "train")],
                                               [ex.label for ex in dev])})
+
+
+def test_predictions_are_read_by_class_name_and_by_the_task_files_labels_of_older_fine_tunes(tmp_path):
+    result, records = fake_result("sst2", np.random.default_rng(0), "full", 0.8)
+    assert {r["prediction"] for r in records} <= {"negative", "positive"}
+    older = [{**r, "label": str(("negative", "positive").index(r["label"])),
+              "prediction": str(("negative", "positive").index(r["prediction"]))} for r in records]
+    read = []
+    for name, rows in (("named", records), ("older", older)):
+        write_text(tmp_path / name / "predictions" / "dev.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        read.append(read_predictions("sst2", result, tmp_path / name))
+    assert np.array_equal(read[0]["labels"], read[1]["labels"])
+    assert np.array_equal(read[0]["predicted"], read[1]["predicted"])
 
 
 def test_a_from_scratch_run_is_compared_only_with_its_twin_and_a_headline_task_not_run_is_listed(tmp_path):

@@ -68,7 +68,9 @@ class StreamEncoder:
     def __init__(self, tokenizer, dtype: np.dtype, encode_chars: int = ENCODE_CHARS):
         self.tokenizer, self.dtype, self.encode_chars = tokenizer, dtype, encode_chars
         self.boundary = [tokenizer.boundary_id]
-        self.line_break, self.markup = _piece_ids(tokenizer) or (None, None)
+        pieces = _piece_ids(tokenizer)
+        self.cuts = pieces is not None  # else documents stay whole and the two id lists go unused
+        self.line_break, self.markup = pieces or ([], [])
         self.counts = {"documents": 0, "empty_documents": 0, "tokens": 0}
         self.lengths: list[list[int]] = []
         self._open = -1  # number of the document whose tokens the stream is in (-1: none yet)
@@ -79,7 +81,7 @@ class StreamEncoder:
         batch: list[tuple[int, str, bool]] = []
         chars = 0
         for number, text in enumerate(texts, start=self.counts["documents"]):
-            whole = self.line_break is None or len(text) <= self.encode_chars
+            whole = not self.cuts or len(text) <= self.encode_chars
             # pieces of 1/8 of a call, so that a call holds several: HF tokenizers encodes a batch's texts in parallel
             pieces = (
                 [(text, False)] if whole else document_pieces(text, max(1, self.encode_chars // 8))

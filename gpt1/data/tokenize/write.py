@@ -534,7 +534,7 @@ class ShardPacker:
             if lo < hi:
                 with open(path, "rb") as fh:
                     fh.seek((offset + lo - first) * tokens.itemsize)
-                    fh.readinto(memoryview(tokens[lo - start : hi - start]).cast("B"))
+                    fh.readinto(tokens[lo - start : hi - start].data.cast("B"))
         return tokens
 
 
@@ -634,7 +634,9 @@ def _tokenize(plan: Plan, tokenizer, workers: int, show_progress: bool) -> dict:
                 bar.update(part.text_bytes)
                 bar.set_postfix(tokens_per_s=f"{new_tokens / (time.perf_counter() - started):,.0f}")
             else:
-                counts = plan.sidecar(part)
+                sidecar = plan.sidecar(part)
+                assert sidecar is not None  # plan.pending() above left out just those with one
+                counts = sidecar
             packers[part.split].add(part, counts)
     splits = {split: packer.close() for split, packer in packers.items()}
     bar.close()
