@@ -13,10 +13,11 @@ every defined stage job with a `summary` is registered by its name (`stage_jobs(
 its command.
 
 An input's key is the key the stage that wrote it recorded in its `.done` marker (for a folder inside a stage's
-output, e.g. pre-training's `final/`, a hash of that key and the relative path); anything else (a user's data
-folder, a hand-made tokenizer) is keyed by a hash of its bytes. The pipeline computes the same keys before
-anything runs, so its folders `WORK/<stage>/<key>` are named by the key the stage itself will record, and a
-stage started by the CLI with `--expect-key` checks that they agree.
+output, e.g. pre-training's `final/`, a hash of that key and the relative path), once its files are verified
+against the record the marker holds (gpt1.stages.integrity: an input edited in place is refused, not keyed as
+before); anything else (a user's data folder, a hand-made tokenizer) is keyed by a hash of its bytes. The
+pipeline computes the same keys before anything runs, so its folders `WORK/<stage>/<key>` are named by the key the
+stage itself will record, and a stage started by the CLI with `--expect-key` checks that they agree.
 
 `job.run` applies the output policy of `gpt1.stages.outputs` (one writer, finished means marked, nothing replaced
 by accident) and is the only place that decides whether a stage runs again.
@@ -32,11 +33,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from gpt1.io import sha256_file, sha256_tree, stable_hash
-from gpt1.stages import outputs
+from gpt1.stages import integrity, outputs
 
 log = logging.getLogger(__name__)
-
-_MARKER_LEVELS = 3  # how far above an input to look for the marker of the stage output holding it
 
 
 @dataclass(frozen=True)
@@ -71,14 +70,23 @@ def data_key(data: str) -> str:
     )
 
 
+def verify_input(path: str | os.PathLike) -> None:
+    """Refuse (InputError naming the file) an input inside a stage output whose files changed since the stage
+    recorded them (gpt1.stages.integrity); anything else is not a stage's output and has no record."""
+    held = integrity.holding_output(path)
+    if held is not None:
+        integrity.verify(*held)
+
+
 def input_key(path: str | os.PathLike) -> str:
-    """The content key of an input: its stage's recorded key, else a hash of its bytes."""
+    """The content key of an input: its stage's recorded key (once its files are verified against the stage's
+    record: an input edited in place must not keep its key), else a hash of its bytes."""
+    held = integrity.holding_output(path)
+    if held is not None:
+        integrity.verify(*held)
+        _, marker, relative = held
+        return marker["key"] if relative == "." else stable_hash([marker["key"], relative])
     path = Path(path).absolute()
-    for folder in [path, *path.parents][: _MARKER_LEVELS + 1]:
-        marker = outputs.read_marker(folder)
-        if marker and marker.get("key"):
-            relative = path.relative_to(folder).as_posix()
-            return marker["key"] if relative == "." else stable_hash([marker["key"], relative])
     if path.is_file():
         return stable_hash(["bytes", sha256_file(path)])
     if path.is_dir():
@@ -161,6 +169,9 @@ class StageJob:
         log_line=None,
     ) -> Result:
         """Build into `out` unless a finished output of this key is there; see gpt1.stages.outputs."""
+        # an input edited since its stage wrote it is refused, so nothing built from it is reused
+        for path in self.input_paths().values():
+            verify_input(path)
         key = self.key()
         if expect_key is not None and expect_key != key:
             raise ValueError(

@@ -16,11 +16,13 @@ The rules, the same for the CLI, `gpt1.pipeline` and the flows:
   (`inherit_env`), so a training worker outliving its launcher still holds it and no second run can write
   beside it.
 - Finished means marked. A finished output holds `.done`: the stage, its content key (a hash of its inputs and
-  settings) and what it reported. The marker is written last, inside the build, so a folder without it is never
+  settings), what it reported and the size and sha256 of every file it holds (gpt1.stages.integrity: a reader
+  refuses a file edited since). The marker is written last, inside the build, so a folder without it is never
   mistaken for a result.
 - Nothing is replaced by accident. A folder that is not this stage's output (someone's model, a stage of another
-  kind, unknown files) is refused unless `force`. This stage's own output of *other* inputs or settings (a stale
-  key) is refused the same way on the CLI; the pipeline names its folders by key, so it never meets one.
+  kind, unknown files) is refused unless `force`, and so is a finished output whose files were edited since
+  (`force` builds it again). This stage's own output of *other* inputs or settings (a stale key) is refused the
+  same way on the CLI; the pipeline names its folders by key, so it never meets one.
 - Crash-safe replacement, in one of three modes. "atomic" stages build into `<parent>/.<name>.tmp-<pid>` and
   rename it into place when complete (gpt1.io.atomic_dir: the old folder, if any, moved aside first and deleted
   after), so a reader only ever sees the old result or the new one; builds left by killed processes are deleted
@@ -51,11 +53,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpt1.io import OutputError, atomic_dir, read_json, write_json
+from gpt1.io import InputError, OutputError, atomic_dir, read_json, write_json
+from gpt1.stages import integrity
+from gpt1.stages.integrity import DONE, read_marker  # the marker is the record's home
 
 log = logging.getLogger(__name__)
 
-DONE = ".done"
 IDENTITY = ".stage.json"
 ERROR = "error.json"
 LOCK_FDS_ENV = (
@@ -71,21 +74,20 @@ def lock_path(out: Path) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
-def read_marker(out: Path) -> dict | None:
-    """The `.done` marker of a finished output, else None."""
-    try:
-        return read_json(out / DONE)
-    except (OSError, ValueError):
-        return None
-
-
 def is_done(out: Path, key: str | None = None) -> bool:
     marker = read_marker(out)
     return marker is not None and (key is None or marker.get("key") == key)
 
 
 def mark_done(out: Path, stage: str, key: str, info: dict | None = None) -> dict:
-    marker = {"stage": stage, "key": key, "finished": time.time(), **(info or {})}
+    """Mark `out` finished, with the record of its files that its readers verify (gpt1.stages.integrity)."""
+    marker = {
+        "stage": stage,
+        "key": key,
+        "finished": time.time(),
+        **(info or {}),
+        integrity.FIELD: integrity.record(out),
+    }
     write_json(out / DONE, marker)
     return marker
 
@@ -199,8 +201,18 @@ def _identity(out: Path) -> dict:
         return {}
 
 
+def _edit(out: Path, marker: dict) -> InputError | None:
+    """How a finished output's files differ from the ones its marker records, if they do."""
+    try:
+        integrity.verify(out, marker)
+    except InputError as err:
+        return err
+    return None
+
+
 def describe(out: Path, stage: str, key: str) -> str:
-    """What `out` holds relative to (stage, key): empty, done, partial, failed, stale, foreign."""
+    """What `out` holds relative to (stage, key): empty, done, edited (done, but its files changed since), partial,
+    failed, stale, foreign."""
     if not out.exists():
         return "empty"
     if not out.is_dir():
@@ -214,7 +226,7 @@ def describe(out: Path, stage: str, key: str) -> str:
         if marker is not None and marker.get("stage") == stage and marker.get("key") == key:
             return "partial"
     elif marker is not None and marker.get("stage") == stage and marker.get("key") == key:
-        return "done"
+        return "done" if _edit(out, marker) is None else "edited"
     if names == {ERROR}:
         try:
             failed = read_json(out / ERROR).get("stage") in (stage, None)
@@ -354,9 +366,9 @@ def claim(
     try:
         _remove_leftovers(out)
         state = describe(out, stage, key)
-        if state in ("foreign", "stale") and not force:
+        if state in ("foreign", "stale", "edited") and not force:
             raise OutputError(_refusal(out, stage, key, state))
-        if state in ("foreign", "stale") and mode == "resume":
+        if state in ("foreign", "stale", "edited") and mode == "resume":
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         output = Output(out, stage, key, state, taken, mode, dict(info or {}), record_failure)
         try:
@@ -374,6 +386,8 @@ def claim(
 
 
 def _refusal(out: Path, stage: str, key: str, state: str) -> str:
+    if state == "edited":
+        return str(_edit(out, read_marker(out) or {}))
     if state == "stale":
         other = (read_marker(out) or _identity(out)).get("key")
         return (

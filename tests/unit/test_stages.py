@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import pytest
 
-from gpt1.io import read_json
+from gpt1.io import InputError, read_json
 from gpt1.stages.base import Ref, StageJob, input_key
 from gpt1.stages.outputs import DONE, OutputError
 
@@ -103,3 +103,26 @@ def test_an_input_is_keyed_by_its_stages_marker_or_its_bytes(tmp_path, source):
     assert input_key(other) != before
     with pytest.raises(FileNotFoundError, match="does not exist"):
         input_key(tmp_path / "missing")
+
+
+def test_an_input_edited_after_its_stage_wrote_it_is_refused_not_reused(tmp_path, source):
+    """An input's key is its stage's recorded key, so an edit in place would keep it: the files are checked
+    against the stage's record, both where the CLI keys the input and where a planned job runs."""
+    upstream, downstream = tmp_path / "up", tmp_path / "down"
+    first = Copy(Ref.to(source)).run(upstream, wait=False)
+    copied = upstream / "copy.txt"
+    assert Copy(Ref.to(copied), upper=True).run(downstream, wait=False).key
+    planned = Ref(copied, input_key(copied))  # as a plan holds it: keyed before the edit
+    copied.write_text("SOME text")  # the same size: only its bytes tell
+    for start in (lambda: Copy(Ref.to(copied), upper=True), lambda: Copy(planned, upper=True)):
+        with pytest.raises(
+            InputError, match=r"copy.txt: sha256 .* edited after `gpt1 copy` wrote it; re-run"
+        ):
+            start().run(downstream, wait=False)
+    assert (downstream / "copy.txt").read_text() == "SOME TEXT"  # the earlier result is untouched
+    (upstream / "planted.txt").write_text("x")
+    with pytest.raises(InputError, match="planted.txt: not written by the stage"):
+        input_key(upstream)
+    Copy(Ref.to(source)).run(upstream, wait=False, force=True)  # re-run with --force: a new record
+    assert input_key(upstream) == first.key
+    assert Copy(Ref.to(copied), upper=True).run(downstream, wait=False).cached
