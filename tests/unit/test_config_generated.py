@@ -9,7 +9,7 @@ flags of every command are fed nan, infinities, negatives, booleans and huge val
 
 Hypothesis runs derandomized, so the counts reproduce:
 
-    python -m tests.unit.test_config_generated      # the summary by class
+    GPT1_GENERATED=full python -m tests.unit.test_config_generated      # the summary by class
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import types
 import typing
 from collections import Counter
@@ -34,6 +35,15 @@ from pydantic.fields import FieldInfo
 from gpt1 import cli
 from gpt1.config import ConfigError, PipelineConfig, load_config, load_preset_dict
 from gpt1.errors import user_message
+
+# The unit tier runs a quarter of each class's examples; GPT1_GENERATED=full runs them all (the integration tier:
+# tests/integration/test_generated_full.py, and the summary command above).
+FULL = os.environ.get("GPT1_GENERATED") == "full"
+
+
+def examples(full: int) -> int:
+    return full if FULL else max(1, full // 4)
+
 
 BASE = "smoke"  # a preset that extends nothing and sets a few of each kind of field
 CANONICAL = load_config(BASE)
@@ -281,7 +291,7 @@ def invalid(key: str, info: FieldInfo, kinds: set[Any]) -> st.SearchStrategy:
 
 # -- the field cases --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("key", FIELDS)
-@settings(FAST, max_examples=8)
+@settings(FAST, max_examples=examples(8))
 @given(data=st.data())
 def test_invalid_values_are_refused_naming_the_field(key, data, tmp_path_factory):
     info = FIELDS[key]
@@ -291,7 +301,7 @@ def test_invalid_values_are_refused_naming_the_field(key, data, tmp_path_factory
 
 
 @pytest.mark.parametrize("key", FIELDS)
-@settings(FAST, max_examples=6)
+@settings(FAST, max_examples=examples(6))
 @given(data=st.data())
 def test_valid_values_are_kept(key, data, tmp_path_factory):
     info = FIELDS[key]
@@ -313,7 +323,7 @@ def test_valid_values_are_kept(key, data, tmp_path_factory):
         if "." in next((key for key in FIELDS if key.startswith(f"{name}.")), "")
     ],
 )
-@settings(FAST, max_examples=3)
+@settings(FAST, max_examples=examples(3))
 @given(name=st.from_regex(r"[a-z][a-z_]{0,15}", fullmatch=True))
 def test_unknown_keys_are_refused(section, name, tmp_path_factory):
     key = f"{section}.{name}"
@@ -334,7 +344,7 @@ def _text_variants(text: str) -> dict[str, bytes]:
     }
 
 
-@settings(FAST, max_examples=8)
+@settings(FAST, max_examples=examples(8))
 @given(data=st.data())
 def test_preset_text_variants_parse_as_the_canonical_file(data, tmp_path_factory):
     keys = data.draw(
@@ -461,7 +471,7 @@ BAD_NUMBERS = ["nan", "inf", "-inf", "-1", "-0.5", "true", "1e400", str(2**64), 
 
 
 @pytest.mark.parametrize("command, flag", NUMBER_FLAGS)
-@settings(FAST, max_examples=5)
+@settings(FAST, max_examples=examples(5))
 @given(text=st.one_of(st.sampled_from(BAD_NUMBERS), st.integers(-(2**70), -1).map(str)))
 def test_number_flags_refuse_nan_negative_and_huge(command, flag, text, capsys, monkeypatch):
     code, err = _run_flag(command, flag, text, capsys, monkeypatch)
