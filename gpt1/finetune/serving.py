@@ -35,7 +35,9 @@ from importlib import metadata
 from pathlib import Path
 
 import mlflow
+import mlflow.pyfunc
 import pandas as pd
+from mlflow.pyfunc.model import PythonModel  # where it is defined: mypy cannot see the re-export
 
 from gpt1.finetune.predict import TaskPredictor
 
@@ -58,7 +60,7 @@ REQUIREMENTS = (
 )
 
 
-class GPT1TaskModel(mlflow.pyfunc.PythonModel):
+class GPT1TaskModel(PythonModel):
     """pyfunc wrapper: DataFrame of raw task inputs -> DataFrame with `prediction` (+ `probabilities`)."""
 
     def __init__(self, predictor=None):
@@ -101,12 +103,13 @@ def log_model(
     """Log the fine-tuned model folder `model_dir` as logged model `name` of `run` (a `gpt1.tracking.logger.RunLogger`),
     linked to the metrics `run` logged at `step`."""
     model_dir = str(Path(model_dir).resolve())
+    own_tags = dict(tags or {})
     record = {
         "kind": "task",
         "model_dir": model_dir,
         "input_example": input_example,
         "step": step,
-        "tags": dict(tags or {}),
+        "tags": own_tags,
     }
 
     def make(run, attempt: dict) -> str:
@@ -130,7 +133,7 @@ def log_model(
                 source_run_id=run.run_id,
                 params=params,
                 model_type=MODEL_TYPE,
-                tags={**run.tags, **record["tags"]},
+                tags={**run.tags, **own_tags},
             ).model_id
         with process_uri(run.uri):  # Model.log's fluent helpers use the process-wide URI
             info = Model.log(

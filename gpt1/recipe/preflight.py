@@ -274,6 +274,7 @@ def check_settings(ctx: Context) -> None:
             f"orchestration.ablation_transfer_layers={o.ablation_transfer_layers} > model.n_layer="
             f"{cfg.model.n_layer}"
         )
+    assert ctx.plan.shards is not None  # the recipe plans the tokenized corpus in every run
     shards = ctx.plan.shards.path / "manifest.json"
     if shards.exists():
         from gpt1.data.tokenize import load_manifest
@@ -336,6 +337,7 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
     vocab = cfg.train_tokenizer.merges + cfg.train_tokenizer.limit_alphabet * 2 + 4
     params = n_parameters(cfg, vocab)
     parts: list[tuple[str, int]] = []
+    assert plan.corpus is not None  # the recipe plans the ingested corpus in every run
     if not is_done(plan.corpus.path):
         text = size_on_disk(cfg.ingest.source)
         if text is None:
@@ -346,7 +348,8 @@ def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
             ("shards", text),
         ]
     # fp32 weights + Adam moments per kept checkpoint, a model per curve point, final + HF export
-    if plan.writes(plan.model) and not is_done(plan.model.path):
+    model = plan.model  # None: fine-tunes of a given checkpoint, no pre-training
+    if model is not None and plan.writes(model) and not is_done(model.path):
         parts.append(
             (
                 "checkpoints",

@@ -43,16 +43,27 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from gpt1.io import InputError, check_input_file
-from gpt1.tasks.examples import ChoiceExample, Example, Excluded, PairExample, RowError, TextExample
+from gpt1.tasks.examples import (
+    ChoiceExample,
+    Example,
+    Excluded,
+    Label,
+    PairExample,
+    RowError,
+    TextExample,
+)
 from gpt1.tasks.registry import REGISTRY
-from gpt1.tasks.spec import Columns, TaskSpec
+from gpt1.tasks.spec import Columns, Records, TaskSpec
 
 Item = Example | RowError | Excluded
 Rows = Iterator[tuple[str, int, Item]]
+Lines = Iterator[tuple[int, str | RowError]]
+# _find's test of a folder: (folder, its sub-folders, its files) -> wanted
+FolderTest = Callable[[Path, list[str], list[str]], bool]
 
 SEARCH_DEPTH = 3
 _BOM = b"\xef\xbb\xbf"
@@ -60,7 +71,7 @@ _BOM = b"\xef\xbb\xbf"
 MAX_TASK_FILE_BYTES = 4 << 30
 
 
-def text_or_pair(id: str, texts: tuple[str, ...], label, group: str | None) -> Example:
+def text_or_pair(id: str, texts: tuple[str, ...], label: Label, group: str | None) -> Example:
     if len(texts) == 1:
         return TextExample(id, texts[0], label, group)
     return PairExample(id, texts[0], texts[1], label, group)
@@ -124,7 +135,7 @@ def check_folder(spec: TaskSpec, path: Path) -> None:
 # Line-oriented files
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | RowError]]:
+def _lines(path: Path) -> Lines:
     """(line number, text) for each `\\n`-terminated line; undecodable lines come back as a RowError."""
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
@@ -144,7 +155,9 @@ def first_text(path: Path) -> str:
 
 
 def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -> Rows:
-    cols: Columns = spec.columns
+    cols = spec.columns
+    if cols is None:
+        raise ValueError(f"{spec.name}: no tab-separated layout (TaskSpec.columns) to read {path}")
     file = str(path)
     lines = _lines(path)
     first = next(lines, None)
@@ -153,17 +166,18 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
     if isinstance(first[1], RowError):
         raise InputError("first line is not UTF-8", file=file, line=1)
     first_fields = first[1].split("\t")
-    header = _tsv_layout(spec, file, split, first_fields)
-    if header is None:
-        header, data = list(cols.headerless), itertools.chain([first], lines)
-    else:
-        data = lines
+    header, headed = _tsv_layout(spec, cols, file, split, first_fields)
+    data: Lines = lines if headed else itertools.chain([first], lines)
     index = {name: i for i, name in enumerate(header)}
     width = len(header)
-    tail = cols.from_end if index.get(cols.from_end) == width - 1 else None
+    tail = (
+        cols.from_end
+        if cols.from_end is not None and index.get(cols.from_end) == width - 1
+        else None
+    )
     has_label = cols.label in index
-    has_id = cols.id in index
-    used = [*cols.text, *([cols.label] if has_label else []), *([cols.id] if has_id else [])]
+    id_col = cols.id if cols.id is not None and cols.id in index else None
+    used = [*cols.text, *([cols.label] if has_label else []), *([id_col] if id_col else [])]
     # fields a row of another width must have
     needed = 1 + max(index[name] for name in used if name != tail)
 
@@ -172,7 +186,7 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
             return fields[-1]
         return fields[index[name]]
 
-    ids = UniqueIds(file, cols.id) if has_id and cols.id else None
+    ids = UniqueIds(file, id_col) if id_col else None
     for row, (number, line) in enumerate(data):
         if isinstance(line, RowError):
             yield file, number, line
@@ -187,20 +201,22 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
         try:
             texts = tuple(get(fields, name).strip() for name in cols.text)
             label = spec.parse_label(get(fields, cols.label), cols.label) if has_label else None
-            example_id = ids.check(get(fields, cols.id), number) if ids else str(row)
+            example_id = ids.check(get(fields, ids.field), number) if ids else str(row)
             yield file, number, text_or_pair(example_id, texts, label, group)
         except (RowError, Excluded) as item:
             yield file, number, item
 
 
-def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> list[str] | None:
-    """The header of a tsv whose first line is `fields` (None: a headerless file of this task); refuses the file
-    when its first line fits none of the task's layouts."""
-    cols = spec.columns
-    expected = []
+def _tsv_layout(
+    spec: TaskSpec, cols: Columns, file: str, split: str, fields: list[str]
+) -> tuple[list[str], bool]:
+    """The header of a tsv whose first line is `fields`, and whether that line is the header (False: a headerless
+    file of this task, whose header is `cols.headerless`); refuses the file when its first line fits none of the
+    task's layouts."""
+    layouts = []
     headers = [h for h in cols.headers if cols.label in h or not spec.labelled_split(split)]
     if headers:
-        expected.append(
+        layouts.append(
             "a header "
             + " or ".join(
                 "\t".join(h) if len(h) < 8 else f"of {len(h)} columns {h[0]}..{h[-1]}"
@@ -208,11 +224,11 @@ def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> lis
             )
         )
     if cols.headerless:
-        expected.append(
+        layouts.append(
             f"{' or '.join(map(str, (len(cols.headerless), *cols.widths)))} tab-separated fields "
             f"({', '.join(cols.headerless)}) with a {spec.title} label"
         )
-    expected = " or ".join(expected)
+    expected = " or ".join(layouts)
     if tuple(fields) in cols.headers:
         if spec.labelled_split(split) and cols.label not in fields:
             raise not_this_task(
@@ -237,14 +253,14 @@ def _tsv_layout(spec: TaskSpec, file: str, split: str, fields: list[str]) -> lis
                 line=1,
                 field="header",
             )
-        return fields
+        return fields, True
     if cols.headerless and len(fields) in (len(cols.headerless), *cols.widths):
         label_at = cols.headerless.index(cols.label)
         try:
             spec.parse_label(fields[label_at], cols.label)
-            return None
+            return list(cols.headerless), False
         except Excluded:
-            return None
+            return list(cols.headerless), False
         except RowError as err:
             raise not_this_task(
                 spec,
@@ -281,6 +297,8 @@ def looks_like_records(spec: TaskSpec, path: Path) -> bool:
 
 def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
     records = spec.records
+    if records is None:
+        raise ValueError(f"{spec.name}: no JSON-lines layout (TaskSpec.records) to read {path}")
     file = str(path)
     ids = UniqueIds(file, records.id) if records.id else None
     for row, (number, line) in enumerate(_lines(path)):
@@ -290,7 +308,7 @@ def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
         try:
             record = _json_record(line)
             if row == 0:
-                _check_record_keys(spec, file, record)
+                _check_record_keys(spec, records, file, record)
             texts = tuple(_text(record, key) for key in records.text)
             label = spec.parse_label(record.get(records.label), records.label)
             example_id = str(record.get(records.id, row)) if ids else str(row)
@@ -301,9 +319,9 @@ def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
             yield file, number, item
 
 
-def _check_record_keys(spec: TaskSpec, file: str, record: dict) -> None:
-    foreign = sorted(set(record) - spec.records.keys)
-    missing = sorted(spec.records.required - set(record))
+def _check_record_keys(spec: TaskSpec, records: Records, file: str, record: dict) -> None:
+    foreign = sorted(set(record) - records.keys)
+    missing = sorted(records.required - set(record))
     if foreign or missing:
         what = ", ".join(
             part
@@ -317,7 +335,7 @@ def _check_record_keys(spec: TaskSpec, file: str, record: dict) -> None:
             spec,
             file,
             f"its first record has {what}",
-            f"records with {sorted(spec.records.required)} among {sorted(spec.records.keys)}",
+            f"records with {sorted(records.required)} among {sorted(records.keys)}",
         )
 
 
@@ -363,7 +381,7 @@ def read_race(spec: TaskSpec, files: list[Path]) -> Rows:
         yield from race_article(spec, article, file, level)
 
 
-def race_article(spec: TaskSpec, article, file: str, level: str | None) -> Rows:
+def race_article(spec: TaskSpec, article: object, file: str, level: str | None) -> Rows:
     """One RACE article (a dict with article/questions/options/answers/id): one example per question."""
     if not isinstance(article, dict) or not isinstance(article.get("article"), str):
         yield file, 1, RowError("not a RACE article", field="article")
@@ -438,7 +456,7 @@ def race_files(spec: TaskSpec, root: Path, split: str) -> list[Path]:
     return [path for level in levels for path in _numbered((root / level).glob("*.txt"))]
 
 
-def _numbered(paths) -> list[Path]:
+def _numbered(paths: Iterable[Path]) -> list[Path]:
     return sorted(paths, key=lambda p: (int(p.stem), "") if p.stem.isdigit() else (1 << 62, p.stem))
 
 
@@ -553,7 +571,7 @@ def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> 
         if os.path.lexists(root / name) and not (root / name).is_dir():
             return root / name
     for name in names:
-        dirs = _find(root, lambda d, subdirs, files, name=name: name in files, depth)
+        dirs = _find(root, _holding(name), depth)
         if len(dirs) > 1:
             raise ambiguous(root, name, dirs)
         if dirs:
@@ -561,7 +579,12 @@ def find_file(root: Path, names: tuple[str, ...], depth: int = SEARCH_DEPTH) -> 
     return None
 
 
-def files_near(root: Path, match) -> list[Path]:
+def _holding(name: str) -> FolderTest:
+    """A `_find` test for folders that hold a file `name` (bound here, not by a loop's lambda)."""
+    return lambda d, subdirs, files: name in files
+
+
+def files_near(root: Path, match: Callable[[str], object]) -> list[Path]:
     """Files matching `match(name)` in `root`, else in the nearest sub-folders that have any."""
     found = sorted(p for p in root.iterdir() if not p.is_dir() and match(p.name))
     if found:
@@ -574,7 +597,7 @@ def files_near(root: Path, match) -> list[Path]:
     ]
 
 
-def _find(root: Path, wanted, depth: int = SEARCH_DEPTH) -> list[Path]:
+def _find(root: Path, wanted: FolderTest, depth: int = SEARCH_DEPTH) -> list[Path]:
     """Folders 1..depth levels under `root` (hidden ones skipped) for which wanted(dir, subdirs, files)."""
     hits = []
     base = len(root.parts)

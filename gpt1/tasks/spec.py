@@ -21,7 +21,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from gpt1.tasks import transforms
-from gpt1.tasks.examples import Example, Excluded, RowError
+from gpt1.tasks.examples import Example, Excluded, Label, RowError
 
 log = logging.getLogger("gpt1.tasks")
 
@@ -41,7 +41,7 @@ class Columns:
     extra fields at the end) and a valid label on the first row."""
 
     text: tuple[str, ...]
-    label: str | None
+    label: str
     id: str | None = None
     headers: tuple[tuple[str, ...], ...] = ()
     headerless: tuple[str, ...] | None = None
@@ -156,8 +156,8 @@ class TaskSpec:
     ablation_column: str | None = None  # its Table 5 column header (GLUE tasks)
     probe: Probe | None = None
 
-    def __post_init__(self):
-        problems = []
+    def __post_init__(self) -> None:
+        problems: list[str] = []
         if self.kind not in KINDS:
             problems.append(f"kind {self.kind!r} not in {KINDS}")
         if self.format not in FORMATS:
@@ -196,7 +196,7 @@ class TaskSpec:
 
     @property
     def n_outputs(self) -> int:
-        if self.kind == "multiple_choice" or self.regression:
+        if self.kind == "multiple_choice" or self.labels is None:  # None: a regression
             return 1
         return len(self.labels)
 
@@ -238,7 +238,7 @@ class TaskSpec:
         )
         return encoded
 
-    def parse_label(self, raw, field: str | None = None):
+    def parse_label(self, raw, field: str | None = None) -> Label:
         """A label as written in a file or a hub column -> class index / score; raises RowError or Excluded."""
         if raw is None:
             raise RowError("missing label", field)
@@ -246,7 +246,8 @@ class TaskSpec:
             if self.no_gold is not None:
                 raise Excluded("no gold label")
             return None
-        if self.regression:
+        labels = self.labels
+        if labels is None:  # a regression
             try:
                 score = float(raw)
             except (TypeError, ValueError):
@@ -255,20 +256,20 @@ class TaskSpec:
                 raise RowError("score outside [0, 5]", field, repr(raw))
             return score
         if isinstance(raw, int):  # hub class index
-            if 0 <= raw < len(self.labels):
+            if 0 <= raw < len(labels):
                 return raw
             raise RowError("unknown label", field, repr(raw))
         text = str(raw).strip()
         if text == self.no_gold:
             raise Excluded("no gold label")
         text = self.label_aliases.get(text, text)
-        if text not in self.labels:
+        if text not in labels:
             raise RowError("unknown label", field, repr(text))
-        return self.labels.index(text)
+        return labels.index(text)
 
     def format_prediction(self, prediction) -> str:
         """A prediction as the GLUE server expects it: the label string, or the score with 3 decimals."""
-        if self.regression:
+        if self.labels is None:  # a regression
             return f"{float(prediction):.3f}"
         if isinstance(prediction, str) and prediction in self.labels:
             return prediction
@@ -287,7 +288,9 @@ class TaskSpec:
 
     def file_splits(self, split: str) -> list[tuple[str, str | None]]:
         """(file split, example group) pairs that make up `split` (MNLI dev/test: one file per group)."""
-        parts = [(f"{split}_{g}", g) for g in self.file_groups if f"{split}_{g}" in self.splits]
+        parts: list[tuple[str, str | None]] = [
+            (f"{split}_{g}", g) for g in self.file_groups if f"{split}_{g}" in self.splits
+        ]
         return parts or [(split, self.group_of_split(split))]
 
     def split_file_names(self, split: str) -> tuple[str, ...]:

@@ -96,7 +96,8 @@ def fix_text(text: str) -> str:
     """`ftfy.fix_text(text)`, segment by segment as ftfy does it, skipping ftfy on plain-ASCII lines."""
     if _FTFY_INERT.fullmatch(text):
         return _fix_line_breaks(text)
-    fixed, unescape_html = [], "auto"
+    fixed: list[str] = []
+    unescape_html: str | bool = "auto"
     for line in _LINES.findall(text):
         if (
             unescape_html == "auto" and "<" in line
@@ -296,12 +297,13 @@ def _build(vocab: dict[str, int], merges: list[tuple[str, str]], unk: str = UNK)
 class GPT1Tokenizer:
     """Text <-> ids. `vocab_size` counts the BPE vocabulary and the 3 specials, which are the last 3 ids."""
 
-    def __init__(self, tokenizer: Tokenizer, exact: bool = False):
-        ids = [tokenizer.token_to_id(s) for s in SPECIAL_TOKENS]
+    def __init__(self, tokenizer: Tokenizer, exact: bool = False) -> None:
+        found = [tokenizer.token_to_id(s) for s in SPECIAL_TOKENS]  # None: not in the vocabulary
         size = tokenizer.get_vocab_size(with_added_tokens=True)
-        if ids != list(range(size - len(SPECIAL_TOKENS), size)):
+        ids = list(range(size - len(SPECIAL_TOKENS), size))
+        if found != ids:
             raise InputError(
-                f"not a GPT-1 tokenizer: {', '.join(SPECIAL_TOKENS)} must be the last 3 ids, got {ids} "
+                f"not a GPT-1 tokenizer: {', '.join(SPECIAL_TOKENS)} must be the last 3 ids, got {found} "
                 f"in a vocabulary of {size}"
             )
         tokenizer.encode_special_tokens = (
@@ -332,7 +334,8 @@ class GPT1Tokenizer:
         ]
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-        words, run = [], []
+        words: list[str] = []
+        run: list[int] = []
         for i in itertools.chain(ids, [None]):
             if i is None or i in self._special_tokens:
                 if run:
@@ -683,9 +686,11 @@ def train(
         )
         tokenizer.train_from_iterator(spooled(), trainer, length=documents)
     learned = json.loads(tokenizer.to_str())["model"]
-    kept = [
-        tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"][:merges]
-    ]
+    kept: list[tuple[str, str]] = []
+    for merge in learned["merges"][:merges]:
+        # "left right" in older tokenizers releases, ["left", "right"] in newer ones
+        left, right = merge.split(" ") if isinstance(merge, str) else merge
+        kept.append((left, right))
     if len(kept) < merges:
         log.warning(
             "learned %d of %d merges: no other pair occurs %d times",

@@ -33,7 +33,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -313,12 +313,6 @@ class LeakCheck:
         }
 
 
-def _closable(records: Iterator[Record]) -> Generator[Record, None, None]:
-    """`records` as a generator whose close() closes them: a hub source's records hold its stream open, and
-    Source.records is typed only as an Iterator."""
-    yield from records
-
-
 def _build(
     src: FileSource | HFSource,
     build: Path,
@@ -340,7 +334,7 @@ def _build(
     max_docs, max_chars = settings["max_documents"], settings["max_chars"]
     kept = {origin: {"records": 0, "characters": 0} for origin in ORIGINS}
     limit_reached = False
-    records = _closable(src.records(settings["text_column"], settings["rows_per_doc"], report))
+    records = src.records(settings["text_column"], settings["rows_per_doc"], report)
     with (
         contextlib.closing(records),
         SplitWriter(build / "train", settings["rows_per_part"]) as train,
@@ -350,7 +344,7 @@ def _build(
             train, val, settings["val_fraction"], settings["split_seed"], settings["max_doc_chars"]
         )
 
-        def admit(record, origin: str) -> bool:
+        def admit(record: Record, origin: str) -> bool:
             """Clean, check and route one record; False when it would pass a subset limit (it is not kept)."""
             report.records += 1
             unwrap = settings["unwrap_lines"] and not record.grouped_rows

@@ -30,10 +30,10 @@ import json
 import logging
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -82,7 +82,7 @@ class Tally:
 class Report:
     """What stats.json says about the inputs, filled in while the records stream past."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.files = self.rows = self.records = 0
         self.rejects: dict[str, Tally] = defaultdict(Tally)
         self.malformed = Tally()
@@ -128,18 +128,22 @@ class Report:
 
 
 # -- sources: each yields Records and reports what it could not use ------------------------------------------------
-def _field(obj: Any, column: str) -> tuple[str | None, str | None]:
-    """(text, None) or (None, what is wrong with this row)."""
+class MalformedRow(Exception):
+    """A row without usable text; the message says what is wrong with it."""
+
+
+def _field(obj: Any, column: str) -> str:
+    """The row's text; MalformedRow when it has none."""
     if not isinstance(obj, dict):
-        return None, f"not a JSON object ({type(obj).__name__})"
+        raise MalformedRow(f"not a JSON object ({type(obj).__name__})")
     if column not in obj:
-        return None, f"no {column!r} field"
+        raise MalformedRow(f"no {column!r} field")
     value = obj[column]
     if value is None:
-        return None, f"{column!r} is null"
+        raise MalformedRow(f"{column!r} is null")
     if not isinstance(value, str):
-        return None, f"{column!r} is {type(value).__name__}, not text"
-    return value, None
+        raise MalformedRow(f"{column!r} is {type(value).__name__}, not text")
+    return value
 
 
 def _text_file(path: Path, name: str, report: Report) -> Iterator[Record]:
@@ -167,11 +171,12 @@ def _jsonl_rows(
                 continue
             report.rows += 1
             try:
-                text, problem = _field(json.loads(line), column)
+                text = _field(json.loads(line), column)
             except ValueError as err:  # JSONDecodeError and UnicodeDecodeError
-                text, problem = None, f"invalid JSON: {err}"
-            if problem:
-                report.malformed_row(name, line_no, problem)
+                report.malformed_row(name, line_no, f"invalid JSON: {err}")
+                continue
+            except MalformedRow as err:
+                report.malformed_row(name, line_no, str(err))
                 continue
             yield name, line_no, text
 
@@ -267,7 +272,9 @@ class FileSource:
             elif suffix == ".jsonl":
                 _check_jsonl_column(path, name, column)
 
-    def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
+    def records(
+        self, column: str, rows_per_doc: int, report: Report
+    ) -> Generator[Record, None, None]:
         for name, problem in self.unusable:
             report.files += 1
             report.reject("unreadable", name, str(problem))
@@ -329,6 +336,15 @@ def _check_jsonl_column(path: Path, name: str, column: str) -> None:
                 return
 
 
+class HubRows(Protocol):
+    """What HFSource uses of the `datasets` Dataset (a saved folder) or IterableDataset (streamed) it opens."""
+
+    @property
+    def column_names(self) -> list[str] | None: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 class HFSource:
     """`hf:ID[@REV][:SPLIT]` through `datasets`, streamed. ID is a hub id or a local folder."""
 
@@ -353,8 +369,8 @@ class HFSource:
         self.rows_per_doc = (
             BOOKCORPUS_ROWS_PER_DOC if self.id.lower() in SENTENCE_PER_ROW_DATASETS else 1
         )
-        self.total = None
-        self._dataset = None
+        self.total: int | None = None  # a stream's length is not known up front
+        self._dataset: HubRows | None = None
 
     def fingerprint(self) -> str:
         if self.local:
@@ -367,7 +383,7 @@ class HFSource:
             {"hf": self.id, "revision": self.revision, "split": self.split}, length=64
         )
 
-    def _open(self):
+    def _open(self) -> HubRows:
         import datasets  # slow import, only for this source
 
         with self._hub_errors():
@@ -409,9 +425,9 @@ class HFSource:
             ) from None
 
     def check(self, column: str) -> None:
-        self._dataset = self._open()
+        self._dataset = dataset = self._open()
         # None when a streamed dataset does not declare its features
-        columns = self._dataset.column_names
+        columns = dataset.column_names
         if columns is not None and column not in columns:
             raise InputError(
                 f"no column {column!r} (columns: {', '.join(columns)}); choose one with --text-column",
@@ -419,7 +435,9 @@ class HFSource:
                 field=column,
             )
 
-    def records(self, column: str, rows_per_doc: int, report: Report) -> Iterator[Record]:
+    def records(
+        self, column: str, rows_per_doc: int, report: Report
+    ) -> Generator[Record, None, None]:
         name = f"{self.id}:{self.split}"
 
         def rows() -> Iterator[tuple[str, int, str]]:
@@ -428,9 +446,10 @@ class HFSource:
                     self._dataset if self._dataset is not None else self._open(), 1
                 ):
                     report.rows += 1
-                    text, problem = _field(row, column)
-                    if problem:
-                        report.malformed_row(name, row_no, problem)
+                    try:
+                        text = _field(row, column)
+                    except MalformedRow as err:
+                        report.malformed_row(name, row_no, str(err))
                         continue
                     yield name, row_no, text
 
