@@ -233,6 +233,13 @@ class PretrainConfig(_Section):
     grad_clip: float = Field(1.0, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     zero_stage: int = Field(1, ge=0, le=3)
+    stop_grace_seconds: float = Field(
+        300.0,
+        gt=0,
+        description="after SIGTERM (an eviction, a preemption), the time the ranks have to agree on a stop, "
+        "write a checkpoint and exit before they are killed: torchrun's shutdown timeout, and the pods' "
+        "termination grace in infra/ (docs/cluster.md)",
+    )
     offload_optimizer: bool = False
     seed: int = 0
     log_every: int = Field(

@@ -25,6 +25,9 @@ from collections.abc import Callable
 
 USAGE = 2  # bad input: the message says what to fix
 BUG = 1  # anything else: the traceback is for us
+PREEMPTED = (
+    75  # stopped on request with its state saved: resume it (EX_TEMPFAIL of sysexits.h, "retry")
+)
 DEBUG_ENV = "GPT1_DEBUG"
 # A write that failed for lack of room: a full disk, a quota, a file-size limit.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -38,6 +41,11 @@ class Diverged(ValueError):
 class ReportedFailure(Exception):
     """A failure whose cause was already printed by the process that had it (a worker's error or traceback): one
     line, exit 1, and no second traceback."""
+
+
+class Preempted(Exception):
+    """Stopped on request (SIGTERM: an eviction, a preemption) after saving what a resume needs: one line, exit
+    PREEMPTED, which the launchers and the Slurm script treat as "resume", not "repair"."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -113,7 +121,8 @@ def debugging() -> bool:
 
 def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
     """Call `run`; a user error prints `<prefix>: error: <message>` and returns 2 (after its traceback when
-    debugging), a bug prints its traceback and returns 1, Ctrl-C returns 130."""
+    debugging), a bug prints its traceback and returns 1, Ctrl-C returns 130, a stop on request (Preempted)
+    prints its line and returns 75."""
     try:
         return int(run() or 0)
     except KeyboardInterrupt:
@@ -123,6 +132,9 @@ def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
         if isinstance(exit.code, str):
             print(exit.code, file=sys.stderr)
         return exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+    except Preempted as err:
+        print(f"{prefix}: {one_line(err)}", file=sys.stderr)
+        return PREEMPTED
     except Exception as err:  # noqa: BLE001 - the policy above decides what the user sees
         message = user_message(err)
         if message is None:

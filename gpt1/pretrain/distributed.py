@@ -218,7 +218,9 @@ def deepspeed_config(pretrain: PretrainConfig, world_size: int, device: str = "c
     return config
 
 
-def worker_command(nproc: int, worker_args: list[str]) -> tuple[list[str], dict[str, str]]:
+def worker_command(
+    nproc: int, worker_args: list[str], stop_grace_seconds: float = 30.0
+) -> tuple[list[str], dict[str, str]]:
     """Command + environment that start `python -m gpt1.pretrain worker_args` on `nproc` local processes.
 
     One process is started directly with the launcher variables set; more go through torchrun (standalone
@@ -244,6 +246,9 @@ def worker_command(nproc: int, worker_args: list[str]) -> tuple[list[str], dict[
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={nproc}",
+        # on SIGTERM torchrun passes it on and kills what has not exited after this long: the workers' grace to
+        # agree on a stop and checkpoint (gpt1.pretrain.preemption)
+        f"--shutdown-timeout={max(1, round(stop_grace_seconds))}",
         "-m",
         "gpt1.pretrain",
         *worker_args,

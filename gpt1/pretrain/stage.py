@@ -19,6 +19,7 @@ import argparse
 import logging
 import os
 import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from gpt1.pretrain.inputs import (
     total_steps,
 )
 from gpt1.pretrain.outputs import log_finished
+from gpt1.pretrain.preemption import read_notice
 from gpt1.pretrain.worker import WORKER
 from gpt1.runtime import processes
 from gpt1.stages import outputs
@@ -51,6 +53,11 @@ from gpt1.stages.base import Ref, Result, StageJob, add_config_args, add_output_
 from gpt1.tracking.runs import stage_tags
 
 log = logging.getLogger(__name__)
+
+
+# How the workers run, not what they compute: outside the key, so that a pre-training keeps its key (and is
+# reused) whatever grace its launcher gives it.
+RUN_SETTINGS = {"stop_grace_seconds"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,7 @@ class Job(StageJob):
             "model": self.cfg.model.model_dump(
                 exclude={"vocab_size"}
             ),  # the vocabulary is the tokenizer's
-            "pretrain": self.cfg.pretrain.model_dump(),
+            "pretrain": self.cfg.pretrain.model_dump(exclude=RUN_SETTINGS),
         }
 
     # -- before any compute ------------------------------------------------------------------------------------
@@ -162,7 +169,7 @@ class Job(StageJob):
         worker_args = self.prepare(out)
         if self.launcher == "slurm":
             return {"slurm_job": self.submit_to_slurm(out)}
-        command, env = worker_command(self.nproc, worker_args)
+        command, env = worker_command(self.nproc, worker_args, self.cfg.pretrain.stop_grace_seconds)
         if self.threads and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = self.threads
         lock = outputs.held(out)
@@ -177,8 +184,18 @@ class Job(StageJob):
                 worker_errors.append(line.split(": error: ", 1)[1])
             self.log_line(line)
 
-        # A session of their own: their watcher (exit_with_parent) then stops only them, never our caller.
-        code = processes.stream(command, forward, env, new_session=True, pass_fds=(lock.fd,))
+        # A session of their own: their watcher (exit_with_parent) then stops only them, never our caller. A
+        # SIGTERM to us is passed on to them: they checkpoint and stop (gpt1.pretrain.preemption).
+        started = time.time()
+        code = processes.stream(
+            command, forward, env, new_session=True, pass_fds=(lock.fd,), forward_sigterm=True
+        )
+        stopped = read_notice(out, started)
+        if code != 0 and stopped:
+            raise errors.Preempted(
+                f"pre-training stopped on request at update {stopped['step']} with checkpoint "
+                f"{stopped['checkpoint']}: re-run with --resume auto to continue from it"
+            )
         if code != 0 and worker_errors:
             raise ValueError(worker_errors[0])
         if code != 0:

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from gpt1.config import PipelineConfig, config_from_dict, flatten
-from gpt1.errors import Diverged, exit_code
+from gpt1.errors import PREEMPTED, Diverged, Preempted, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
 from gpt1.model import optim
 from gpt1.model.transformer import TRAINING_NAME
@@ -85,6 +85,7 @@ from gpt1.pretrain.outputs import (
     read_metrics,
     stage_key,
 )
+from gpt1.pretrain.preemption import StopRequest, write_notice
 from gpt1.progress import duration
 from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
@@ -143,6 +144,9 @@ class Pretraining:
         from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
 
         self.args, self.world = args, world
+        self.stop = (
+            StopRequest.install()
+        )  # first: a SIGTERM during start-up is acted on at the first boundary
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.shards = Path(args.shards)
@@ -394,7 +398,25 @@ class Pretraining:
                         if name in self.cadence:
                             self.cadence[name].ran()
                 self.window.exclude(time.perf_counter() - started)
+            if boundary and self.step < self.total and self.stop.agreed(self.device):
+                self.stop_here(saved="save" in due)
         bar.close()
+
+    def stop_here(self, saved: bool) -> None:
+        """Asked to stop (gpt1.pretrain.preemption): the checkpoint of this update (unless one was just written),
+        the notice the launcher reads, then Preempted."""
+        from gpt1.pretrain.checkpoint import tag_for
+
+        path = self.checkpoints.root / tag_for(self.step) if saved else self.save()
+        if self.world.is_main:
+            write_notice(self.out, self.step, path)
+            log.warning(
+                "stopped on request at update %d of %d: checkpoint %s; resume with --resume auto",
+                self.step,
+                self.total,
+                path,
+            )
+        raise Preempted(f"stopped at update {self.step}")
 
     def due(self, boundary: bool) -> set[str]:
         """What runs after this update: every action at the end; an action counted in updates when its count is
@@ -807,6 +829,10 @@ def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
     try:
         training.run_loop()
         training.finish()
+    except Preempted:
+        if training.run is not None:
+            training.run.end("KILLED")  # reopened by the resumed run
+        return PREEMPTED
     except BaseException:
         if training.run is not None:
             training.run.end("FAILED")

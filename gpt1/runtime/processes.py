@@ -74,10 +74,13 @@ def stream(
     *,
     new_session: bool = False,
     pass_fds: Iterable[int] = (),
+    forward_sigterm: bool = False,
 ) -> int:
     """Run `cmd`, forwarding each line of its output (stdout and stderr) to `log_line`; returns its exit code
     (negative: killed by that signal). Progress bars are off (piped output has no terminal to redraw).
-    `new_session`: the command and everything it starts form a process group of their own."""
+    `new_session`: the command and everything it starts form a process group of their own. `forward_sigterm`
+    (with `new_session`, from the main thread): while it runs, a SIGTERM to this process goes to that group
+    instead of ending this process, which waits for the command to stop in its own way."""
     merged = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **os.environ, **(env or {})}
     proc = subprocess.Popen(
         cmd,
@@ -90,6 +93,14 @@ def stream(
         pass_fds=tuple(pass_fds),
     )
     assert proc.stdout is not None
+    previous = None
+    if forward_sigterm and new_session and threading.current_thread() is threading.main_thread():
+
+        def pass_on(signum: int, frame: object) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signum)
+
+        previous = signal.signal(signal.SIGTERM, pass_on)
     try:
         for line in proc.stdout:
             log_line(line.rstrip())
@@ -100,6 +111,8 @@ def stream(
         raise
     finally:
         code = proc.wait()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return code
 
 

@@ -90,13 +90,15 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     while workers_of(out):  # the worker has a session of its own: it stops once it sees its launcher gone
         assert time.time() < deadline, "the pre-training worker outlived its killed launcher"
         time.sleep(0.1)
-    assert not (out / "final").exists()
-    # On a loaded machine the worker can train on to its last-step checkpoint in the second before it sees the
-    # launcher gone; a kill that came earlier is then what the checkpoints before step 8 show.
+    # Seeing its launcher gone, the worker stops as on SIGTERM: a checkpoint at its next logging boundary
+    # (gpt1.pretrain.preemption). On a loaded machine it can train on to its last-step checkpoint before it sees
+    # the launcher gone, and even write final/; a kill that came earlier is then what the checkpoints before
+    # step 8 show, and the resumed run writes final/ again.
     for late in (out / "checkpoints").glob("step-*"):
         if int(late.name.split("-")[1]) > 6:
             shutil.rmtree(late)
-    resumed_from = max(s for s in (3, 6) if (out / "checkpoints" / tag_for(s) / COMPLETE).exists())
+    resumed_from = max(int(p.name.split("-")[1]) for p in (out / "checkpoints").glob("step-*")
+                       if (p / COMPLETE).exists())
     run_id = json.loads((out / "checkpoints" / tag_for(resumed_from) / "meta.json").read_text())["run_id"]
     # A checkpoint killed while being written: newer, but no COMPLETE marker and a truncated file.
     torn = out / "checkpoints" / tag_for(resumed_from + 1)
@@ -120,6 +122,36 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     assert run_info.info.run_id == run_id and run_info.info.status == "FINISHED"  # the same run, re-attached
     assert run_info.data.tags["resumed_at_step"] == str(resumed_from)
     assert max(m.step for m in client.get_metric_history(run_id, "loss")) == 8
+
+
+@pytest.mark.slow
+def test_sigterm_stops_two_ranks_at_one_update_with_a_checkpoint_and_the_rerun_resumes(data, tmp_path):
+    """What an eviction does: SIGTERM to `gpt1 pretrain` (as Kubernetes sends it to a pod's first process) reaches
+    both ranks, which agree on one update at a logging boundary, checkpoint it and exit; the launcher says so and
+    exits 75 within the grace; `--resume auto` goes on from that checkpoint to the end."""
+    out, steps = tmp_path / "run", 400
+    args = pretrain_args(data, out, "--nproc", "2", steps=steps, sets=["pretrain.stop_grace_seconds=60"])
+    with open(tmp_path / "stopped.txt", "w") as fh:
+        launcher = subprocess.Popen(args, env=env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + TIMEOUT
+    while not (out / "metrics.jsonl").exists() or max(losses(out), default=0) < 4:
+        assert launcher.poll() is None and time.time() < deadline, (tmp_path / "stopped.txt").read_text()[-3000:]
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGTERM)
+    signalled = time.time()
+    code = launcher.wait(timeout=90)
+    log = (tmp_path / "stopped.txt").read_text()
+    assert code == 75 and time.time() - signalled < 60, log[-3000:]
+    notice = json.loads((out / "preempted.json").read_text())
+    stop = notice["step"]
+    assert 4 <= stop < steps and stop % 2 == 0  # a logging boundary (log_every=2), before the end
+    assert (out / "checkpoints" / tag_for(stop) / COMPLETE).exists() and not (out / "final").exists()
+    assert f"stopped on request at update {stop} with checkpoint" in log.splitlines()[-1]
+    assert max(losses(out)) == stop  # both ranks stopped at the same update: nothing trained past it
+
+    run(args + ["--resume", "auto"], tmp_path / "resumed.txt")
+    assert f"resumed from {out / 'checkpoints' / tag_for(stop)}" in (tmp_path / "resumed.txt").read_text()
+    assert max(losses(out)) == steps and (out / "final" / "gpt1.safetensors").exists()
 
 
 @pytest.fixture(scope="module")

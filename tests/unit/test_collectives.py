@@ -1,5 +1,5 @@
 """The cluster's first check (gpt1.runtime.collectives) in one process: a one-rank gloo group, the values checked,
-a corrupted collective named by rank and collective. Its multi-rank run: tests/integration/test_collectives.py."""
+a corrupted collective named by rank and collective. Its multi-rank run: tests/integration/test_collectives_torchrun.py."""
 
 from __future__ import annotations
 

@@ -346,6 +346,29 @@ def test_every_cluster_process_reads_the_hub_from_its_cache_only():
         assert {k: env.get(k) for k in HUB_OFFLINE} == HUB_OFFLINE, where
     assert len(places) == 1 + len(POOLS) + 1 + 1
 
+
+def test_pretraining_pods_give_their_workers_the_stop_grace():
+    """An evicted pre-training pod must live long enough for its ranks to agree, checkpoint and exit 75
+    (gpt1.pretrain.preemption): torchrun waits `pretrain.stop_grace_seconds` before killing them, the pod's grace
+    is longer, and a pod that exits 75 or is disrupted is replaced, not counted as the Job's failure."""
+    from gpt1.config import load_config
+    from gpt1.errors import PREEMPTED
+
+    grace = load_config("cluster").pretrain.stop_grace_seconds
+    (job,) = [d for d in k8s_docs(INFRA / "multinode/k8s/pretrain-job.yaml") if d["kind"] == "Job"]
+    pod = pod_spec(job)
+    assert pod["terminationGracePeriodSeconds"] > grace
+    assert f"--shutdown-timeout={round(grace)}" in " ".join(pod["containers"][0]["args"])
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert {"action": "Ignore", "onExitCodes": {"containerName": pod["containers"][0]["name"], "operator": "In",
+                                                "values": [PREEMPTED]}} in rules
+    assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]} in rules
+    pool = json.loads((K8S / "work-pools/gpt1-gpu-node.json").read_text())
+    assert pod_spec(pool["job_configuration"]["job_manifest"])["terminationGracePeriodSeconds"] > grace
+    sbatch = (INFRA / "multinode/slurm/pretrain.sbatch").read_text()
+    assert re.search(r"^#SBATCH --signal=TERM@\d+$", sbatch, re.M) and "--shutdown-timeout" in sbatch
+    assert "scontrol requeue" in sbatch and f"exit {PREEMPTED}" in sbatch
+
 # -- work pools ---------------------------------------------------------------------------------------------------
 def render_pool(template: dict, values: dict) -> dict:
     """The Job a Kubernetes worker would submit for a flow run: prefect-kubernetes' own code, real values."""
