@@ -33,7 +33,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gpt1 import cli
-from gpt1.config import ConfigError, PipelineConfig, load_config, load_preset_dict
+from gpt1.config import ConfigError, PipelineConfig, load_config, load_preset_dict, merge
 from gpt1.errors import user_message
 
 # The unit tier runs a quarter of each class's examples; GPT1_GENERATED=full runs them all (the integration tier:
@@ -352,7 +352,7 @@ def test_preset_text_variants_parse_as_the_canonical_file(data, tmp_path_factory
     )
     tree: dict = {"extends": BASE}
     for key in keys:
-        tree = _deep_merge(
+        tree = merge(
             tree, _nested(key, data.draw(valid(key, FIELDS[key], _kinds(FIELDS[key].annotation))))
         )
     tmp = tmp_path_factory.mktemp("variants")
@@ -362,13 +362,6 @@ def test_preset_text_variants_parse_as_the_canonical_file(data, tmp_path_factory
         (tmp / "case.yaml").write_bytes(raw)
         assert load_config(str(tmp / "case.yaml")) == expected, name
         OUTCOMES["valid file text", "accepted"] += 1
-
-
-def _deep_merge(base: dict, update: dict) -> dict:
-    out = dict(base)
-    for key, value in update.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(out.get(key), dict) else value
-    return out
 
 
 STRUCTURE: dict[str, tuple[bytes, str]] = {
