@@ -115,6 +115,7 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.json"
 PREDICTIONS_DIR = "predictions"
 SUBMISSION_DIR = "submission"
+PARTIAL = ".partial"  # in the name of a submission file of fewer rows than the test split holds
 MAX_CURVE_POINTS = 1000
 PROGRESS_SECONDS = (
     30.0  # a progress line at least this often while training (the logs' only sign of life)
@@ -602,8 +603,20 @@ def write_predictions(
         )
         written[name] = [str(path.relative_to(out_dir))]
         if name == "test" and not split.on_training_rows:  # no leaderboard file of training rows
+            # a benchmark scores every test row: a file cut to finetune.max_eval_examples says so in its name
+            rows = len(split.all_labels)
+            suffix = "" if len(split.examples) == rows else PARTIAL
+            if suffix:
+                log.warning(
+                    "%s: test predictions on %d of %d rows (finetune.max_eval_examples): the submission "
+                    "file is named *%s.tsv, not one a leaderboard takes",
+                    spec.name,
+                    len(split.examples),
+                    rows,
+                    suffix,
+                )
             files = tasks.write_submission(
-                spec.name, split.examples, result.predictions, out_dir / SUBMISSION_DIR
+                spec.name, split.examples, result.predictions, out_dir / SUBMISSION_DIR, suffix
             )
             written["submission"] = [str(Path(f).relative_to(out_dir)) for f in files]
     return written

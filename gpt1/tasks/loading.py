@@ -187,9 +187,13 @@ def evaluate(task: str, examples: Sequence[Example], predictions: Sequence) -> d
 
 
 def write_submission(
-    task: str, examples: Sequence[Example], predictions: Sequence, path: str | Path
+    task: str,
+    examples: Sequence[Example],
+    predictions: Sequence,
+    path: str | Path,
+    suffix: str = "",
 ) -> list[Path]:
-    """Write `<path>/<submission>.tsv` (`index<TAB>prediction`, GLUE server format; MNLI: MNLI-m.tsv and
+    """Write `<path>/<submission><suffix>.tsv` (`index<TAB>prediction`, GLUE server format; MNLI: MNLI-m.tsv and
     MNLI-mm.tsv by example group). Non-GLUE tasks get the same format under SNLI.tsv, SciTail.tsv, RACE.tsv,
     StoryCloze.tsv."""
     spec = get(task)
@@ -202,6 +206,6 @@ def write_submission(
     written = []
     for name, lines in files.items():
         written.append(
-            write_text(Path(path) / f"{name}.tsv", "index\tprediction\n" + "".join(lines))
+            write_text(Path(path) / f"{name}{suffix}.tsv", "index\tprediction\n" + "".join(lines))
         )
     return written

@@ -148,9 +148,14 @@ def test_finetune_each_kind_writes_outputs_that_agree(task, runs, sample_tasks):
     reloaded = GPT1.from_pretrained(model_dir)  # the fine-tuned transformer is a regular checkpoint folder
     assert reloaded.config.n_layer == TINY["n_layer"]
 
-    if "test" in spec.splits:
+    if "test" in spec.splits:  # cut to max_eval_examples: named as a partial file, not a leaderboard's
+        test_rows = len(tasks.load(task, sample_tasks / FOLDERS[task], "test"))
+        assert test_rows > QUICK.max_eval_examples
         submission = sorted(p.name for p in (out / "submission").iterdir())
-        assert submission == (["MNLI-m.tsv", "MNLI-mm.tsv"] if task == "mnli" else [f"{spec.submission or 'RACE'}.tsv"])
+        names = ["MNLI-m", "MNLI-mm"] if task == "mnli" else [spec.submission or "RACE"]
+        assert submission == [f"{name}.partial.tsv" for name in names]
+        assert sum(len(p.read_text().splitlines()) - 1 for p in (out / "submission").iterdir()) == \
+            QUICK.max_eval_examples
 
 
 def test_reloaded_model_reproduces_the_saved_predictions(runs, sample_tasks):
