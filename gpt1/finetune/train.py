@@ -425,16 +425,18 @@ def backward(
     labels: torch.Tensor,
     cfg: FinetuneConfig,
     device: torch.device,
-) -> tuple[dict[str, float], int]:
+) -> tuple[dict[str, torch.Tensor], int]:
     """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
     `examples_per_forward`. Both losses are means over examples, so weighting each micro-batch's loss by its
     share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
-    real-token count."""
+    real-token count. The losses stay on the device (reading them back would wait for it every update)."""
     use_lm = cfg.aux_lm_weight > 0
-    losses: dict[str, float] = {}
+    losses: dict[str, torch.Tensor] = {}
     tokens = 0
     for chunk in index.split(examples_per_forward(spec, cfg)):
-        batch = to_tensors(tasks.collate([train_set.encoded[i] for i in chunk.tolist()]), device)
+        collated = tasks.collate([train_set.encoded[i] for i in chunk.tolist()])
+        tokens += int(collated["mask"].sum())  # counted on the host, before the copy
+        batch = to_tensors(collated, device)
         with autocast(device, cfg.precision):
             out = model(
                 batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None
@@ -452,8 +454,8 @@ def backward(
         share = len(chunk) / len(index)
         (parts["train/loss"] * share).backward()
         for name, value in parts.items():
-            losses[name] = losses.get(name, 0.0) + value.item() * share
-        tokens += int(batch["mask"].sum())
+            part = value.detach().float() * share
+            losses[name] = losses[name] + part if name in losses else part
     return losses, tokens
 
 
@@ -493,27 +495,58 @@ def train(
     )
 
     step, seen, tokens, train_seconds = 0, 0, 0, 0.0
-    last: dict[str, float] = {}  # the latest update's losses and gradient norm
+    last: dict[str, float] = {}  # the latest update read back: its losses and gradient norm
+    # The updates since the last read back, their losses and gradient norms still on the device: (update, losses,
+    # gradient norm, lr, examples seen, seconds). Read once per curve point or progress line, not every update.
+    pending: list[tuple[int, dict[str, torch.Tensor], torch.Tensor, float, int, float]] = []
     evaluations: dict[str, Evaluation] = {}
     bar = tqdm(total=total, desc=f"finetune {spec.name}", unit="step", disable=None)
     progress = Every(PROGRESS_SECONDS)
+
+    def read_back() -> None:
+        """Wait for the device once for the pending updates: each is checked for divergence, in order, before
+        its curves are logged."""
+        nonlocal last
+        if not pending:
+            return
+        names = list(pending[0][1])
+        rows = torch.stack(
+            [
+                torch.stack([*(losses[k] for k in names), norm.float()])
+                for _, losses, norm, *_ in pending
+            ]
+        ).tolist()
+        for (at, _, _, lr, seen_then, elapsed), row in zip(pending, rows):
+            last = {**dict(zip(names, row[:-1])), "train/grad_norm": row[-1]}
+            if not all(math.isfinite(v) for v in row):
+                raise Diverged(
+                    f"{spec.name}: fine-tuning diverged at update {at} of {total}: loss "
+                    f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
+                    "model or metrics written. Lower finetune.lr"
+                )
+            curves.add(
+                at,
+                last,
+                {
+                    "train/lr": lr,
+                    "train/epoch": at / steps_per_epoch,
+                    "train/examples_per_s": seen_then / elapsed,
+                },
+            )
+        bar.update(len(pending))
+        bar.set_postfix(loss=f"{last['train/loss']:.4f}", lr=f"{pending[-1][3]:.2e}")
+        pending.clear()
+
     for epoch in range(cfg.epochs):
         model.train()
         started = time.perf_counter()
         for index in torch.randperm(n, generator=shuffle).split(bs):
             optimizer.zero_grad(set_to_none=True)
-            last, batch_tokens = backward(model, spec, train_set, index, labels, cfg, device)
+            losses, batch_tokens = backward(model, spec, train_set, index, labels, cfg, device)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip or float("inf")
             )
-            last["train/grad_norm"] = float(grad_norm)
             lr = optimizer.param_groups[0]["lr"]
-            if not (math.isfinite(last["train/loss"]) and math.isfinite(last["train/grad_norm"])):
-                raise Diverged(
-                    f"{spec.name}: fine-tuning diverged at update {step + 1} of {total}: loss "
-                    f"{last['train/loss']}, gradient norm {last['train/grad_norm']} (lr {lr:.3g}); no "
-                    "model or metrics written. Lower finetune.lr"
-                )
             optimizer.step()
             schedule.step()
 
@@ -521,20 +554,11 @@ def train(
             seen += len(index)
             tokens += batch_tokens
             elapsed = train_seconds + time.perf_counter() - started
-            curves.add(
-                step,
-                last,
-                {
-                    "train/lr": lr,
-                    "train/epoch": step / steps_per_epoch,
-                    "train/examples_per_s": seen / elapsed,
-                },
-            )
-            bar.update()
-            bar.set_postfix(
-                loss=f"{last['train/loss']:.4f}", lr=f"{lr:.2e}", ex_s=f"{seen / elapsed:.1f}"
-            )
-            if progress.due():
+            pending.append((step, losses, grad_norm, lr, seen, elapsed))
+            due = progress.due()
+            if step % curves.every == 0 or due:
+                read_back()
+            if due:
                 rate = seen / elapsed
                 log.info(
                     "%s: update %d/%d (epoch %d/%d) loss %.4f, %.1f examples/s, ETA %s",
@@ -547,6 +571,7 @@ def train(
                     rate,
                     duration((n * cfg.epochs - seen) / rate),
                 )
+        read_back()  # the epoch's last updates, before its evaluation
         train_seconds += time.perf_counter() - started
 
         final = epoch == cfg.epochs - 1

@@ -230,13 +230,15 @@ def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_s
     good = tmp_path / "good"
     assert cli([*base, "--out", str(good)]) == 0
     capsys.readouterr()
-    head = load_file(str(good / "model" / HEAD_NAME))
-    # Finite weights whose outputs overflow: an error, never an accuracy from NaN probabilities (task.json's record
-    # of the head's hash updated, or the changed file would be refused before it is read).
-    save_file({k: torch.full_like(v, 3e38) for k, v in head.items()}, str(good / "model" / HEAD_NAME))
-    info = read_json(good / "model" / "task.json")
-    write_json(good / "model" / "task.json", {**info, "head_sha256": sha256_file(good / "model" / HEAD_NAME)})
-    code = cli(["predict", "--model", str(good / "model"), "--input", str(tasks_dir), "--split", "dev",
+    # Finite weights whose outputs overflow: an error, never an accuracy from NaN probabilities. Made in a copy
+    # outside the stage's output (whose record would refuse the edited file) with task.json's record of the
+    # head's hash updated (or the changed file would be refused before it is read).
+    model = shutil.copytree(good / "model", tmp_path / "overflowing")
+    head = load_file(str(model / HEAD_NAME))
+    save_file({k: torch.full_like(v, 3e38) for k, v in head.items()}, str(model / HEAD_NAME))
+    info = read_json(model / "task.json")
+    write_json(model / "task.json", {**info, "head_sha256": sha256_file(model / HEAD_NAME)})
+    code = cli(["predict", "--model", str(model), "--input", str(tasks_dir), "--split", "dev",
                 "--out", str(tmp_path / "predictions.jsonl")])
     err = capsys.readouterr().err
     assert code == 2 and "outputs are not finite" in err, err

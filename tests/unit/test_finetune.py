@@ -216,6 +216,7 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_ta
         model = build_model(spec, checkpoint, tok.vocab_size, QUICK).eval()  # eval: no dropout, same arithmetic
         losses, tokens = backward(model, spec, train_set, index, labels,
                                   QUICK.model_copy(update={"micro_batch_size": micro}), torch.device("cpu"))
+        losses = {name: float(value) for name, value in losses.items()}  # on the device until read back
         results[micro] = losses, tokens, {n: p.grad for n, p in model.named_parameters()}
     (whole, whole_tokens, whole_grads), (parts, part_tokens, part_grads) = results[None], results[5]
     assert part_tokens == whole_tokens > 0
