@@ -497,10 +497,30 @@ def flops_per_token(cfg: ModelConfig) -> float:
     backward pass twice as expensive). The attention term covers QK^T and attention x V over a full context;
     for shorter sequences pass a config with n_ctx set to the sequence length.
     """
-    with torch.device("meta"):  # count parameters without allocating them
-        model = GPT1(cfg)
-    n_matmul = model.num_parameters() - model.positions_embed.weight.numel()
+    n_matmul = parameter_count(cfg) - cfg.n_ctx * cfg.n_embd  # less the position embeddings
     return 6.0 * n_matmul + 12.0 * cfg.n_layer * cfg.n_ctx * cfg.n_embd
+
+
+def parameter_count(cfg: ModelConfig) -> int:
+    """The parameters of GPT1(cfg), counted without allocating them (on the meta device)."""
+    with torch.device("meta"):
+        return GPT1(cfg).num_parameters()
+
+
+def memory_problem(cfg: ModelConfig, available_bytes: int, where: str) -> str | None:
+    """Why a model of `cfg` cannot train in `available_bytes`, judged by its fp32 weights alone (gradients and
+    Adam's moments need three times more again, so a model refused here could never train there); else None."""
+    try:
+        weights = 4 * parameter_count(cfg)
+    except RuntimeError as err:  # a shape past what torch can even describe
+        return f"a model of this shape cannot be built ({err})"
+    if weights <= available_bytes:
+        return None
+    return (
+        f"{weights // 4:,} parameters need {weights / 2**30:,.1f} GiB for their fp32 weights alone, more "
+        f"than the {available_bytes / 2**30:,.1f} GiB of {where}: make model.n_embd, model.d_ff, "
+        "model.n_layer or model.vocab_size smaller"
+    )
 
 
 class GPT1ForTask(nn.Module):

@@ -31,7 +31,7 @@ from gpt1 import errors
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.io import write_json, write_text
-from gpt1.model.transformer import TRAINING_NAME
+from gpt1.model.transformer import TRAINING_NAME, memory_problem
 from gpt1.pretrain import slurm
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.pretrain.inputs import (
@@ -118,6 +118,10 @@ class Job(StageJob):
         device = device_type()
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
+        else:  # the workers run here: a model no process of theirs can hold stops now, not inside them
+            problem = memory_problem(self.cfg.model, *self.memory(device))
+            if problem:
+                raise ValueError(f"model: {problem}")
         manifest = load_manifest(self.shards.path)
         # every shard's bytes against the manifest, once per run
         checked = verify_shards(self.shards.path)
@@ -140,6 +144,18 @@ class Job(StageJob):
         task_data = task_data_source(cfg, self.task_data)
         resume_point(out, self.resume, cfg.model.model_dump())
         return cfg, task_data
+
+    def memory(self, device: str) -> tuple[int, str]:
+        """The memory the local workers share, and what it is: every GPU they use, or this machine's RAM."""
+        if device == "cuda":
+            import torch
+
+            gpus = range(min(self.nproc, torch.cuda.device_count()))
+            total = sum(torch.cuda.get_device_properties(i).total_memory for i in gpus)
+            return total, f"{len(gpus)} GPU(s)"
+        import psutil
+
+        return psutil.virtual_memory().total, "this machine's memory"
 
     def prepare(self, out: Path) -> list[str]:
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""

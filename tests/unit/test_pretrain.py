@@ -373,3 +373,19 @@ def test_multinode_launch_files_use_the_worker_interface():
 
     sbatch = (REPO / "infra/multinode/slurm/pretrain.sbatch").read_text()
     assert "--dry-run" in sbatch and "-m gpt1.pretrain --config \"$OUT/config.json\"" in sbatch
+
+
+def test_a_model_this_machine_cannot_hold_is_refused_before_the_shards_are_read(tmp_path):
+    """Judged by its fp32 weights alone, counted on the meta device: nothing is allocated and no shard is read
+    (the shards named here do not exist)."""
+    from gpt1.pretrain.stage import Job
+    from gpt1.stages.base import Ref
+
+    huge = load_config("smoke", ["model.n_embd=65536", "model.n_head=1", "model.d_ff=1048576", "model.n_layer=8"])
+    job = Job(shards=Ref(tmp_path / "no-shards", "k"), tokenizer=None, cfg=huge)
+    with pytest.raises(ValueError, match=r"^model: [\d,]+ parameters need [\d,.]+ GiB for their fp32 weights alone, "
+                                         r"more than the [\d,.]+ GiB of this machine's memory"):
+        job.check(tmp_path / "out")
+    # the smoke model passes that check and goes on to the shards
+    with pytest.raises(FileNotFoundError):
+        Job(shards=Ref(tmp_path / "no-shards", "k"), tokenizer=None, cfg=load_config("smoke")).check(tmp_path / "o")
