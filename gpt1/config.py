@@ -540,6 +540,11 @@ _Loader.add_implicit_resolver(
     re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"),
 )
+# `lr=inf` and `nan` as Python writes them are numbers too, so that the refusal says what is wrong with them
+# (not finite) rather than that they are text
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:inf|nan)$", re.IGNORECASE), list("-+iInN")
+)
 
 
 def available_presets() -> list[str]:
