@@ -170,7 +170,8 @@ def restore_corpus(packed: Path, corpus: Path, counts: dict) -> None:
     import pyarrow.parquet as pq
 
     from gpt1.data.ingest.corpus import SCHEMA, SPLITS, STATS_FILE
-    from gpt1.io import read_json
+    from gpt1.io import read_json, write_json
+    from gpt1.stages import integrity
 
     tmp = corpus.with_name(corpus.name + ".restoring")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -195,8 +196,11 @@ def restore_corpus(packed: Path, corpus: Path, counts: dict) -> None:
     found = hashlib.sha256(digests["train"] + digests["val"]).hexdigest()
     if found != stats["content_hash"]:
         raise ValueError(f"{packed}: restored corpus hashes to {found}, stats.json says {stats['content_hash']}")
-    for name in (".done", STATS_FILE):
-        shutil.copyfile(packed / name, tmp / name)
+    shutil.copyfile(packed / STATS_FILE, tmp / STATS_FILE)
+    # The rows are the ones ingest wrote (the content hash above), their Parquet bytes not: the marker travels with
+    # a record of the files as they are here, or the next stage would refuse them as edited (gpt1.stages.integrity).
+    marker = read_json(packed / ".done")
+    write_json(tmp / ".done", {**marker, integrity.FIELD: integrity.record(tmp)})
     shutil.rmtree(corpus, ignore_errors=True)
     tmp.rename(corpus)
 
