@@ -233,6 +233,13 @@ class PretrainConfig(_Section):
     grad_clip: float = Field(1.0, ge=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     zero_stage: int = Field(1, ge=0, le=3)
+    collective_timeout_minutes: float = Field(
+        15.0,
+        gt=0,
+        description="a collective that waits longer (a hung or lost rank) fails the run, with each rank's NCCL "
+        "flight-recorder dump in OUT/nccl-trace/; above the longest step rank 0 takes alone (a probe, an "
+        "evaluation, a checkpoint's hashing)",
+    )
     stop_grace_seconds: float = Field(
         300.0,
         gt=0,

@@ -119,18 +119,36 @@ def device_type() -> str:
     return training_device("pre-training")
 
 
-def init_world() -> World:
-    """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device."""
+def init_world(timeout_minutes: float = 15.0, trace_prefix: Path | None = None) -> World:
+    """Join the process group (gloo on CPU, nccl on GPU) and pin this process to its local device.
+
+    A collective that waits longer than `timeout_minutes` (a hung or lost peer) fails the step instead of holding
+    the GPUs until the job's time runs out; under NCCL each rank then writes its flight recorder's last
+    collectives to `trace_prefix<rank>` (torch's `fr_trace` reads them). Set here, before the group starts,
+    unless the environment gives them."""
     # first: a GPU job without CUDA stops here, at once
     backend = "nccl" if device_type() == "cuda" else "gloo"
     prepare_env()
+    if backend == "nccl":  # the flight recorder is NCCL's
+        if trace_prefix is not None:
+            trace_prefix.parent.mkdir(parents=True, exist_ok=True)
+            os.environ.setdefault("TORCH_FR_DUMP_TEMP_FILE", str(trace_prefix))
+        os.environ.setdefault("TORCH_FR_BUFFER_SIZE", "2000")  # collectives kept per rank
+        os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    from datetime import timedelta
+
     import deepspeed
     import torch
 
     world = world_from_env()
     if backend == "gloo":
         skip_shm_comm_op()
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, verbose=False)
+    deepspeed.init_distributed(
+        dist_backend=backend,
+        auto_mpi_discovery=False,
+        verbose=False,
+        timeout=timedelta(minutes=timeout_minutes),
+    )
     if backend == "nccl":
         torch.cuda.set_device(world.local_rank)
     return world

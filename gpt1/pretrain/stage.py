@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 # How the workers run, not what they compute: outside the key, so that a pre-training keeps its key (and is
 # reused) whatever grace its launcher gives it.
-RUN_SETTINGS = {"stop_grace_seconds"}
+RUN_SETTINGS = {"stop_grace_seconds", "collective_timeout_minutes"}
 
 
 @dataclass(frozen=True)

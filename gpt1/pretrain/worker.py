@@ -816,12 +816,15 @@ def main(argv: list[str] | None = None) -> int:
 def start(args: argparse.Namespace) -> int:
     from gpt1.pretrain.distributed import init_world
 
-    world = init_world()
+    cfg = config_from_dict(read_json(args.config))
+    world = init_world(
+        cfg.pretrain.collective_timeout_minutes, Path(args.out) / "nccl-trace" / "rank_"
+    )
     logging.basicConfig(
         level=logging.INFO if world.is_main else logging.WARNING,
         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s",
     )
-    return train(config_from_dict(read_json(args.config)), args, world)
+    return train(cfg, args, world)
 
 
 def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:

@@ -389,3 +389,26 @@ def test_a_model_this_machine_cannot_hold_is_refused_before_the_shards_are_read(
     # the smoke model passes that check and goes on to the shards
     with pytest.raises(FileNotFoundError):
         Job(shards=Ref(tmp_path / "no-shards", "k"), tokenizer=None, cfg=load_config("smoke")).check(tmp_path / "o")
+
+
+def test_the_process_group_times_out_as_configured(monkeypatch, tmp_path):
+    """A hung collective fails after pretrain.collective_timeout_minutes, not DeepSpeed's half hour; the NCCL
+    flight recorder's settings are NCCL's alone (a CPU group sets none)."""
+    from datetime import timedelta
+
+    import deepspeed
+
+    from gpt1.pretrain import distributed
+
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29500", "TORCH_EXTENSIONS_DIR": str(tmp_path),
+                        "MLFLOW_DISABLE_TELEMETRY": "true"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCH_FR_DUMP_TEMP_FILE", raising=False)
+    seen = {}
+    monkeypatch.setattr(deepspeed, "init_distributed", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(distributed, "device_type", lambda: "cpu")
+    monkeypatch.setattr(distributed, "skip_shm_comm_op", lambda: None)
+    distributed.init_world(load_config("smoke").pretrain.collective_timeout_minutes, tmp_path / "trace" / "rank_")
+    assert seen["dist_backend"] == "gloo" and seen["timeout"] == timedelta(minutes=15)
+    assert "TORCH_FR_DUMP_TEMP_FILE" not in os.environ and not (tmp_path / "trace").exists()
