@@ -814,8 +814,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(args: argparse.Namespace) -> int:
-    from gpt1.pretrain.distributed import init_world
+    from gpt1.pretrain.distributed import device_type, init_world
 
+    device_type()  # first: a GPU job without working CUDA stops here, before anything is read
     cfg = config_from_dict(read_json(args.config))
     world = init_world(
         cfg.pretrain.collective_timeout_minutes, Path(args.out) / "nccl-trace" / "rank_"
