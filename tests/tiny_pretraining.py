@@ -5,8 +5,10 @@ Worker start-up (imports, DeepSpeed init) is most of a run's time."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -90,3 +92,23 @@ def workers_of(out: Path) -> list[int]:
             if "gpt1.pretrain" in cmdline and str(out) in cmdline and "gpt1.cli" not in cmdline:
                 found.append(int(entry.name))
     return found
+
+
+def kill_after_checkpoint(args: list[str], out: Path, step: int, log: Path) -> None:
+    """Start `gpt1 pretrain` (`args`) in a session of its own, SIGKILL that session once the checkpoint of `step`
+    is complete, and wait for the worker (a session of its own too) to see its launcher gone and stop. Stopping
+    as on SIGTERM, it writes a checkpoint at its next logging boundary (gpt1.pretrain.preemption) and holds the
+    output's lock until then, so a resume started earlier would be refused as a second writer."""
+    from gpt1.pretrain.checkpoint import COMPLETE, tag_for
+
+    with open(log, "w") as fh:
+        victim = subprocess.Popen(args, env=env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + TIMEOUT
+    while not (out / "checkpoints" / tag_for(step) / COMPLETE).exists():
+        assert victim.poll() is None and time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    while workers_of(out):
+        assert time.time() < deadline, "the pre-training worker outlived its killed launcher"
+        time.sleep(0.1)

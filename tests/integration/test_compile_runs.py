@@ -3,23 +3,16 @@ uninterrupted run's weights."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import time
-
 import pytest
 from safetensors.torch import load_file
 
 from gpt1.model.transformer import GPT1, WEIGHTS_NAME
-from tiny_pretraining import data, env, losses, pretrain_args, run  # noqa: F401 (data: a fixture)
+from tiny_pretraining import data, kill_after_checkpoint, losses, pretrain_args, run  # noqa: F401 (data: a fixture)
 
 
 def test_compiled_pretraining_resumes_bit_identical(data, tmp_path):  # noqa: F811 (the imported fixture)
     """`gpt1 pretrain` with model.compile=true through the DeepSpeed engine, dropout on: killed after a checkpoint
     and resumed, it ends with the uninterrupted run's weights; checkpoints carry no `_orig_mod.` names."""
-    from gpt1.pretrain.checkpoint import COMPLETE, tag_for
-
     def args(out):
         return pretrain_args(data, out, "--tracking-uri", f"sqlite:///{out}.db", sets=["model.compile=true"])
 
@@ -27,14 +20,7 @@ def test_compiled_pretraining_resumes_bit_identical(data, tmp_path):  # noqa: F8
     assert "transformer blocks compiled" in (tmp_path / "reference.txt").read_text()
 
     out = tmp_path / "resumed"
-    with open(tmp_path / "killed.txt", "w") as fh:  # own session: SIGKILL reaches the CLI and its worker
-        victim = subprocess.Popen(args(out), env=env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 900
-    while not (out / "checkpoints" / tag_for(3) / COMPLETE).exists():
-        assert victim.poll() is None and time.time() < deadline, (tmp_path / "killed.txt").read_text()[-3000:]
-        time.sleep(0.1)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
+    kill_after_checkpoint(args(out), out, 3, tmp_path / "killed.txt")
     run(args(out) + ["--resume", "auto"], tmp_path / "resumed.txt")
 
     a = load_file(tmp_path / "reference" / "final" / WEIGHTS_NAME)

@@ -8,7 +8,6 @@ sample books with the real tokenizer and shards writer. Worker start-up (imports
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,8 +22,8 @@ from safetensors.torch import load_file
 
 from gpt1.pretrain.checkpoint import COMPLETE, tag_for
 from gpt1.runtime.processes import free_port
-from tiny_pretraining import (NO_DROPOUT, TIMEOUT, closed_port_uri, data, env, losses, pretrain_args, run,  # noqa: F401
-                              workers_of)  # (data: a fixture)
+from tiny_pretraining import (NO_DROPOUT, TIMEOUT, closed_port_uri, data, env, kill_after_checkpoint, losses,  # noqa: F401
+                              pretrain_args, run)  # (data: a fixture)
 
 @pytest.fixture(scope="module")
 def reference(data, tmp_path_factory):
@@ -79,17 +78,7 @@ def test_sigkill_then_resume_ends_bit_identical(reference, data, tmp_path):
     ref_out, _ = reference
     out, uri = tmp_path / "run", f"sqlite:///{tmp_path / 'mlflow.db'}"
     args = pretrain_args(data, out, "--tracking-uri", uri)
-    with open(tmp_path / "killed.txt", "w") as fh:  # own session: SIGKILL reaches the CLI
-        victim = subprocess.Popen(args, env=env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + TIMEOUT
-    while not (out / "checkpoints" / tag_for(3) / COMPLETE).exists():
-        assert victim.poll() is None and time.time() < deadline, (tmp_path / "killed.txt").read_text()[-3000:]
-        time.sleep(0.1)
-    os.killpg(victim.pid, signal.SIGKILL)
-    victim.wait()
-    while workers_of(out):  # the worker has a session of its own: it stops once it sees its launcher gone
-        assert time.time() < deadline, "the pre-training worker outlived its killed launcher"
-        time.sleep(0.1)
+    kill_after_checkpoint(args, out, 3, tmp_path / "killed.txt")
     # Seeing its launcher gone, the worker stops as on SIGTERM: a checkpoint at its next logging boundary
     # (gpt1.pretrain.preemption). On a loaded machine it can train on to its last-step checkpoint before it sees
     # the launcher gone, and even write final/; a kill that came earlier is then what the checkpoints before
