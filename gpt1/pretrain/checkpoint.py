@@ -24,8 +24,10 @@ A shared checkpoint volume is writable by others, so nothing in it is trusted be
 
 Design choices:
 - The data-reader state is global (epoch, position in the world-size-independent sample order; see
-  gpt1.data.tokenize), so it lives once in meta.json. Resuming needs the same world size all the same: per-rank
-  RNG streams and ZeRO partitions are per rank.
+  gpt1.data.tokenize), so it lives once in meta.json. Resuming on another world size (a requeue onto fewer
+  GPUs) re-cuts the ZeRO partitions (`to_universal`, in a scratch copy under universal/) and starts each rank's
+  dropout stream afresh: the weights, optimizer, schedule and data position go on exactly, the dropout masks
+  cannot (they are per rank).
 - Consolidation: at ZeRO stages 1-3 each parameter's fp32 master copy is assembled from the ranks' partitions
   (DeepSpeed's `safe_get_full_fp32_param`, a collective); stage 0 (fp32 only, see gpt1.pretrain.distributed) holds the
   full fp32 module on every rank.
@@ -35,12 +37,15 @@ Design choices:
 
 from __future__ import annotations
 
+import argparse
 import base64
 import logging
 import pickle
 import random
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -170,29 +175,56 @@ class CheckpointManager:
         dist.barrier()
         return path
 
-    def load(self, engine, path: Path) -> dict:
+    def load(self, engine, path: Path, seed: int) -> dict:
         """Check the tag holds exactly the files its meta.json records, unchanged; then restore the engine (module,
-        optimizer, scheduler) and this rank's RNG. Returns meta.json."""
+        optimizer, scheduler) and this rank's RNG. Returns meta.json.
+
+        Written by another number of processes, the ZeRO partitions (stages 1-3) are re-cut first
+        (`to_universal`; the engine must have been built with `checkpoint.load_universal`) and each rank's
+        RNG is seeded from (`seed`, rank, step), as no saved stream belongs to it."""
+        import deepspeed.comm as dist
+
         meta = read_meta(path)
-        if meta["world_size"] != self.world_size:
-            raise InputError(
-                f"written by {meta['world_size']} processes; resume with the same number (this job "
-                f"has {self.world_size})",
-                file=path / META,
-                field="world_size",
-            )
         self._verify_files(path, meta["files"])
         if not isinstance(engine.checkpoint_engine, WeightsOnlyLoads):
             engine.checkpoint_engine = WeightsOnlyLoads(engine.checkpoint_engine)
+        source = path
+        if engine.load_universal_checkpoint():
+            source = self.root / UNIVERSAL / path.name
+            problem = None
+            if self.rank == 0:
+                shutil.rmtree(source.parent, ignore_errors=True)
+                try:
+                    to_universal(path, source)
+                except InputError as err:
+                    problem = str(err)
+            problems: list = [None] * self.world_size
+            dist.all_gather_object(problems, problem)  # every rank stops with rank 0's reason
+            if problems[0]:
+                raise InputError(problems[0])
         loaded, _ = engine.load_checkpoint(
-            str(path.parent),
-            tag=path.name,
+            str(source.parent),
+            tag=source.name,
             load_optimizer_states=True,
             load_lr_scheduler_states=True,
         )
+        if source != path:
+            dist.barrier()  # every rank has read it
+            if self.rank == 0:
+                shutil.rmtree(source.parent, ignore_errors=True)
         if loaded is None:
             raise InputError("DeepSpeed found no model states to load", file=path)
-        set_rng_state(read_json(path / rank_file(self.rank))["rng"])
+        if meta["world_size"] == self.world_size:
+            set_rng_state(read_json(path / rank_file(self.rank))["rng"])
+        else:
+            log.warning(
+                "%s was written by %d processes, this job has %d: resumed with its ZeRO partitions re-cut; "
+                "each rank's dropout stream starts afresh",
+                path.name,
+                meta["world_size"],
+                self.world_size,
+            )
+            torch.manual_seed(seed + self.rank + self.world_size * meta["step"])
         return meta
 
     def _verify_files(self, path: Path, recorded: dict) -> None:
@@ -293,6 +325,15 @@ def _record_files(path: Path, expected: list[str]) -> dict:
     }
 
 
+def safe_deepspeed_types() -> list:
+    """The DeepSpeed types a weights-only load of its checkpoint files must allow (its ZeRO optimizer state)."""
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [ZeroStageEnum, LossScaler, fragment_address]
+
+
 class WeightsOnlyLoads:
     """DeepSpeed's checkpoint engine, except that `load` unpickles with `torch.load(weights_only=True)`: tensors,
     containers and plain values, plus the DeepSpeed types its ZeRO optimizer state is made of, never arbitrary
@@ -305,12 +346,8 @@ class WeightsOnlyLoads:
         return getattr(self._inner, name)
 
     def load(self, path: str, map_location=None):
-        from deepspeed.runtime.fp16.loss_scaler import LossScaler
-        from deepspeed.runtime.zero.config import ZeroStageEnum
-        from deepspeed.utils.tensor_fragment import fragment_address
-
         try:
-            with torch.serialization.safe_globals([ZeroStageEnum, LossScaler, fragment_address]):
+            with torch.serialization.safe_globals(safe_deepspeed_types()):
                 return torch.load(path, map_location=map_location, weights_only=True)
         except pickle.UnpicklingError as err:
             why = next(
@@ -338,3 +375,71 @@ def consolidated_state_dict(engine) -> dict[str, torch.Tensor]:
         full = safe_get_full_fp32_param(parameters[name]) if name in parameters else None
         state[name] = (value if full is None else full).detach().float().cpu().clone()
     return state
+
+
+# -------------------------------------------------------------------------------- another world size
+# At ZeRO stages 1-3 each rank saves its own slice of the optimizer state, so a checkpoint of 8 processes cannot be
+# loaded as it is by 4. DeepSpeed's `ds_to_universal` rewrites the slices as one file per parameter (fp32 weights,
+# Adam moments, step), which an engine of any world size loads with `checkpoint.load_universal`. It unpickles with
+# `weights_only=False`, so it runs in a child process (`python -m gpt1.pretrain.checkpoint TAG DEST`) in which every
+# `torch.load` is weights-only with the allow-list above. Stage 0 needs none of this: its optimizer state is whole
+# in the model-states file.
+
+UNIVERSAL = "universal"  # the scratch folder under OUT/checkpoints/
+
+
+def to_universal(tag: Path, dest: Path) -> None:
+    """Convert checkpoint `tag` into DeepSpeed's universal format at `dest` (a folder of the same name as the tag
+    for `engine.load_checkpoint`), in a child process; its failure is an InputError naming the tag."""
+    done = subprocess.run(
+        [sys.executable, "-m", __name__, str(tag), str(dest)],
+        capture_output=True,
+        text=True,
+        errors="replace",
+    )
+    if done.returncode != 0:
+        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else f"exit status {done.returncode}"
+        raise InputError(
+            f"cannot re-cut its ZeRO partitions for another world size: {last}", file=tag
+        )
+
+
+def _weights_only(load):
+    """`torch.load` that always unpickles weights-only, allowing DeepSpeed's checkpoint types."""
+
+    def weights_only_load(f, *args, **kwargs):
+        kwargs["weights_only"] = True
+        with torch.serialization.safe_globals(safe_deepspeed_types()):
+            return load(f, *args, **kwargs)
+
+    return weights_only_load
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpt1.pretrain.checkpoint", description=to_universal.__doc__
+    )
+    parser.add_argument("tag", type=Path, help="a complete, verified checkpoint tag folder")
+    parser.add_argument("dest", type=Path, help="where the universal checkpoint is written")
+    args = parser.parse_args(argv)
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    torch.load = _weights_only(torch.load)
+    ds_to_universal.main(
+        argparse.Namespace(
+            input_folder=str(args.tag),
+            output_folder=str(args.dest),
+            num_extract_workers=1,  # in this process: the weights-only load holds (no worker pool)
+            num_merge_workers=1,
+            keep_temp_folder=False,
+            strict=True,
+            inject_missing_state=True,  # gpt1's model carries no Megatron-style merge patterns
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -140,7 +140,7 @@ class Pretraining:
 
         from gpt1.data.tokenize import BlockReader, load_manifest
         from gpt1.model.transformer import GPT1, flops_per_token
-        from gpt1.pretrain.checkpoint import CheckpointManager
+        from gpt1.pretrain.checkpoint import CheckpointManager, read_meta
         from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
 
         self.args, self.world = args, world
@@ -156,6 +156,13 @@ class Pretraining:
         self.device_kind = device_type()
         self.layout = batch_layout(p, world.size)
         self.ds_config = deepspeed_config(p, world.size, self.device_kind)
+        resume_from = resume_point(self.out, args.resume, cfg.model.model_dump())
+        if (
+            resume_from is not None
+            and p.zero_stage >= 1
+            and read_meta(resume_from)["world_size"] != world.size
+        ):  # its ZeRO partitions are re-cut on load (CheckpointManager.load)
+            self.ds_config["checkpoint"] = {"load_universal": True}
 
         self.train_data = BlockReader(
             self.shards, "train", seed=p.seed, rank=world.rank, world_size=world.size
@@ -221,9 +228,8 @@ class Pretraining:
             log.info("no --tokenizer: text samples and zero-shot probes are skipped")
 
         self.step, self.tokens_seen, self.run_id = 0, 0, None
-        resume_from = resume_point(self.out, args.resume, cfg.model.model_dump())
         if resume_from is not None:
-            meta = self.checkpoints.load(self.engine, resume_from)
+            meta = self.checkpoints.load(self.engine, resume_from, seed=p.seed)
             self.train_data.load_state_dict(meta["reader"])
             self.step, self.tokens_seen, self.run_id = (
                 meta["step"],

@@ -143,6 +143,27 @@ def test_sigterm_stops_two_ranks_at_one_update_with_a_checkpoint_and_the_rerun_r
     assert max(losses(out)) == steps and (out / "final" / "gpt1.safetensors").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("zero_stage", [0, 1])
+def test_a_two_rank_checkpoint_resumes_on_one_rank(data, tmp_path, zero_stage):
+    """A requeue onto fewer GPUs: a checkpoint written by 2 ranks goes on with 1 and ends where the 2-rank run
+    does (dropout off: the ranks' dropout streams cannot carry over). At ZeRO 1 the optimizer state is re-cut
+    from the 2 ranks' partitions; a lost Adam state would move the weights by about the learning rate."""
+    sets = [*NO_DROPOUT, f"pretrain.zero_stage={zero_stage}"]
+    two, one = tmp_path / "two", tmp_path / "one"
+    run(pretrain_args(data, two, "--nproc", "2", steps=6, sets=sets), tmp_path / "two.txt")
+    resume = str(two / "checkpoints" / tag_for(3))
+    run(pretrain_args(data, one, "--nproc", "1", "--resume", resume, steps=6, sets=sets), tmp_path / "one.txt")
+    log = (tmp_path / "one.txt").read_text()
+    assert "written by 2 processes, this job has 1" in log and f"resumed from {resume}" in log
+    ref, got = losses(two), losses(one)
+    assert sorted(got) == [4, 5, 6]
+    assert [got[s] for s in sorted(got)] == pytest.approx([ref[s] for s in sorted(got)], abs=1e-5)
+    a, b = load_file(two / "final" / "gpt1.safetensors"), load_file(one / "final" / "gpt1.safetensors")
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) <= 1e-5
+    assert sorted(p.name for p in (one / "checkpoints").iterdir() if p.is_dir()) == [tag_for(6)]  # no scratch left
+
+
 @pytest.fixture(scope="module")
 def single_process(data, tmp_path_factory):
     """One process, no dropout (so ranks are comparable), tracking server unreachable."""
