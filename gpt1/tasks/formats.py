@@ -113,9 +113,17 @@ def not_this_task(
     )
 
 
+def name_key(name: str) -> str:
+    """A folder or file name as compared with a task's names: lower case, letters and digits only."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
 def in_own_folder(spec: TaskSpec, path: Path) -> bool:
-    """Whether the file sits in the task's folder as distributed (`CoLA/test.tsv`, `RACE/dev/high/1.txt`)."""
-    return spec.folder in [p.name for p in path.parents[: spec.folder_depth + 1]]
+    """Whether the file sits in the task's folder: its folder as distributed (`CoLA/test.tsv`,
+    `RACE/dev/high/1.txt`) or one named after the task's id (`sst2/test.tsv`, as the hub names the GLUE tasks),
+    compared without case or punctuation."""
+    own = {name_key(spec.folder), name_key(spec.name)}
+    return any(name_key(p.name) in own for p in path.parents[: spec.folder_depth + 1])
 
 
 def check_folder(spec: TaskSpec, path: Path) -> None:
@@ -247,8 +255,8 @@ def _tsv_layout(
         if sharing and not in_own_folder(spec, Path(file)):
             raise InputError(
                 f"{spec.title} ({spec.name}) or {' or '.join(sharing)}? Their files share this header "
-                f"{fields}: only the folder as distributed tells them apart; put the file in a folder "
-                f"named {spec.folder}/",
+                f"{fields}: only their folder tells them apart; put the file in a folder named "
+                f"{spec.folder}/ or {spec.name}/",
                 file=file,
                 line=1,
                 field="header",

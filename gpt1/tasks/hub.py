@@ -30,7 +30,7 @@ from typing import Any
 
 from gpt1.io import InputError, parquet_file
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
-from gpt1.tasks.formats import Rows, ambiguous, files_near, not_this_task, text_or_pair
+from gpt1.tasks.formats import Rows, ambiguous, files_near, name_key, not_this_task, text_or_pair
 from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import TaskSpec
 
@@ -201,12 +201,12 @@ def check_export_name(spec: TaskSpec, path: Path) -> None:
         return
     names = {
         spec.name,
-        re.sub(r"[^a-z0-9]", "", spec.folder.lower()),
+        name_key(spec.folder),
         (parse_ref(spec.hf)[1] or "").lower(),
     }
     for part in (path.stem, *(p.name for p in path.parents[:3])):
         lower = part.lower()
-        if names & {re.sub(r"[^a-z0-9]", "", lower), *re.split(r"[^a-z0-9]+", lower)}:
+        if names & {name_key(part), *re.split(r"[^a-z0-9]+", lower)}:
             return
     raise InputError(
         f"{spec.title} ({spec.name}) or {' or '.join(s.title for s in sharing)}? Their hub exports have "

@@ -41,7 +41,9 @@ from gpt1.model.convert import (
 from gpt1.model.transformer import GPT1, WEIGHTS_NAME, load_weights
 from gpt1.sample_data.books import write_books
 from gpt1.sample_data.tasks import TaskWriter
+from gpt1.tasks import get
 from gpt1.tokenizer import bpe
+from official_task_files import OFFICIAL, OWNER, task_file
 
 TIMEOUT_S = 5
 SEED = 35
@@ -444,3 +446,54 @@ def test_a_task_file_whose_ids_repeat_is_refused_by_file_line_and_field(
     with pytest.raises(InputError) as refused:
         reader.read(called, tmp_path)
     assert (refused.value.file, refused.value.line, refused.value.field) == (str(target), 3, field)
+
+
+# ------------------------------------------------------------------ the official files, as others may keep them
+def _shares_its_header(task: str, source: Path) -> bool:
+    """Whether another task's files have this file's header (CoLA's and SST-2's test files): then only a folder
+    named after the task tells them apart."""
+    from gpt1.tasks.registry import REGISTRY
+
+    first = tuple(source.read_text(encoding="utf-8-sig").split("\n", 1)[0].rstrip("\r").split("\t"))
+    return any(
+        spec.name != task and spec.columns and first in spec.columns.headers for spec in REGISTRY.values()
+    )
+
+
+# Where the copy goes: a folder of the original's name (only the bytes differ), one named after the task's id in
+# capitals (as hub tooling names the GLUE tasks), one named neither.
+FOLDERS = {"original folder": lambda task, source: source.parent.name, "task id": lambda task, source: task.upper(),
+           "other folder": lambda task, source: "my-copy"}
+OFFICIAL_CASES = sample([
+    (index, variant, folder)
+    for index in range(len(OFFICIAL))
+    for variant, folder in (*((v, "original folder") for v in VARIANTS), ("as is", "task id"),
+                            ("as is", "other folder"))
+])
+
+
+@pytest.mark.parametrize(
+    ("index", "variant", "folder"),
+    OFFICIAL_CASES,
+    ids=["/".join(OFFICIAL[i][0]) + f"-{v}-{f}" for i, v, f in OFFICIAL_CASES],
+)
+def test_official_task_files_load_equal_in_every_valid_variant(index, variant, folder, tmp_path):
+    """The equivalence oracle over the real files: each official file of each task, in each layout of the shared
+    data, rewritten as a valid variant or moved to a folder of another name (`--task` naming the task) parses to
+    exactly the examples and counted bad rows of the file as distributed. Moved to a folder named neither after
+    the task nor as distributed, a file whose header another task shares is refused by name instead."""
+    parts, split = OFFICIAL[index]
+    task, source = OWNER[parts[0]], task_file(*parts)
+    read = _task(task, split)
+    canonical = read(source, tmp_path)
+    assert canonical[0], f"{source} holds no examples"
+    target = tmp_path / "copy" / FOLDERS[folder](task, source) / source.name
+    target.parent.mkdir(parents=True)
+    target.write_bytes(VARIANTS[variant](source.read_bytes()) if variant in VARIANTS else source.read_bytes())
+    result, err = _call(read, target, tmp_path)
+    if folder == "other folder" and _shares_its_header(task, source):
+        _assert_refused_naming(err, result, target)
+        assert f"in a folder named {get(task).folder}/ or {task}/" in str(err)
+        return
+    assert err is None, f"a valid {variant} copy of {source} in {target.parent.name}/ was refused: {err}"
+    assert result == canonical

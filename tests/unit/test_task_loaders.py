@@ -18,12 +18,7 @@ from gpt1 import tasks
 from gpt1.finetune.train import headline_split
 from gpt1.io import InputError
 from gpt1.tasks import get, load
-
-STORY_VAL = "cloze_test_val__spring2016 - cloze_test_ALL_val.csv"
-
-
-def task_file(*parts) -> Path:
-    return shared_path("tasks", *parts)
+from official_task_files import OFFICIAL, OWNER, STORY_VAL, task_file
 
 
 def copy(src: Path, folder: Path, name: str | None = None) -> Path:
@@ -145,29 +140,6 @@ def test_hub_exports_with_the_same_schema_need_the_task_in_their_name(tmp_path):
     assert len(load("sst2", tmp_path / "SST-2", "dev")) == 1
     with pytest.raises(InputError, match="CoLA \\(cola\\) or SST-2"):
         load("cola", tmp_path / "SST-2", "dev")
-
-
-# The representative official files of every task, and which split each is.
-OFFICIAL = [
-    (("CoLA", "train.tsv"), "train"), (("CoLA", "test.tsv"), "test"),
-    (("SST-2", "dev.tsv"), "dev"), (("SST-2", "test.tsv"), "test"),
-    (("MRPC", "dev.tsv"), "dev"), (("MRPC", "test.tsv"), "test"),
-    (("STS-B", "dev.tsv"), "dev"), (("STS-B", "test.tsv"), "test"), (("STS-B", "original", "sts-dev.tsv"), "dev"),
-    (("QQP", "k-shot", "16-42", "train.tsv"), "train"), (("QQP", "mt-dnn_sample", "test.tsv"), "test"),
-    (("MNLI", "mt-dnn_sample", "train.tsv"), "train"), (("MNLI", "mt-dnn_sample", "dev_matched.tsv"), "dev"),
-    (("MNLI", "mt-dnn_sample", "test_matched.tsv"), "test"),
-    (("QNLI", "dev.tsv"), "dev"), (("QNLI", "test.tsv"), "test"),
-    (("RTE", "dev.tsv"), "dev"), (("RTE", "test.tsv"), "test"),
-    (("SNLI", "Deltaus_sBiMPM", "snli_1.0", "snli_1.0_dev.jsonl"), "dev"),
-    (("SNLI", "CooperUrichUT_snli", "snli_1.0", "snli_1.0_dev.txt"), "dev"),
-    (("SNLI", "mt-dnn_sample", "dev.tsv"), "dev"), (("SNLI", "k-shot", "16-42", "train.tsv"), "train"),
-    (("SciTail", "mt-dnn_sample", "tsv_format", "scitail_1.0_dev.tsv"), "dev"),
-    (("RACE", "RACE", "dev", "high", "63.txt"), "dev"),
-    (("StoryCloze", STORY_VAL), "train"),
-]
-OWNER = {"CoLA": "cola", "SST-2": "sst2", "MRPC": "mrpc", "STS-B": "stsb", "QQP": "qqp", "MNLI": "mnli",
-         "QNLI": "qnli", "RTE": "rte", "SNLI": "snli", "SciTail": "scitail", "RACE": "race",
-         "StoryCloze": "storycloze"}
 
 
 def split_for(task: str, split: str) -> str:
