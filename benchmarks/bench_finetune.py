@@ -47,7 +47,8 @@ def synthetic_split(name: str, n: int, seq: int, vocab: int, seed: int) -> Split
     """n SST-2-shaped examples of exactly `seq` tokens, labels alternating."""
     encoded = [Encoded([row.tolist()], [seq - 1], single=True) for row in synthetic_ids(n, seq, vocab, seed)]
     examples = [TextExample(str(i), "", label=i % 2) for i in range(n)]
-    return Split(name, examples, encoded, report={}, digest="", all_labels=[e.label for e in examples])
+    return Split(name, examples, encoded, report={}, digest="", all_labels=[e.label for e in examples],
+                 contents=frozenset())
 
 
 class Peer:

@@ -49,6 +49,7 @@ from gpt1.io import (
 )
 from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights
 from gpt1.runtime.devices import torch_device
+from gpt1.runtime.prefetch import prefetch
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
 from gpt1.tokenizer import bpe
@@ -146,8 +147,19 @@ def load_task_model(
 
 
 # -- batched prediction ---------------------------------------------------------------------------------------
-def to_tensors(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(v).to(device) for k, v in batch.items()}
+def host_batch(
+    encoded: Sequence[Encoded], index: Sequence[int], device: torch.device
+) -> dict[str, torch.Tensor]:
+    """The examples `index` of `encoded`, padded into host tensors; in page-locked memory when they are bound for
+    a GPU, so that `to_device` copies them without blocking."""
+    tensors = {
+        k: torch.from_numpy(v) for k, v in tasks.collate([encoded[i] for i in index]).items()
+    }
+    return {k: v.pin_memory() for k, v in tensors.items()} if device.type == "cuda" else tensors
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def autocast(device: torch.device, precision: str):
@@ -167,11 +179,17 @@ def predict_logits(
     model.eval()
     order = sorted(range(len(encoded)), key=lambda i: -max(map(len, encoded[i].input_ids)))
     logits: dict[int, np.ndarray] = {}  # example index -> its outputs
-    for start in tqdm(
-        range(0, len(order), batch_size), desc=desc, unit="batch", disable=None, leave=False
+    indices = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    host_batches = prefetch(lambda index: host_batch(encoded, index, device), indices)
+    for index, host in tqdm(
+        zip(indices, host_batches),
+        total=len(indices),
+        desc=desc,
+        unit="batch",
+        disable=None,
+        leave=False,
     ):
-        index = order[start : start + batch_size]
-        batch = to_tensors(tasks.collate([encoded[i] for i in index]), device)
+        batch = to_device(host, device)
         with autocast(device, precision):
             out = model(batch["input_ids"], batch["classify_pos"], with_lm_logits=False)
         for i, row in zip(index, out.logits.float().cpu().numpy()):

@@ -74,13 +74,14 @@ from gpt1.finetune.predict import (
     MODEL_DIR,
     autocast,
     decode,
+    host_batch,
     input_columns,
     n_outputs,
     predict_logits,
     prediction_records,
     raw_inputs,
     save_task_model,
-    to_tensors,
+    to_device,
 )
 from gpt1.finetune.rows import check_not_training_rows, evenly_spaced, sources_digest
 from gpt1.finetune.serving import log_model
@@ -99,6 +100,7 @@ from gpt1.model.transformer import (
 from gpt1.progress import Every, duration
 from gpt1.runtime.cuda import use_tf32_matmuls
 from gpt1.runtime.devices import torch_device
+from gpt1.runtime.prefetch import prefetch
 from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
 from gpt1.tasks import Encoded, TaskSpec, hub
 from gpt1.tokenizer import bpe
@@ -417,33 +419,53 @@ def training_precision(cfg: FinetuneConfig, device: torch.device) -> str:
     return "bf16" if device.type == "cuda" else "fp32"
 
 
+@dataclass
+class MicroBatch:
+    """One forward's examples of an update: their indices in the train split, their padded inputs (host
+    tensors) and how many real tokens they hold."""
+
+    chunk: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    tokens: int
+
+
+def micro_batches(
+    spec: TaskSpec, train_set: Split, index: torch.Tensor, cfg: FinetuneConfig, device: torch.device
+) -> list[MicroBatch]:
+    """An update's batch `index` in micro-batches of `examples_per_forward`, padded (on the prefetch thread)."""
+    made = []
+    for chunk in index.split(examples_per_forward(spec, cfg)):
+        inputs = host_batch(train_set.encoded, chunk.tolist(), device)
+        made.append(MicroBatch(chunk, inputs, int(inputs["mask"].sum())))
+    return made
+
+
 def backward(
     model: GPT1ForTask,
     spec: TaskSpec,
-    train_set: Split,
-    index: torch.Tensor,
+    batch: list[MicroBatch],
     labels: torch.Tensor,
     cfg: FinetuneConfig,
     device: torch.device,
-) -> tuple[dict[str, torch.Tensor], int]:
-    """Forward and backward of one update's batch (L3 = L2 + lambda * L1), in micro-batches of
-    `examples_per_forward`. Both losses are means over examples, so weighting each micro-batch's loss by its
-    share of the batch accumulates exactly the whole batch's gradient. Returns the batch's losses and its
-    real-token count. The losses stay on the device (reading them back would wait for it every update)."""
+) -> dict[str, torch.Tensor]:
+    """Forward and backward of one update's micro-batches (L3 = L2 + lambda * L1). Both losses are means over
+    examples, so weighting each micro-batch's loss by its share of the batch accumulates exactly the whole
+    batch's gradient. Returns the batch's losses, which stay on the device (reading them back would wait for it
+    every update)."""
     use_lm = cfg.aux_lm_weight > 0
     losses: dict[str, torch.Tensor] = {}
-    tokens = 0
-    for chunk in index.split(examples_per_forward(spec, cfg)):
-        collated = tasks.collate([train_set.encoded[i] for i in chunk.tolist()])
-        tokens += int(collated["mask"].sum())  # counted on the host, before the copy
-        batch = to_tensors(collated, device)
+    examples = sum(len(micro.chunk) for micro in batch)
+    for micro in batch:
+        inputs = to_device(micro.inputs, device)
         with autocast(device, cfg.precision):
             out = model(
-                batch["input_ids"], batch["classify_pos"], lm_mask=batch["mask"] if use_lm else None
+                inputs["input_ids"],
+                inputs["classify_pos"],
+                lm_mask=inputs["mask"] if use_lm else None,
             )
         parts = {
             "train/clf_loss": task_loss(
-                out.logits, labels[chunk].to(device), regression=spec.regression
+                out.logits, labels[micro.chunk].to(device), regression=spec.regression
             )
         }
         if use_lm:
@@ -451,12 +473,12 @@ def backward(
         parts["train/loss"] = parts["train/clf_loss"] + cfg.aux_lm_weight * parts.get(
             "train/lm_loss", 0.0
         )
-        share = len(chunk) / len(index)
+        share = len(micro.chunk) / examples
         (parts["train/loss"] * share).backward()
         for name, value in parts.items():
             part = value.detach().float() * share
             losses[name] = losses[name] + part if name in losses else part
-    return losses, tokens
+    return losses
 
 
 def train(
@@ -540,9 +562,12 @@ def train(
     for epoch in range(cfg.epochs):
         model.train()
         started = time.perf_counter()
-        for index in torch.randperm(n, generator=shuffle).split(bs):
+        updates = torch.randperm(n, generator=shuffle).split(bs)
+        for batch in prefetch(
+            lambda index: micro_batches(spec, train_set, index, cfg, device), updates
+        ):
             optimizer.zero_grad(set_to_none=True)
-            losses, batch_tokens = backward(model, spec, train_set, index, labels, cfg, device)
+            losses = backward(model, spec, batch, labels, cfg, device)
             grad_norm = torch.nn.utils.clip_grad_norm_(
                 model.parameters(), cfg.grad_clip or float("inf")
             )
@@ -551,8 +576,8 @@ def train(
             schedule.step()
 
             step += 1
-            seen += len(index)
-            tokens += batch_tokens
+            seen += sum(len(micro.chunk) for micro in batch)
+            tokens += sum(micro.tokens for micro in batch)
             elapsed = train_seconds + time.perf_counter() - started
             pending.append((step, losses, grad_norm, lr, seen, elapsed))
             due = progress.due()

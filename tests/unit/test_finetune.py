@@ -20,7 +20,7 @@ from conftest import shared_path
 from gpt1 import cli, tasks
 from gpt1.tokenizer import bpe
 from gpt1.config import FinetuneConfig, ModelConfig, TrackingConfig, load_config
-from gpt1.finetune.train import (FinetuneRun, backward, build_model, evenly_spaced, finetune, held_out_splits,
+from gpt1.finetune.train import (FinetuneRun, backward, build_model, micro_batches, evenly_spaced, finetune, held_out_splits,
                                load_task_data)
 from gpt1.model.transformer import GPT1
 from gpt1.model.optim import lr_factor
@@ -214,9 +214,12 @@ def test_micro_batches_accumulate_the_whole_batch_gradient(checkpoint, sample_ta
     for micro in (None, 5):  # 12 examples as 5 + 5 + 2: unequal shares
         torch.manual_seed(0)
         model = build_model(spec, checkpoint, tok.vocab_size, QUICK).eval()  # eval: no dropout, same arithmetic
-        losses, tokens = backward(model, spec, train_set, index, labels,
-                                  QUICK.model_copy(update={"micro_batch_size": micro}), torch.device("cpu"))
+        cfg, cpu = QUICK.model_copy(update={"micro_batch_size": micro}), torch.device("cpu")
+        batch = micro_batches(spec, train_set, index, cfg, cpu)
+        assert [len(m.chunk) for m in batch] == ([12] if micro is None else [5, 5, 2])
+        losses = backward(model, spec, batch, labels, cfg, cpu)
         losses = {name: float(value) for name, value in losses.items()}  # on the device until read back
+        tokens = sum(m.tokens for m in batch)
         results[micro] = losses, tokens, {n: p.grad for n, p in model.named_parameters()}
     (whole, whole_tokens, whole_grads), (parts, part_tokens, part_grads) = results[None], results[5]
     assert part_tokens == whole_tokens > 0
