@@ -10,6 +10,11 @@ package cpu.lock pins can only come at that version; what the lock does not hold
 Resolving torch this way yields its CUDA build: on Linux x86_64 the public index's torch wheel is that build (the
 CPU build on this machine comes from its pip configuration, which is ignored here). Nothing is installed: pip >= 24
 reads each wheel's metadata file instead of downloading the wheel (an older pip downloads the multi-GB CUDA wheels).
+
+Hashes: every pin is followed by the sha256 of each of its files on the index (its JSON simple API, PEP 691), so
+`pip install -r LOCK` checks what it downloads (pip's hash-checking mode: a file whose bytes differ from the lock's
+is refused, whatever the index serves). Every Linux x86_64 file of a release is listed (each CPython version's
+wheel, pure-Python wheels, the sdist), so a wheelhouse for another CPython version checks too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +35,8 @@ CPU_LOCK = REPO / "requirements/cpu.lock"
 GPU_LOCK = REPO / "requirements/gpu.lock"
 MLFLOW_LOCK = REPO / "infra/compose/mlflow/requirements.lock"
 MLFLOW_DRIVERS = ("psycopg2-binary==2.9.13", "boto3==1.44.8")  # Postgres backend store, S3 artifacts
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)")
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#\\]+)")
+INDEX = "https://pypi.org/simple"
 CPU_SECTION = "# --- requirements/cpu.lock, unchanged"
 CUDA_SECTION = "# --- added by torch's CUDA build (not in requirements/cpu.lock)"
 GPU_HEADER = """\
@@ -41,12 +48,14 @@ GPU_HEADER = """\
 # the build PyTorch also publishes as {torch}+cu{cuda_tag} on its CUDA index, https://download.pytorch.org/whl/cu{cuda_tag}.
 # This lock was resolved against the public index (PyTorch's index was not reachable where it was written), so it
 # installs that wheel from there. CUDA {cuda} needs an NVIDIA driver that supports it on every GPU node.
+# Each pin carries the sha256 of every file of its release on the index: installs check what they download.
 # Linux x86_64 only.
 """
 MLFLOW_HEADER = """\
 # The MLflow tracking server image (Dockerfile beside this file): {top}
 # and their dependencies, every one pinned, at requirements/cpu.lock's pins where it holds them (the client that CI
-# tests). Written by `python infra/locks.py`; do not edit by hand.
+# tests), each with the sha256 of every file of its release on the index. Written by `python infra/locks.py`; do
+# not edit by hand.
 """
 
 
@@ -78,6 +87,35 @@ def resolve(requirements: list[str], constraints: dict[str, tuple[str, str]]) ->
     return {normalize(i["metadata"]["name"]): (i["metadata"]["name"], i["metadata"]["version"]) for i in installs}
 
 
+def release_hashes(name: str, version: str) -> list[str]:
+    """The sha256 of every file of `name` `version` on the index that Linux x86_64 can install: its wheels for
+    that platform (each CPython version) or any, and the sdist."""
+    request = urllib.request.Request(
+        f"{INDEX}/{normalize(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        files = json.load(response)["files"]
+    found = []
+    for file in files:
+        filename = file["filename"]
+        if filename.endswith(".whl"):
+            file_version, platform_tag = filename.split("-")[1], filename[:-4].split("-")[-1]
+            if platform_tag != "any" and not ("linux" in platform_tag and "x86_64" in platform_tag):
+                continue  # the locks are for Linux x86_64 (any CPython version the wheelhouse targets)
+        else:  # an sdist: name-version.tar.gz / .zip
+            file_version = re.sub(r"\.(tar\.gz|zip|tar\.bz2)$", "", filename).rsplit("-", 1)[-1]
+        if file_version == version and "sha256" in file.get("hashes", {}):
+            found.append(file["hashes"]["sha256"])
+    if not found:
+        raise SystemExit(f"{INDEX} lists no file of {name}=={version} with a sha256")
+    return sorted(found)
+
+
+def hashed(name: str, version: str) -> str:
+    """A lock entry: the pin, then one `--hash` per file of that release (pip's requirements-file syntax)."""
+    return " \\\n".join([f"{name}=={version}", *(f"    --hash=sha256:{h}" for h in release_hashes(name, version))])
+
+
 def write(path: Path, lines: list[str]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(lines) + "\n")
@@ -99,8 +137,8 @@ def gpu_lock(cpu_pins: dict[str, tuple[str, str]]) -> None:
     added = {key: pin for key, pin in resolved.items() if key not in cpu_pins}
     cuda = cuda_version(added)
     lines = [GPU_HEADER.format(torch=torch, cuda=cuda, cuda_tag=cuda.replace(".", "")), CPU_SECTION]
-    lines += [f"{name}=={version}" for name, version in cpu_pins.values()]
-    lines += [CUDA_SECTION] + [f"{name}=={version}" for _, (name, version) in sorted(added.items())]
+    lines += [hashed(name, version) for name, version in cpu_pins.values()]
+    lines += [CUDA_SECTION] + [hashed(name, version) for _, (name, version) in sorted(added.items())]
     write(GPU_LOCK, lines)
 
 
@@ -108,7 +146,7 @@ def mlflow_lock(cpu_pins: dict[str, tuple[str, str]]) -> None:
     top = [f"mlflow[auth]=={cpu_pins['mlflow'][1]}", *MLFLOW_DRIVERS]
     resolved = resolve(top, cpu_pins)
     lines = [MLFLOW_HEADER.format(top=" + ".join(top))]
-    lines += [f"{name}=={version}" for _, (name, version) in sorted(resolved.items())]
+    lines += [hashed(name, version) for _, (name, version) in sorted(resolved.items())]
     write(MLFLOW_LOCK, lines)
 
 

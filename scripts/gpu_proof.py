@@ -215,9 +215,9 @@ def gpu_wheels(into: Path, python_version: str) -> list[str]:
         raise wheelhouse.WheelhouseError(f"not pinned in {wheelhouse.LOCK}: {sorted(missing)}")
     into.mkdir(parents=True)
     for pin in wheelhouse.download(pins, into, python_version):
-        print(f"prepare: {pin} is published as source only: building its wheel", flush=True)
+        print(f"prepare: {pin.split()[0]} is published as source only: building its wheel", flush=True)
         wheelhouse.build_wheel(pin, pin.split("==")[0], into, python_version)
-    return sorted(pins)
+    return sorted(pin.split()[0] for pin in pins)  # name==version (the lock's hashes were checked on download)
 
 
 def prepare(out: Path, data: Path, work: Path, cpu: bool, python_version: str, wheels: bool) -> int:

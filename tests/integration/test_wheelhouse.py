@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,17 +37,26 @@ def test_host_provided_packages_are_left_out_and_the_rest_kept(tmp_path):
     finally:
         sys.path.remove(str(SCRIPT.parent))
     lock = tmp_path / "gpu.lock"
-    lock.write_text("# comment\nnumpy==2.3.3\ntorch==2.13.0\ntriton==3.7.1\nnvidia-cublas==13.1.1.3\n"
+    digest = "ab" * 32
+    lock.write_text(f"# comment\nnumpy==2.3.3 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{'cd' * 32}\n"
+                    "torch==2.13.0\ntriton==3.7.1\nnvidia-cublas==13.1.1.3\n"
                     "cuda-bindings==13.5.0\nmlflow[auth]==3.17.2\nsetuptools==84.2.1\n")
-    assert module.pins(lock) == ["numpy==2.3.3", "mlflow==3.17.2", "setuptools==84.2.1"]
+    assert module.pins(lock) == [f"numpy==2.3.3 --hash=sha256:{digest} --hash=sha256:{'cd' * 32}",
+                                 "mlflow==3.17.2", "setuptools==84.2.1"]
+    assert module.pins(lock, host=True) == ["torch==2.13.0", "triton==3.7.1", "nvidia-cublas==13.1.1.3",
+                                            "cuda-bindings==13.5.0"]
     assert module.pins(lock, leave_out=("NumPy", "ml_flow")) == ["mlflow==3.17.2", "setuptools==84.2.1"]
     assert module.pins(lock, leave_out=("numpy", "MLflow")) == ["setuptools==84.2.1"]
     lock.write_text("numpy>=2\n")
     with pytest.raises(module.WheelhouseError, match=r"gpu.lock:1: not an exact pin"):
         module.pins(lock)
+    lock.write_text("six==1.16.0\nnumpy==2.3.3 \\\n    --hash=md5:abc\n")  # the entry starts on line 2
+    with pytest.raises(module.WheelhouseError, match=r"gpu.lock:2: not an exact pin"):
+        module.pins(lock)
     real = module.pins(REPO / "requirements" / "gpu.lock")
     assert {"deepspeed", "prefect", "mlflow", "pydantic", "ftfy"} <= {p.split("==")[0] for p in real}
     assert not any(module.HOST_PROVIDED.match(p.split("==")[0]) for p in real)
+    assert all(" --hash=sha256:" in p for p in real + module.pins(REPO / "requirements" / "gpu.lock", host=True))
 
 
 def test_install_refuses_a_wheelhouse_for_another_python(tmp_path):
@@ -79,6 +89,18 @@ def test_a_fresh_venv_with_only_torch_gets_gpt1_from_the_wheelhouse_offline_and_
     for index, wheel in enumerate(sorted(CACHE.glob("*.whl"))):
         shutil.copy2(wheel, parts[index % 2])
     offline = {**os.environ, **NO_NETWORK}
+    listed = (parts[0] / "requirements.txt").read_text().splitlines()
+    assert all(re.fullmatch(r"\S+==\S+ --hash=sha256:[0-9a-f]{64}", line) for line in listed), listed[:3]
+
+    # A wheel whose bytes changed after the build is refused, naming it, before anything is installed.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(parts[1], tampered)
+    victim = min(tampered.glob("*.whl"), key=lambda wheel: wheel.stat().st_size)
+    victim.write_bytes(victim.read_bytes() + b"\0")
+    refused = wheelhouse("install", "--wheelhouse", str(parts[0]), str(tampered), "--python", python, env=offline)
+    assert refused.returncode == 2 and "HASHES" in refused.stdout + refused.stderr, refused.stderr[-2000:]
+    assert victim.name.split("-")[0].replace("_", "-").lower() in (refused.stdout + refused.stderr).lower()
+
     installed = wheelhouse("install", "--wheelhouse", *map(str, parts), "--python", python, env=offline)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     where = subprocess.run([python, "-c", "import gpt1, torch; print(gpt1.__file__); print(torch.__version__)"],

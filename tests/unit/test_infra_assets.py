@@ -40,7 +40,8 @@ POOLS = sorted((K8S / "work-pools").glob("*.json"))
 POOL_NAMES = {"gpt1-cpu", "gpt1-gpu-node", "gpt1-gpu"}
 GPU_POOLS = {"gpt1-gpu-node": 8, "gpt1-gpu": 1}
 IMAGE_UID = 1000
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)$")
+# a lock entry's first line: `name==version`, with ` \` when its hashes follow on the next lines
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\]+)(?: \\)?$")
 # Kubernetes versions the manifests must validate against: an older supported release and the newest schemas.
 K8S_VERSIONS = ("1.30", "1.37")
 # prefect-kubernetes requires these in the pod spec of every Job template (its own default template has them);
@@ -92,6 +93,19 @@ def test_gpu_lock_is_the_cpu_lock_plus_torch_cuda_wheels():
     assert f"https://download.pytorch.org/whl/cu{tag}" in text, "the header must name the CUDA build it pins"
 
 
+@pytest.mark.parametrize("lock", [REPO / "requirements/gpu.lock", COMPOSE / "mlflow/requirements.lock"],
+                         ids=["gpu", "mlflow"])
+def test_image_locks_give_every_pin_the_hashes_of_its_files(lock):
+    """Each entry of an image's lock is a pin and the sha256 of its release's files (pip's hash-checking mode
+    refuses any other bytes); nothing else is in them."""
+    entries = re.sub(r" \\\n\s+", " ", lock.read_text())
+    listed = [line for line in entries.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(listed) == len(pins(lock)) > 0
+    bad = [line[:80] for line in listed
+           if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*==\S+( --hash=sha256:[0-9a-f]{64})+", line)]
+    assert not bad, f"{lock.name}: entries without hashes (rerun `python infra/locks.py`): {bad[:3]}"
+
+
 def test_mlflow_server_lock_has_its_drivers_at_the_ci_tested_pins():
     cpu = pins(REPO / "requirements/cpu.lock")
     server = pins(COMPOSE / "mlflow/requirements.lock")
@@ -129,7 +143,7 @@ def test_gpt1_image_installs_the_gpu_lock_with_the_kubernetes_worker_and_no_comp
     steps = dockerfile(INFRA / "Dockerfile")
     runs = " && ".join(a for op, a in steps if op == "RUN")
     # torch's CUDA build at the lock's pins, the rest through the air-gapped path (tests/integration/test_wheelhouse.py)
-    assert "pip install -c requirements/gpu.lock torch" in runs
+    assert "scripts/wheelhouse.py host-requirements" in runs and "pip install --require-hashes --no-deps" in runs
     assert "scripts/wheelhouse.py build" in runs and "scripts/wheelhouse.py install --wheelhouse" in runs
     assert not re.search(r"apt-get|build-essential|\bgcc\b|nvcc|DS_BUILD", runs), "the image must need no compiler"
     assert "prefect-kubernetes" in pins(REPO / "requirements/gpu.lock")
@@ -173,7 +187,7 @@ def test_cuda_pretraining_uses_an_optimizer_that_needs_no_jit_build():
 
 def test_mlflow_image_starts_basic_auth_without_secrets_on_the_command_line():
     steps = dockerfile(COMPOSE / "mlflow/Dockerfile")
-    assert "pip install --no-deps -r /tmp/requirements.lock" in " ".join(a for op, a in steps if op == "RUN")
+    assert "pip install --require-hashes --no-deps -r /tmp/requirements.lock" in " ".join(a for op, a in steps if op == "RUN")
     entrypoint = (COMPOSE / "mlflow/entrypoint.sh").read_text()
     assert 'exec mlflow server --app-name basic-auth "$@"' in entrypoint
     assert json.loads(next(a for op, a in steps if op == "ENTRYPOINT")) == ["mlflow-auth-server"]
