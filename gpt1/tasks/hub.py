@@ -30,7 +30,15 @@ from typing import Any
 
 from gpt1.io import InputError, parquet_file
 from gpt1.tasks.examples import ChoiceExample, Excluded, RowError
-from gpt1.tasks.formats import Rows, ambiguous, files_near, name_key, not_this_task, text_or_pair
+from gpt1.tasks.formats import (
+    Rows,
+    UniqueIds,
+    ambiguous,
+    files_near,
+    name_key,
+    not_this_task,
+    text_or_pair,
+)
 from gpt1.tasks.registry import REGISTRY
 from gpt1.tasks.spec import TaskSpec
 
@@ -161,9 +169,16 @@ def _json_line(line: str) -> Any:
         return RowError("invalid JSON", detail=err.msg)
 
 
+# The column an export's example ids come from, where the export carries them (GLUE's `idx`); RACE numbers each
+# article's questions itself, and a row without the column is numbered by its position: unique by construction.
+ID_COLUMNS = {"storycloze": "story_id"}
+
+
 def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) -> Rows:
-    """Hub-schema rows (dicts) to examples; the row number (1-based) stands in for the line."""
+    """Hub-schema rows (dicts) to examples; the row number (1-based) stands in for the line. An id repeated within
+    the source is refused by row and column (predictions and submissions are keyed on it)."""
     questions_seen: Counter = Counter()  # RACE: one row per question, numbered within its article
+    ids = UniqueIds(source, ID_COLUMNS.get(spec.name, "idx"))
     for number, row in enumerate(rows, start=1):
         if isinstance(row, RowError):
             yield source, number, row
@@ -174,7 +189,10 @@ def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) ->
             yield source, number, RowError("not a record (JSON object)", detail=repr(row)[:50])
             continue
         try:
-            yield source, number, _example(spec, row, number - 1, group, questions_seen)
+            example = _example(spec, row, number - 1, group, questions_seen)
+            if spec.format != "race" and ids.field in row:
+                ids.check(example.id, number)
+            yield source, number, example
         except (RowError, Excluded) as item:
             yield source, number, item
         except KeyError as err:

@@ -114,6 +114,9 @@ READERS: dict[str, Reader] = {
         _task("storycloze", "test"), "storycloze", text=True, accepts=(("truncated", "any"),)
     ),
     "task article (RACE)": Reader(_task("race", "dev"), "race", text=True),
+    "task hub export (RTE JSON lines)": Reader(
+        _task("rte", "dev"), "rte-hub", text=True, accepts=(("truncated", "any"),)
+    ),
     "tokenizer": Reader(_tokenizer, "tokenizer", text=True),
     "weights": Reader(_weights, "weights", text=False),
     "HF folder": Reader(_hf_folder, "hf", text=False, input_name=HF_WEIGHTS),
@@ -150,6 +153,14 @@ def samples(tmp_path_factory) -> dict[str, Path]:
     hf_bin = shutil.copytree(hf, root / "hf-bin")
     (hf_bin / HF_WEIGHTS).unlink()
     torch.save(to_hf_state_dict(model), hf_bin / "pytorch_model.bin")
+    # a local hub export of RTE's dev split: the hub's columns, one JSON record per line, in a folder named rte/
+    rte = tasks.get("rte")
+    export = root / "exports" / "rte" / "validation.jsonl"
+    export.parent.mkdir(parents=True)
+    rows = [{"sentence1": ex.text_a, "sentence2": ex.text_b, "label": ex.label, "idx": int(ex.id)}
+            for ex in tasks.load("rte", root / "tasks" / "RTE", "dev").examples]
+    export.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    assert rte.hf_text == ("sentence1", "sentence2") and len(rows) > 3
     parquet = root / "part-00000.parquet"
     pq.write_table(pa.table({"text": ["one", "two"]}), parquet)
     tasks_root = root / "tasks"
@@ -159,6 +170,7 @@ def samples(tmp_path_factory) -> dict[str, Path]:
         "snli": tasks_root / "snli_1.0" / "snli_1.0_dev.jsonl",
         "storycloze": next((tasks_root / "StoryCloze").glob("*test.csv")),
         "race": tasks_root / "RACE" / "dev" / "high" / "1.txt",
+        "rte-hub": export,
         "tokenizer": tokenizer_dir / bpe.TOKENIZER_FILE,
         "weights": weights_dir / WEIGHTS_NAME,
         "hf": hf,
@@ -175,7 +187,7 @@ def _copy_sample(reader: Reader, samples: dict[str, Path], work: Path) -> tuple[
     if src.is_dir():
         top = shutil.copytree(src, work / src.name)
         return Path(top), Path(top) / (reader.input_name or "")
-    parents = {"rte": 1, "snli": 1, "storycloze": 1, "race": 3}.get(reader.sample, 0)
+    parents = {"rte": 1, "snli": 1, "storycloze": 1, "race": 3, "rte-hub": 1}.get(reader.sample, 0)
     keep = src.parents[parents - 1] if parents else src.parent
     rel = src.relative_to(keep.parent)
     if parents:
@@ -416,9 +428,12 @@ def _repeat_tsv_id(lines: list[str]) -> None:
     lines[2] = lines[1].split("\t")[0] + lines[2][lines[2].index("\t") :]
 
 
-def _repeat_json_id(lines: list[str]) -> None:
-    first, second = json.loads(lines[1]), json.loads(lines[2])
-    lines[2] = json.dumps({**second, "pairID": first["pairID"]})
+def _repeat_json_field(field: str) -> Callable[[list[str]], None]:
+    def repeat(lines: list[str]) -> None:
+        first, second = json.loads(lines[1]), json.loads(lines[2])
+        lines[2] = json.dumps({**second, field: first[field]})
+
+    return repeat
 
 
 def _repeat_csv_id(lines: list[str]) -> None:
@@ -428,8 +443,9 @@ def _repeat_csv_id(lines: list[str]) -> None:
 # reader -> (the id field, how to give line 3 the id of line 2)
 REPEATED_IDS = {
     "task tsv (RTE)": ("index", _repeat_tsv_id),
-    "task jsonl (SNLI)": ("pairID", _repeat_json_id),
+    "task jsonl (SNLI)": ("pairID", _repeat_json_field("pairID")),
     "task csv (Story Cloze)": ("InputStoryid", _repeat_csv_id),
+    "task hub export (RTE JSON lines)": ("idx", _repeat_json_field("idx")),
 }
 
 
