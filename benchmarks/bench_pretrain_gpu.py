@@ -1,25 +1,33 @@
-"""Pre-training step time on one GPU, and where it goes: the GPT-1 shape against the GPU's measured matmul peak.
+"""The GPU probe: where a pre-training update's time and memory go on one GPU, one row at a time.
 
-    python benchmarks/bench_pretrain_gpu.py                      # a CUDA host: GPT-1 shape, micro-batches 8 and 64
-    python benchmarks/bench_pretrain_gpu.py --cpu --tiny         # the same code on a CPU at a tiny shape (a dry run)
+    python benchmarks/bench_pretrain_gpu.py --out OUT                 # a CUDA host: the GPT-1 shape, about 7 minutes
+    python benchmarks/bench_pretrain_gpu.py --cpu --tiny --out OUT    # the same rows on a CPU at a tiny shape
 
-In one process, on the same random batch, each variant trains `--steps` timed updates after 3 warm-up ones
-(median step time, the device synchronised around each step):
+Rows, in priority order. Each is appended to OUT/probe.jsonl (and printed) the moment it finishes, so a run cut
+short still returns what it measured; a row that would start past --budget-s is written as skipped, and a row that
+fails is written with its error while the next one runs.
 
-- `plain`:      GPT1 under bf16 autocast over fp32 weights, torch's fused AdamW, `clip_grad_norm_`: the floor an
-                engine adds to;
-- `plain-ce`:   the same with the LM loss as one `F.cross_entropy` over the full logits instead of the chunked
-                `gpt1.model.losses.lm_loss` (how much the chunking costs);
-- `engine`:     the DeepSpeed engine from our generated config (`pretrain.precision=bf16`, ZeRO-1): what
-                `gpt1 pretrain` runs;
-- `engine-zero0`, `engine-overflow-check`: the same config at ZeRO stage 0, and with DeepSpeed's per-tensor bf16
-                overflow check on (ENGINE_VARIANTS): what each costs on one GPU.
+    environment     torch, CUDA, cuDNN, NCCL, DeepSpeed, driver, GPU: what ran (a host's torch may not be the lock's)
+    roofs           the bf16 matmul peak (8192^3, median of 10) and the memory bandwidth (a 1 GiB copy), measured
+    step micro 64   the production update: the DeepSpeed engine of our generated config (bf16, ZeRO-1), as
+    step micro 8    `gpt1 pretrain` runs it; tokens/s, MFU against the measured matmul peak and the datasheet
+                    (FLOPs: gpt1.model.transformer.flops_per_token at the real vocabulary), forward, backward and
+                    step apart. Micro-batch 8 on one GPU stands in for one rank of the paper's batch on 8 GPUs (an
+                    8-GPU rate cannot be measured on one)
+    profile         torch.profiler over 3 engine updates at micro-batch 64: the top operators by device time
+    loss variants   a plain loop at micro-batch 64: the chunked LM loss (ours) against one F.cross_entropy over the
+                    full logits; the LM loss's three matmuls at the vocabulary and padded to a multiple of 64
+    compile         the plain loop at micro-batch 8: eager, torch.compile, and compile's reduce-overhead mode (CUDA
+                    graphs, CUDA only); on a CPU only with --compile
+    engine variants at micro-batch 8: ZeRO stage 0 and DeepSpeed's bf16 overflow check against our config (the
+                    optimizer step's fixed cost)
+    precision       bf16 against fp32 over 30 updates of the plain loop on the same batches (loss curves), then a
+                    full-shape engine checkpoint: saved, one update, restored, the same update again (identical)
+    memory          peak memory of an engine update at micro-batches 8 to 64, and of a RACE fine-tune update (32
+                    questions x 4 answers x 512 tokens in micro-batches of finetune.forward_sequences)
 
-For the engine at each micro-batch it also times forward, backward and step apart, and prints torch.profiler's top
-operators by self CPU time and by self device time over 3 updates. First, the LM loss's three matmuls alone, at
-GPT-1's vocabulary and padded to a multiple of 64 (gpt1.model.losses pads it: cuBLAS's fast kernels need the
-alignment). The limit is the best bf16 matmul throughput
-this process reaches (8192^3, median of 10), measured first; MFU is given against it and against the datasheet.
+A summary row goes to benchmarks/results.md with the GPU's name (an H200 reads higher than an H100 on
+memory-bound work).
 """
 
 from __future__ import annotations
@@ -28,7 +36,10 @@ import argparse
 import json
 import os
 import statistics
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -91,25 +102,30 @@ def lm_head_matmuls(device: str, rows: int, dim: int, vocab: int, steps: int) ->
     return result
 
 
-def plain_trainer(cfg, device: str, full_logits: bool):
+def plain_trainer(cfg, device: str, full_logits: bool, precision: str = "bf16", compile_mode: str | None = None):
+    """An update of GPT1 without an engine (`precision` autocast over fp32 weights, torch's fused AdamW,
+    `clip_grad_norm_`): the floor an engine adds to. `full_logits`: one F.cross_entropy over the whole logits
+    instead of our chunked loss; `compile_mode`: the model under torch.compile in that mode. Returns the loss."""
     torch.manual_seed(0)
     model = GPT1(cfg.model).to(device).train()
     p = cfg.pretrain
     optimizer = torch.optim.AdamW(param_groups(model, p.weight_decay), lr=p.lr, betas=p.adam_betas, eps=p.adam_eps,
-                                  fused=True)
+                                  fused=device == "cuda")
+    forward = model if compile_mode is None else torch.compile(model, mode=compile_mode)
 
-    def step(inputs, targets):
-        with torch.autocast(device, dtype=torch.bfloat16):
+    def step(inputs, targets) -> torch.Tensor:
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
             if full_logits:
                 hidden = model.hidden_states(inputs)
                 logits = hidden @ model.tokens_embed.weight.T
                 loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
             else:
-                loss = model(inputs, targets=targets).loss
+                loss = forward(inputs, targets=targets).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), p.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
 
     return step
 
@@ -137,7 +153,7 @@ def engine_trainer(cfg, device: str, change=None):
                                       config=config)
     phases: dict[str, list[float]] = {"forward": [], "backward": [], "step": []}
 
-    def step(inputs, targets, split: bool = False):
+    def step(inputs, targets, split: bool = False) -> torch.Tensor:
         marks = [time.perf_counter()]
         loss = engine(inputs, targets=targets).loss
         if split:
@@ -153,11 +169,21 @@ def engine_trainer(cfg, device: str, change=None):
             marks.append(time.perf_counter())
             for name, begin, end in zip(phases, marks, marks[1:]):
                 phases[name].append(end - begin)
+        return loss.detach()
 
+    step.engine = engine  # type: ignore[attr-defined]  (the precision row saves and restores it)
     return step, phases
 
 
-def profile_table(step, device: str, rows: int = 15) -> str:
+def bandwidth(device: str, mib: int) -> float:
+    """Bytes per second a `mib`-MiB device-to-device copy moves (read + write; median of 10 after 3 warm-ups)."""
+    a = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
+    b = torch.empty_like(a)
+    return 2 * a.numel() / timed(lambda: b.copy_(a), device, 10)
+
+
+def top_operators(step, device: str, rows: int = 12) -> list[dict]:
+    """torch.profiler over 3 calls of `step`: the operators with the most self device time (CPU time on a CPU)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -165,20 +191,166 @@ def profile_table(step, device: str, rows: int = 15) -> str:
         for _ in range(3):
             step()
         synchronize(device)
-    averages = prof.key_averages()
-    tables = [averages.table(sort_by="self_cpu_time_total", row_limit=rows)]
+    key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
+    ranked = sorted(prof.key_averages(), key=lambda e: getattr(e, key), reverse=True)[:rows]
+    return [{"op": e.key, "ms_per_update": getattr(e, key) / 1e3 / 3, "calls": e.count // 3} for e in ranked]
+
+
+def peak_memory_mb(device: str, step) -> float | None:
+    """Peak memory of one call of `step`: allocated device memory on CUDA, the process's resident peak on a CPU."""
+    from gpt1.runtime.processes import peak_rss_mb, reset_peak_rss
+
     if device == "cuda":
-        tables.append(averages.table(sort_by="self_device_time_total", row_limit=rows))
-    return "\n".join(tables)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() / 2**20
+    reset_peak_rss()
+    step()
+    return peak_rss_mb()
+
+
+class Probe:
+    """Rows written as they finish, within a time budget (module docstring)."""
+
+    def __init__(self, out: Path, budget_s: float):
+        self.path, self.budget_s, self.started = out / "probe.jsonl", budget_s, time.monotonic()
+        out.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("")
+        self.rows: dict[str, dict] = {}
+
+    def row(self, name: str, measure: Callable[[], dict]) -> dict | None:
+        elapsed = time.monotonic() - self.started
+        if elapsed > self.budget_s:
+            found: dict = {"skipped": f"over the {self.budget_s:.0f} s budget"}
+        else:
+            began = time.monotonic()
+            try:
+                found = measure()
+            except Exception as err:  # noqa: BLE001 - a probe reports a failing row and goes on
+                found = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
+            found["seconds"] = round(time.monotonic() - began, 2)
+        found = {"row": name, **found}
+        with open(self.path, "a") as fh:
+            fh.write(json.dumps(found) + "\n")
+        print(json.dumps(found), flush=True)
+        self.rows[name] = found
+        return None if "skipped" in found or "error" in found else found
+
+
+def paper_config(shape: list[str], micro: int, *extra: str):
+    return load_config("paper", [*shape, "pretrain.precision=bf16", "pretrain.zero_stage=1", "model.compile=false",
+                                 f"pretrain.global_batch_size={micro}", f"pretrain.micro_batch_size={micro}", *extra])
+
+
+def batch(cfg, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    n_ctx, vocab = cfg.model.n_ctx, cfg.model.vocab_size
+    micro = cfg.pretrain.micro_batch_size
+    tokens = torch.randint(0, vocab, (micro, n_ctx + 1), generator=torch.Generator().manual_seed(seed)).to(device)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def rates(cfg, seconds: float, peak: float, datasheet: float | None) -> dict:
+    tokens_per_s = cfg.pretrain.micro_batch_size * cfg.model.n_ctx / seconds
+    achieved = tokens_per_s * flops_per_token(cfg.model)
+    return {"step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s, "mfu_vs_matmul_peak": achieved / peak,
+            "mfu_vs_datasheet": achieved / datasheet if datasheet else None}
+
+
+def production_step(cfg, device: str, steps: int, peak: float, datasheet: float | None) -> dict:
+    inputs, targets = batch(cfg, device)
+    step, phases = engine_trainer(cfg, device)
+    found = rates(cfg, timed(lambda: step(inputs, targets), device, steps), peak, datasheet)
+    timed(lambda: step(inputs, targets, split=True), device, steps)
+    return {**found, "phases_ms": {k: 1e3 * statistics.median(v) for k, v in phases.items()}}
+
+
+def compile_variants(cfg, device: str, steps: int, peak: float, datasheet: float | None) -> dict:
+    inputs, targets = batch(cfg, device)
+    found = {}
+    modes = [("eager", None), ("compiled", "default")] + ([("reduce-overhead", "reduce-overhead")]
+                                                            if device == "cuda" else [])
+    for name, mode in modes:
+        step = plain_trainer(cfg, device, full_logits=False, compile_mode=mode)
+        found[name] = rates(cfg, timed(lambda: step(inputs, targets), device, steps), peak, datasheet)
+    return found
+
+
+def precision_and_resume(cfg, device: str, updates: int) -> dict:
+    """bf16 against fp32 over `updates` updates of the plain loop on the same batches; then an engine checkpoint
+    at this shape: saved, one update, restored, the same update again."""
+    from gpt1.pretrain.checkpoint import rng_state, set_rng_state
+
+    curves = {}
+    for precision in ("fp32", "bf16"):
+        step = plain_trainer(cfg, device, full_logits=False, precision=precision)
+        curves[precision] = [float(step(*batch(cfg, device, seed=i))) for i in range(updates)]
+    gap = [abs(a - b) for a, b in zip(curves["fp32"], curves["bf16"])]
+    engine_step, _ = engine_trainer(cfg, device)
+    engine = engine_step.engine
+    inputs, targets = batch(cfg, device, seed=updates)
+    engine_step(inputs, targets)
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+        started = time.perf_counter()
+        engine.save_checkpoint(tmp, tag="probe")
+        rng = rng_state()  # dropout's stream, as gpt1's checkpoints keep it beside DeepSpeed's files
+        save_s = time.perf_counter() - started
+        before = float(engine_step(inputs, targets))
+        engine.load_checkpoint(tmp, tag="probe")
+        set_rng_state(rng)
+        after = float(engine_step(inputs, targets))
+    return {"updates": updates, "fp32_final_loss": curves["fp32"][-1], "bf16_final_loss": curves["bf16"][-1],
+            "max_abs_loss_gap": max(gap), "mean_abs_loss_gap": statistics.mean(gap),
+            "resume_save_s": save_s, "resume_loss_before": before, "resume_loss_after": after,
+            "resume_identical": before == after}
+
+
+def memory_table(shape: list[str], device: str, micro_batches: list[int], race: tuple[int, int, int]) -> dict:
+    """Peak memory (MB) of one engine update per micro-batch, and of one RACE fine-tune update."""
+    from gpt1.model.losses import task_loss
+    from gpt1.model.transformer import GPT1ForTask
+
+    table = {}
+    for micro in micro_batches:
+        cfg = paper_config(shape, micro)
+        inputs, targets = batch(cfg, device)
+        step, _ = engine_trainer(cfg, device)
+        step(inputs, targets)  # the optimizer state exists before the measured update
+        table[f"engine_micro_{micro}_mb"] = peak_memory_mb(device, lambda: step(inputs, targets))
+        del step
+    questions, answers, length = race
+    cfg = paper_config(shape, 8)
+    per_forward = max(1, cfg.finetune.forward_sequences // answers)
+    model = GPT1ForTask(GPT1(cfg.model), "multiple_choice", answers).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.finetune.lr)
+    ids = torch.randint(0, cfg.model.vocab_size, (questions, answers, length), device=device)
+    last = torch.full((questions, answers), length - 1, device=device)
+    labels = torch.zeros(questions, dtype=torch.long, device=device)
+
+    def finetune_update() -> None:
+        for chunk in torch.arange(questions, device=device).split(per_forward):
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=device == "cuda"):
+                out = model(ids[chunk], last[chunk])
+            (task_loss(out.logits, labels[chunk]) * len(chunk) / questions).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    finetune_update()
+    table["race_finetune_mb"] = peak_memory_mb(device, finetune_update)
+    table["race_shape"] = f"{questions} x {answers} x {length}, {per_forward} questions per forward"
+    table["measured"] = "allocated device memory" if device == "cuda" else "the process's resident peak"
+    return table
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("build-artifacts/gpu-probe"), help="where probe.jsonl goes")
     parser.add_argument("--cpu", action="store_true", help="run on the CPU (a dry run of this script)")
     parser.add_argument("--tiny", action="store_true", help="a 2 x 64 model, ctx 64, vocab 1,000, micro 2 and 4")
-    parser.add_argument("--micro", type=int, nargs="+", help="micro-batches (default: 8 64; tiny: 2 4)")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument("--steps", type=int, default=10, help="timed updates per measurement")
+    parser.add_argument("--budget-s", type=float, default=420, help="no row starts after this many seconds")
+    parser.add_argument("--compile", action="store_true", help="on a CPU, also the compile row (slow to start)")
     args = parser.parse_args()
     device = "cpu" if args.cpu else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
@@ -188,58 +360,78 @@ def main() -> None:
                        ("MASTER_PORT", "29517")):
         os.environ.setdefault(key, value)
     from gpt1.pretrain.distributed import init_world
+    from gpt1.runtime.cuda import versions
 
     init_world()
+    probe = Probe(args.out, args.budget_s)
     shape = ["model.n_layer=2", "model.n_embd=64", "model.n_head=2", "model.d_ff=256", "model.n_ctx=64",
              "model.vocab_size=1000"] if args.tiny else []
-    micro_batches = args.micro or ([2, 4] if args.tiny else [8, 64])
-
+    big, small = (4, 2) if args.tiny else (64, 8)
     peak = matmul_peak(device, 1024 if args.tiny or device == "cpu" else 8192)
     datasheet = gpu_peak_flops(torch.cuda.get_device_name(), "bf16") if device == "cuda" else None
-    report: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                    "torch": torch.__version__, "matmul_peak_tflops": peak / 1e12,
-                    "datasheet_tflops": datasheet / 1e12 if datasheet else None, "runs": {}}
-    print(f"matmul peak {peak / 1e12:.0f} TFLOP/s (datasheet {report['datasheet_tflops']})", flush=True)
-    if not args.tiny:
+
+    probe.row("environment", lambda: {"device": device, **versions()})
+    probe.row("roofs", lambda: {"matmul_peak_tflops": peak / 1e12,
+                                "datasheet_tflops": datasheet / 1e12 if datasheet else None,
+                                "bandwidth_gb_s": bandwidth(device, 64 if args.tiny else 1024) / 1e9})
+    for micro in (big, small):
+        probe.row(f"step micro {micro}",
+                  lambda: production_step(paper_config(shape, micro), device, args.steps, peak, datasheet))
+
+    def profile_row() -> dict:
+        cfg = paper_config(shape, big)
+        inputs, targets = batch(cfg, device)
+        step, _ = engine_trainer(cfg, device)
+        timed(lambda: step(inputs, targets), device, 1)
+        return {"top_operators": top_operators(lambda: step(inputs, targets), device)}
+
+    probe.row("profile", profile_row)
+
+    def loss_row() -> dict:
         from gpt1.model.losses import default_chunk_rows
 
-        vocab = load_config("paper").model.vocab_size
+        cfg = paper_config(shape, big)
+        inputs, targets = batch(cfg, device)
+        found = {}
+        for name in ("chunked", "full-logits"):
+            step = plain_trainer(cfg, device, full_logits=name == "full-logits")
+            found[name] = rates(cfg, timed(lambda: step(inputs, targets), device, args.steps), peak, datasheet)
+        vocab = cfg.model.vocab_size
         rows = default_chunk_rows(torch.empty(vocab, 1, device=device))
-        report["lm_head"] = lm_head_matmuls(device, rows, 768, vocab, args.steps)
-        print(f"lm head matmuls, {rows} rows: {json.dumps(report['lm_head'])}", flush=True)
-    for micro in micro_batches:
-        cfg = load_config("paper", [*shape, "pretrain.precision=bf16", "pretrain.zero_stage=1", "model.compile=false",
-                                    f"pretrain.global_batch_size={micro}", f"pretrain.micro_batch_size={micro}"])
-        n_ctx, vocab = cfg.model.n_ctx, cfg.model.vocab_size
-        tokens = torch.randint(0, vocab, (micro, n_ctx + 1), generator=torch.Generator().manual_seed(0)).to(device)
-        inputs, targets = tokens[:, :-1], tokens[:, 1:]
-        per_token = flops_per_token(cfg.model)
-        runs: dict = {}
-        for name in ("plain", "plain-ce"):
-            plain_step = plain_trainer(cfg, device, full_logits=name == "plain-ce")
-            runs[name] = timed(lambda: plain_step(inputs, targets), device, args.steps)
-        for name, change in ENGINE_VARIANTS.items():
-            variant_step, _ = engine_trainer(cfg, device, change)
-            runs[name] = timed(lambda: variant_step(inputs, targets), device, args.steps)
-        engine_step, phases = engine_trainer(cfg, device)
-        runs["engine"] = timed(lambda: engine_step(inputs, targets), device, args.steps)
-        timed(lambda: engine_step(inputs, targets, split=True), device, args.steps)
-        result = {}
-        for name, seconds in runs.items():
-            tokens_per_s = micro * n_ctx / seconds
-            result[name] = {"step_s": seconds, "tokens_per_s": tokens_per_s,
-                            "mfu_vs_matmul_peak": tokens_per_s * per_token / peak,
-                            "mfu_vs_datasheet": tokens_per_s * per_token / datasheet if datasheet else None}
-            print(f"micro {micro:3d} {name:21s} {seconds * 1e3:8.1f} ms/update {tokens_per_s:10,.0f} tokens/s "
-                  f"MFU {100 * result[name]['mfu_vs_matmul_peak']:.1f}% of the matmul peak", flush=True)
-        result["engine_phases_ms"] = {k: 1e3 * statistics.median(v) for k, v in phases.items()}
-        print(f"micro {micro:3d} engine phases (ms, synchronised): "
-              + ", ".join(f"{k} {v:.1f}" for k, v in result["engine_phases_ms"].items()), flush=True)
-        if not args.no_profile:
-            print(profile_table(lambda: engine_step(inputs, targets), device), flush=True)
-        report["runs"][micro] = result
-    print(json.dumps(report, indent=2))
-    record(report, benchmark="bench_pretrain_gpu")
+        found["lm_head_matmuls"] = lm_head_matmuls(device, rows, cfg.model.n_embd, vocab, args.steps)
+        return found
+
+    probe.row("loss variants", loss_row)
+    if device == "cuda" or args.compile:
+        probe.row("compile", lambda: compile_variants(paper_config(shape, small), device, args.steps, peak,
+                                                       datasheet))
+
+    def variants_row() -> dict:
+        cfg = paper_config(shape, small)
+        inputs, targets = batch(cfg, device)
+        found = {}
+        for name, change in {"engine": None, **ENGINE_VARIANTS}.items():
+            step, _ = engine_trainer(cfg, device, change)
+            found[name] = rates(cfg, timed(lambda: step(inputs, targets), device, args.steps), peak, datasheet)
+        return found
+
+    probe.row("engine variants", variants_row)
+    probe.row("precision", lambda: precision_and_resume(paper_config(shape, small), device, 30))
+    probe.row("memory", lambda: memory_table(shape, device, [small, 2 * small, big] if args.tiny
+                                             else [8, 16, 32, 64], (4, 4, 64) if args.tiny else (32, 4, 512)))
+
+    summary: dict = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                     "flops": "gpt1.model.transformer.flops_per_token, real vocabulary", "torch": torch.__version__,
+                     "rows": {name: ("skipped" if "skipped" in row else "error" if "error" in row else "ok")
+                              for name, row in probe.rows.items()}}
+    for micro in (big, small):
+        found = probe.rows[f"step micro {micro}"]
+        if "tokens_per_s" in found:
+            summary[f"micro_{micro}"] = {k: found[k] for k in ("tokens_per_s", "mfu_vs_matmul_peak", "mfu_vs_datasheet")}
+    if "matmul_peak_tflops" in probe.rows["roofs"]:
+        summary["roofs"] = {k: probe.rows["roofs"][k] for k in ("matmul_peak_tflops", "bandwidth_gb_s")}
+    print(f"rows in {probe.path}")
+    record(summary, benchmark="bench_pretrain_gpu")
 
 
 if __name__ == "__main__":
