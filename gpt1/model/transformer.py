@@ -87,6 +87,30 @@ def c_compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
 
 
+def cpp_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would use: $CXX, else g++, else clang++ (None: none found)."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+
+
+def compile_problem(cfg: ModelConfig, device_type: str) -> str | None:
+    """Why `model.compile=true` cannot work on `device_type` here (no compiler for its generated code), or None.
+    Said before training starts: torch.compile would otherwise fail at the first step, after the data and the
+    engine are set up."""
+    if cfg.compile is not True:
+        return None
+    if device_type == "cuda" and c_compiler() is None:
+        return (
+            "model.compile=true, but no C compiler ($CC, gcc or clang) is here for Triton's kernel launcher: "
+            "install one, or set model.compile=auto (eager where there is none) or model.compile=false"
+        )
+    if device_type == "cpu" and cpp_compiler() is None:
+        return (
+            "model.compile=true, but no C++ compiler ($CXX, g++ or clang++) is here for torch.compile's CPU "
+            "code: install one, or set model.compile=false"
+        )
+    return None
+
+
 class GPT1Output(NamedTuple):
     # (B, T, V) next-token logits; None when a loss was asked for instead
     logits: torch.Tensor | None
@@ -239,10 +263,14 @@ class GPT1(nn.Module):
 
     def compile_for(self, device_type: str) -> bool:
         """Apply `model.compile` for training on `device_type`; returns whether the blocks are now compiled. `auto`
-        compiles on CUDA when a C compiler is there for Triton.
+        compiles on CUDA when a C compiler is there for Triton; `true` without the compiler it needs is a
+        ValueError (`compile_problem`).
 
         Regional compilation: every transformer block is compiled in place, and the blocks share one compiled
         graph, so compiling costs one block, not n_layer; parameter names and state_dict keys are unchanged."""
+        problem = compile_problem(self.config, device_type)
+        if problem:
+            raise ValueError(problem)
         if self.config.compile == "auto" and device_type == "cuda" and c_compiler() is None:
             # Triton builds the launcher of its GPU kernels with a C compiler at the first compiled step
             log.warning(

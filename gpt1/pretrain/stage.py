@@ -31,7 +31,7 @@ from gpt1 import errors
 from gpt1.config import PipelineConfig, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.io import write_json, write_text
-from gpt1.model.transformer import TRAINING_NAME, memory_problem
+from gpt1.model.transformer import TRAINING_NAME, compile_problem, memory_problem
 from gpt1.pretrain import slurm
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.pretrain.inputs import (
@@ -122,6 +122,9 @@ class Job(StageJob):
             problem = memory_problem(self.cfg.model, *self.memory(device))
             if problem:
                 raise ValueError(f"model: {problem}")
+            problem = compile_problem(self.cfg.model, device)  # nor one they cannot compile
+            if problem:
+                raise ValueError(problem)
         manifest = load_manifest(self.shards.path)
         # every shard's bytes against the manifest, once per run
         checked = verify_shards(self.shards.path)

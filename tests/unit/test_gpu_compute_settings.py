@@ -41,7 +41,7 @@ def test_the_cuda_branch_calls_matmuls_that_this_torch_has():
 
 
 @pytest.mark.parametrize("setting, compiler, compiled", [
-    ("auto", None, False), ("auto", "/usr/bin/gcc", True), (True, None, True), (False, "/usr/bin/gcc", False)])
+    ("auto", None, False), ("auto", "/usr/bin/gcc", True), (True, "/usr/bin/gcc", True), (False, "/usr/bin/gcc", False)])
 def test_compile_auto_stays_off_on_cuda_without_a_c_compiler(setting, compiler, compiled, monkeypatch, caplog):
     monkeypatch.setattr(transformer, "c_compiler", lambda: compiler)
     model = transformer.GPT1(ModelConfig(**TINY, compile=setting))
@@ -49,6 +49,24 @@ def test_compile_auto_stays_off_on_cuda_without_a_c_compiler(setting, compiler, 
         assert model.compile_for("cuda") is compiled
     warned = "no C compiler" in caplog.text
     assert warned == (setting == "auto" and compiler is None)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_compile_true_without_the_compiler_it_needs_stops_before_training(device, monkeypatch):
+    """Said at start-up (the worker's model set-up, and the stage's check before any worker starts), with the
+    way out, instead of inside torch.compile at the first update."""
+    monkeypatch.setattr(transformer.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    cfg = ModelConfig(**TINY, compile=True)
+    problem = transformer.compile_problem(cfg, device)
+    assert problem and ("C compiler" if device == "cuda" else "C++ compiler") in problem
+    assert "model.compile=false" in problem
+    with pytest.raises(ValueError, match="model.compile=true, but no"):
+        transformer.GPT1(cfg).compile_for(device)
+    assert transformer.compile_problem(ModelConfig(**TINY, compile="auto"), device) is None
+    monkeypatch.setenv("CXX" if device == "cpu" else "CC", "/opt/compiler")
+    assert transformer.compile_problem(cfg, device) is None
 
 
 def test_c_compiler_is_the_one_triton_would_take(monkeypatch):
