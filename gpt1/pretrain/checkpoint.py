@@ -252,6 +252,23 @@ class CheckpointManager:
 _META_FIELDS = {"step": int, "world_size": int, "tokens_seen": int, "reader": dict, "files": dict}
 
 
+def recut_needed(path: Path, world_size: int, zero_stage: int) -> bool:
+    """Whether resuming checkpoint `path` on `world_size` processes re-cuts its ZeRO partitions (another world
+    size at stages 1-2; stage 0 loads as it is). Another world size at stage 3 is refused: DeepSpeed's universal
+    format did not bring its optimizer state back exactly (the updates after such a resume drifted by 1e-3)."""
+    saved = read_meta(path)["world_size"]
+    if saved == world_size:
+        return False
+    if zero_stage == 3:
+        raise InputError(
+            f"written by {saved} processes at ZeRO stage 3, which resumes only on the same number (this job "
+            f"has {world_size}); at stages 0-2 another number works",
+            file=path / META,
+            field="world_size",
+        )
+    return zero_stage >= 1
+
+
 def read_meta(path: Path) -> dict:
     """A complete checkpoint's meta.json, with every field a resume relies on checked (errors name the field)."""
     if not (path / COMPLETE).exists():

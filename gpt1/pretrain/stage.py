@@ -33,6 +33,7 @@ from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.io import write_json, write_text
 from gpt1.model.transformer import TRAINING_NAME, compile_problem, memory_problem
 from gpt1.pretrain import slurm
+from gpt1.pretrain.checkpoint import recut_needed
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.pretrain.inputs import (
     FINAL,
@@ -145,7 +146,9 @@ class Job(StageJob):
         check_curve_steps(cfg.pretrain, total_steps(cfg.pretrain, train_blocks))
         load_tokenizer(self.tokenizer.path if self.tokenizer else None, manifest)
         task_data = task_data_source(cfg, self.task_data)
-        resume_point(out, self.resume, cfg.model.model_dump())
+        resume_from = resume_point(out, self.resume, cfg.model.model_dump())
+        if resume_from is not None:
+            recut_needed(resume_from, self.nproc * self.nnodes, cfg.pretrain.zero_stage)
         return cfg, task_data
 
     def memory(self, device: str) -> tuple[int, str]:

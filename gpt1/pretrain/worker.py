@@ -140,7 +140,7 @@ class Pretraining:
 
         from gpt1.data.tokenize import BlockReader, load_manifest
         from gpt1.model.transformer import GPT1, flops_per_token
-        from gpt1.pretrain.checkpoint import CheckpointManager, read_meta
+        from gpt1.pretrain.checkpoint import CheckpointManager, recut_needed
         from gpt1.pretrain.distributed import batch_layout, deepspeed_config, device_type
 
         self.args, self.world = args, world
@@ -157,11 +157,8 @@ class Pretraining:
         self.layout = batch_layout(p, world.size)
         self.ds_config = deepspeed_config(p, world.size, self.device_kind)
         resume_from = resume_point(self.out, args.resume, cfg.model.model_dump())
-        if (
-            resume_from is not None
-            and p.zero_stage >= 1
-            and read_meta(resume_from)["world_size"] != world.size
-        ):  # its ZeRO partitions are re-cut on load (CheckpointManager.load)
+        if resume_from is not None and recut_needed(resume_from, world.size, p.zero_stage):
+            # written by another number of processes: its ZeRO partitions are re-cut on load
             self.ds_config["checkpoint"] = {"load_universal": True}
 
         self.train_data = BlockReader(

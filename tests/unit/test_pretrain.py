@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpt1.pretrain.checkpoint import COMPLETE, CheckpointManager, rng_state, set_rng_state, tag_for
+from gpt1.pretrain.checkpoint import COMPLETE, CheckpointManager, recut_needed, rng_state, set_rng_state, tag_for
 from gpt1.config import ModelConfig, load_config
-from gpt1.io import write_json
+from gpt1.io import InputError, write_json
 from gpt1.pretrain.distributed import batch_layout, deepspeed_config, prepare_env, worker_command
 from gpt1.model.generate import generate
 from gpt1.model.mfu import gpu_peak_flops, measure_matmul_flops, mfu
@@ -211,6 +211,16 @@ def _fake_checkpoint(root, step, complete=True, model=None):
     if complete:
         (path / COMPLETE).write_text(f"{step}\n")
     return path
+
+
+def test_another_world_size_recuts_zero_partitions_and_is_refused_at_stage_3(tmp_path):
+    path = _fake_checkpoint(tmp_path, 4)  # written by 1 process
+    assert not recut_needed(path, 1, 1)  # the same number: loaded as it is
+    assert not recut_needed(path, 2, 0)  # stage 0: the optimizer state is whole in one file
+    assert recut_needed(path, 2, 1) and recut_needed(path, 8, 2)
+    with pytest.raises(InputError) as refused:
+        recut_needed(path, 2, 3)
+    assert refused.value.field == "world_size" and "written by 1 processes at ZeRO stage 3" in str(refused.value)
 
 
 def test_incomplete_checkpoints_are_ignored_and_pruned(tmp_path):
