@@ -17,6 +17,8 @@ fails is written with its error while the next one runs.
     profile         torch.profiler over 3 engine updates at micro-batch 64: the top operators by device time
     loss variants   a plain loop at micro-batch 64: the chunked LM loss (ours) against one F.cross_entropy over the
                     full logits; the LM loss's three matmuls at the vocabulary and padded to a multiple of 64
+    attention       the same loop with attention by hand and with SDPA under each of its backends (flash,
+                    memory-efficient, cuDNN, math): the measurement `model.attention` is chosen by
     compile         the plain loop at micro-batch 8: eager, torch.compile, and compile's reduce-overhead mode (CUDA
                     graphs, CUDA only); on a CPU only with --compile
     engine variants at micro-batch 8: ZeRO stage 0 and DeepSpeed's bf16 overflow check against our config (the
@@ -402,6 +404,33 @@ def main() -> None:
         return found
 
     probe.row("loss variants", loss_row)
+
+    def attention_row() -> dict:
+        """The plain loop at micro-batch 64 with each attention path: ours by hand, and SDPA under each of its
+        backends this device has (`model.attention` chooses between the first two)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        found: dict = {}
+        backends = ([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+                    if device == "cuda" else []) + [SDPBackend.MATH]
+        for path in ("manual", "sdpa"):
+            cfg = paper_config(shape, big, f"model.attention={path}")
+            inputs, targets = batch(cfg, device)
+            step = plain_trainer(cfg, device, full_logits=False)
+            for backend in backends if path == "sdpa" else [None]:
+                name = path if backend is None else f"sdpa-{backend.name.lower()}"
+                try:
+                    if backend is None:
+                        seconds = timed(lambda: step(inputs, targets), device, args.steps)
+                    else:
+                        with sdpa_kernel(backend):
+                            seconds = timed(lambda: step(inputs, targets), device, args.steps)
+                    found[name] = rates(cfg, seconds, peak, datasheet)
+                except RuntimeError as err:  # a backend this device or shape does not have
+                    found[name] = {"unavailable": str(err).splitlines()[0][:200]}
+        return found
+
+    probe.row("attention", attention_row)
     if device == "cuda" or args.compile:
         probe.row("compile", lambda: compile_variants(paper_config(shape, small), device, args.steps, peak,
                                                        datasheet))

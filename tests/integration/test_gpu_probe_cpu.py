@@ -11,8 +11,8 @@ import sys
 from tests.conftest import REPO
 
 PROBE = REPO / "benchmarks" / "bench_pretrain_gpu.py"
-ROWS = ["environment", "roofs", "step micro 4", "step micro 2", "profile", "loss variants", "engine variants",
-        "precision", "memory"]  # the docstring's order; compile runs on a CPU only with --compile
+ROWS = ["environment", "roofs", "step micro 4", "step micro 2", "profile", "loss variants", "attention",
+        "engine variants", "precision", "memory"]  # the docstring's order; compile runs on a CPU only with --compile
 
 
 def probe(out, *extra: str) -> list[dict]:
@@ -34,6 +34,7 @@ def test_every_row_is_measured_in_order_and_a_restored_checkpoint_repeats_its_up
         "forward", "backward", "step"}
     assert any(op["op"] in ("aten::mm", "aten::addmm", "aten::bmm") for op in by_name["profile"]["top_operators"])
     assert {"chunked", "full-logits", "lm_head_matmuls"} <= set(by_name["loss variants"])
+    assert by_name["attention"]["manual"]["tokens_per_s"] > 0 and by_name["attention"]["sdpa-math"]["tokens_per_s"] > 0
     precision = by_name["precision"]
     assert precision["resume_identical"] and precision["max_abs_loss_gap"] < 0.1
     assert by_name["memory"]["race_finetune_mb"] > 0
