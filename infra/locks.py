@@ -155,6 +155,11 @@ def main() -> None:
     if platform.system() != "Linux" or platform.machine() != "x86_64" or sys.version_info[:2] != (3, 11):
         raise SystemExit("run with CPython 3.11 on Linux x86_64, the images' platform: pip resolves for the "
                          "interpreter it runs in")
+    from importlib.metadata import version
+
+    if int(version("pip").split(".")[0]) < 24:
+        raise SystemExit(f"pip {version('pip')} here: use pip >= 24 (`python -m pip install -U pip` in a venv), which "
+                         "reads wheels' metadata instead of downloading the multi-GB CUDA wheels to resolve them")
     cpu_pins = read_pins(CPU_LOCK)
     gpu_lock(cpu_pins)
     mlflow_lock(cpu_pins)
