@@ -179,9 +179,9 @@ class CheckpointManager:
         """Check the tag holds exactly the files its meta.json records, unchanged; then restore the engine (module,
         optimizer, scheduler) and this rank's RNG. Returns meta.json.
 
-        Written by another number of processes, the ZeRO partitions (stages 1-3) are re-cut first
-        (`to_universal`; the engine must have been built with `checkpoint.load_universal`) and each rank's
-        RNG is seeded from (`seed`, rank, step), as no saved stream belongs to it."""
+        Written by another number of processes, the ZeRO partitions (stages 1-2; stage 3 is refused) are
+        re-cut first (`to_universal`; the engine must have been built with `checkpoint.load_universal`) and
+        each rank's RNG is seeded from (`seed`, rank, step), as no saved stream belongs to it."""
         import deepspeed.comm as dist
 
         meta = read_meta(path)

@@ -154,6 +154,16 @@ def init_world(timeout_minutes: float = 15.0, trace_prefix: Path | None = None) 
     return world
 
 
+def leave_world() -> None:
+    """Destroy the process group before the interpreter shuts down. A gloo rank that exits with its group alive
+    can abort (SIGABRT) in teardown, as its worker threads still hold tensors; the run's outputs were complete,
+    yet the launcher sees a crashed rank and fails the run."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def skip_shm_comm_op() -> None:
     """Keep DeepSpeed from JIT-building its CPU shared-memory all-reduce op when the process group starts
     (module docstring): its probe of which ops this machine can build is DeepSpeed's switch for that."""

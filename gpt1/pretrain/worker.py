@@ -817,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def start(args: argparse.Namespace) -> int:
-    from gpt1.pretrain.distributed import device_type, init_world
+    from gpt1.pretrain.distributed import device_type, init_world, leave_world
 
     device_type()  # first: a GPU job without working CUDA stops here, before anything is read
     cfg = config_from_dict(read_json(args.config))
@@ -828,7 +828,9 @@ def start(args: argparse.Namespace) -> int:
         level=logging.INFO if world.is_main else logging.WARNING,
         format=f"%(asctime)s %(levelname)s rank{world.rank} %(name)s: %(message)s",
     )
-    return train(cfg, args, world)
+    code = train(cfg, args, world)
+    leave_world()  # an orderly end (done or preempted): a failure leaves through the launcher's teardown
+    return code
 
 
 def train(cfg: PipelineConfig, args: argparse.Namespace, world) -> int:
