@@ -5,7 +5,8 @@ which calls gpt1.pipeline.run.run_step.
   (gpt1.recipe), under one MLflow parent run.
 - `gpt1-pretrain` (deployment gpt1-pretrain/gpu-node): the pretrain step alone, on whole GPU nodes; `gpt1` hands it
   over when `orchestration.pretrain_deployment` is set, so the orchestrating flow itself holds no GPU.
-- `gpt1-finetune` (deployments gpt1-finetune/gpu, /local): one fine-tune step; the cluster fan-out target.
+- `gpt1-finetune` (deployments gpt1-finetune/gpu, /local): one fine-tune step, or several sharing one pod
+  (`orchestration.finetunes_per_pod`); the cluster fan-out target.
 - `gpt1-finetune-all`: every fine-tune (and the report) from a given checkpoint.
 
 Parameters are typed: a preset by name (the UI offers the list) and `key=value` overrides that add to it, so the
@@ -28,10 +29,11 @@ holds its slot, so its time in the Prefect UI is its work, not its wait (which s
 Fine-tunes run in that many reused worker processes
 (gpt1.runtime.workers), started with the run (their imports overlap its first stages) and ended with it.
 Pre-training started while other compute steps can still run beside it (the from-scratch fine-tunes need only the
-tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` each fine-tune is a child
-flow run of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), started by the step's
-task run; Prefect's task retries (the one retry layer, for every step) start a failed one again as a new child flow
-run (`<name>-retry<k>`), so each attempt keeps its own logs and state in the UI.
+tokenizer) gets their share of the cores as its OMP_NUM_THREADS. With `fanout=deployment` fine-tunes are child
+flow runs of `orchestration.finetune_deployment` (its work pool's concurrency limit applies), up to
+`orchestration.finetunes_per_pod` in one, started by the first of their task runs; Prefect's task retries (the
+one retry layer, for every step) start a failed one again, alone, as a new child flow run (`<name>-retry<k>`), so
+each attempt keeps its own logs and state in the UI.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from uuid import UUID
 
 from prefect import flow, get_client, get_run_logger, task
@@ -76,7 +79,7 @@ from gpt1.finetune.stage import metrics_of
 from gpt1.finetune.train import METRICS_FILE, registered_model_name
 from gpt1.io import read_json
 from gpt1.pipeline.run import run_step
-from gpt1.pipeline.schedule import Schedule
+from gpt1.pipeline.schedule import Schedule, batches
 from gpt1.pretrain import stage as pretrain
 from gpt1.recipe import Experiment
 from gpt1.recipe import plan as plan_run
@@ -87,7 +90,7 @@ from gpt1.runtime.processes import stop_stage_processes, threads_per_process
 from gpt1.runtime.workers import WorkerPool
 from gpt1.stages import outputs
 from gpt1.stages.base import Step, stage_jobs
-from gpt1.stages.outputs import is_done
+from gpt1.stages.outputs import ERROR, is_done
 from gpt1.tracking.logger import RunLogger
 from gpt1.tracking.runs import describe_pipeline_run, end_running_children, start_pipeline_run
 
@@ -115,13 +118,26 @@ else:
 
 
 @dataclass
+class SharedRun:
+    """Fine-tune steps handed to one child flow run (`orchestration.finetunes_per_pod`): the first of their task
+    runs to get there starts it for all of them, and each then waits for it and reads its own output."""
+
+    steps: list[str]
+    run: FlowRun | None = None
+    starting: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass
 class LocalCompute:
-    """One flow run's local compute: its slot count, the worker processes that in-worker steps run in and the
-    steps' task runs submitted so far. Tasks run in threads of the flow's process and find it by flow run id."""
+    """One flow run's compute: its slot count, the worker processes that in-worker steps run in, the steps'
+    task runs submitted so far and the child flow runs fine-tunes share. Tasks run in threads of the flow's
+    process and find it by flow run id."""
 
     concurrency: int
     workers: WorkerPool
     submitted: list = field(default_factory=list)
+    # step name -> the child flow run it shares
+    shared_runs: dict[str, SharedRun] = field(default_factory=dict)
 
 
 _local_compute: dict[str, LocalCompute] = {}
@@ -132,7 +148,7 @@ def local_compute(plan: Experiment) -> Iterator[LocalCompute]:
     """This flow run's LocalCompute, for the duration of the flow; its workers are started at once when a step
     will run in them, and shut down at the end."""
     n = plan.cfg.orchestration.finetune_concurrency
-    compute = LocalCompute(n, WorkerPool(n, preload=WORKER_PRELOAD))
+    compute = LocalCompute(n, WorkerPool(n, preload=WORKER_PRELOAD), shared_runs=_shared_runs(plan))
     _local_compute[str(flow_run.id)] = compute
     if any(step.job.in_worker and _holds_slot(plan, step) for step in plan.steps.values()):
         compute.workers.start()
@@ -345,6 +361,27 @@ def _deployment_of(plan: Experiment, step: Step) -> str | None:
     return None
 
 
+def _shared_runs(plan: Experiment) -> dict[str, SharedRun]:
+    """The fine-tunes handed to a deployment, batched by `orchestration.finetunes_per_pod` among those that
+    become ready at one moment (the same needs, the same model to start from). A task with job variables of
+    its own (more memory, say) runs alone, under them."""
+    o = plan.cfg.orchestration
+    handed = [name for name, step in plan.steps.items() if _deployment_of(plan, step)]
+
+    def key(name: str) -> tuple:
+        job = plan.steps[name].job
+        assert isinstance(job, finetune.Job)  # only fine-tunes are handed to a deployment
+        if job.task in o.finetune_job_variables:
+            return (name,)
+        return (plan.needs[name], job.checkpoint.path)
+
+    return {
+        name: run
+        for run in map(SharedRun, batches(handed, key, o.finetunes_per_pod))
+        for name in run.steps
+    }
+
+
 def _holds_slot(plan: Experiment, step: Step) -> int:
     """The local compute slots a step holds: one for a compute step running on this machine (not on a deployment,
     a Slurm job or a finished output), all of them for local pre-training with `orchestration.pretrain_alone`."""
@@ -483,12 +520,38 @@ def _pretrain_run(plan: Experiment, target: str, parent_run_id: str | None):
 
 
 def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id: str | None) -> str:
-    """A fine-tune as a child flow run of `target`, one per attempt of its task run (`-retry<k>` from the second
-    on, each with its own idempotency key); returns its folder, or raises with the child's failure."""
-    variant, task_name = finetune_variant_task(step.name)
+    """A fine-tune as a child flow run of `target`, shared with the other steps of its batch on a first attempt
+    (`orchestration.finetunes_per_pod`), alone on a retry (`-retry<k>` from the second attempt on, each with its
+    own idempotency key); returns its folder, or raises with the child's failure."""
     attempt = task_run.run_count - 1
-    suffix = f"-retry{attempt}" if attempt > 0 else ""
-    parameters = {
+    compute = _local_compute.get(str(flow_run.id))
+    shared = compute.shared_runs.get(step.name) if compute and attempt == 0 else None
+    if shared is None or len(shared.steps) == 1:
+        suffix = f"-retry{attempt}" if attempt > 0 else ""
+        run = wait_for(_start_child(plan, [step.name], target, parent_run_id, suffix).id)
+        failure = _failure(run)
+        if failure is not None:
+            raise RuntimeError(f"{step.name} (flow run {run.name}): {failure}")
+        return str(step.out)
+    with shared.starting:
+        if shared.run is None:
+            shared.run = _start_child(plan, shared.steps, target, parent_run_id, "")
+    run = wait_for(shared.run.id)
+    # its batch's other steps may have completed: only its own output counts
+    if not is_done(step.out):
+        error = step.out / ERROR
+        why = read_json(error)["error"] if error.is_file() else _failure(run) or "no output"
+        raise RuntimeError(f"{step.name} (flow run {run.name}): {why}")
+    return str(step.out)
+
+
+def _start_child(
+    plan: Experiment, steps: list[str], target: str, parent_run_id: str | None, suffix: str
+) -> FlowRun:
+    """A child flow run of `target` for fine-tune `steps` (the first named by its parameters, the others
+    `alongside` it), not waited for."""
+    variant, task_name = finetune_variant_task(steps[0])
+    parameters: dict[str, Any] = {
         "config": plan.cfg.model_dump(mode="json"),
         "task_name": task_name,
         "variant": variant,
@@ -497,19 +560,20 @@ def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id:
         "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
         "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None,
     }
+    # only then: a deployment made before the parameter existed still takes one step
+    if len(steps) > 1:
+        parameters["alongside"] = steps[1:]
+    name = "+".join(steps) + suffix
     run = run_deployment(
         target,
         parameters=parameters,
-        idempotency_key=f"{flow_run.id}-{step.name}{suffix}",
-        flow_run_name=f"{step.name}{suffix}",
-        timeout=None,
+        idempotency_key=f"{flow_run.id}-{name}",
+        flow_run_name=name,
+        timeout=0,
         job_variables=plan.cfg.orchestration.finetune_job_variables.get(task_name) or None,
     )
     assert isinstance(run, FlowRun)  # the coroutine Prefect's types allow is for async callers
-    failure = _failure(run)  # timeout=None: run_deployment returned it in a final state
-    if failure is not None:
-        raise RuntimeError(f"{step.name} (flow run {run.name}): {failure}")
-    return str(step.out)
+    return run
 
 
 # -- MLflow parent run -------------------------------------------------------------------------------------------
@@ -627,16 +691,44 @@ def finetune_one(
     parent_run_id: str | None = None,
     checkpoint: str | None = None,
     tokenizer_dir: str | None = None,
+    alongside: list[str] | None = None,
 ) -> dict:
-    """One task, in this process: the unit the cluster fan-out runs on its own GPU. `checkpoint`: the parent
-    fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training."""
+    """One task, in this process: the unit the cluster fan-out runs on its own GPU; returns its metrics.
+    `checkpoint`: the parent fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training.
+    `alongside`: other fine-tune steps of the same plan (`finetune-<variant>-<task>`) sharing this pod
+    (`orchestration.finetunes_per_pod`): all run at once, each in its own process on the pod's GPU, and the
+    flow run returns each one's metrics by step name; it fails, naming them, if any failed."""
     plan = plan_run(
         config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir
     )
-    result = run_step(
-        plan, finetune_step(variant, task_name), parent_run_id, log_line=get_run_logger().info
-    )
-    return metrics_of(result.path)
+    names = [finetune_step(variant, task_name), *(alongside or [])]
+    logger = get_run_logger()
+    if len(names) == 1:
+        return metrics_of(run_step(plan, names[0], parent_run_id, log_line=logger.info).path)
+    unknown = [
+        n for n in names if n not in plan.steps or not isinstance(plan.steps[n].job, finetune.Job)
+    ]
+    if unknown or len(set(names)) < len(names):
+        raise ValueError(
+            f"alongside: {unknown or names} are not distinct fine-tune steps of this plan"
+        )
+    workers = WorkerPool(len(names), preload=WORKER_PRELOAD)
+    workers.start()
+    try:
+        with ThreadPoolExecutor(len(names)) as threads:
+            running = {
+                n: threads.submit(
+                    run_step, plan, n, parent_run_id, workers=workers, log_line=logger.info
+                )
+                for n in names
+            }
+    finally:
+        workers.shutdown()
+    failures = {n: str(r.exception()) for n, r in running.items() if r.exception() is not None}
+    if failures:
+        lines = "\n".join(f"  {why}" for why in failures.values())
+        raise RuntimeError(f"{len(failures)} of {len(names)} fine-tunes failed:\n{lines}")
+    return {n: metrics_of(r.result().path) for n, r in running.items()}
 
 
 @flow(

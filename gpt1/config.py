@@ -458,6 +458,12 @@ class OrchestrationConfig(_Section):
         default_factory=dict,
         description="fanout=deployment: work-pool job variables per task (e.g. more memory)",
     )
+    finetunes_per_pod: int = Field(
+        1,
+        gt=0,
+        description="fanout=deployment: fine-tunes that become ready together share one child flow run (one "
+        "pod, one GPU), each in its own process; a task with job variables of its own runs alone",
+    )
     pretrain_deployment: str | None = Field(
         None,
         description="run pre-training as this deployment (its own work pool, e.g. gpt1-pretrain/gpu-node) "

@@ -15,8 +15,8 @@ and GPT1_STATE. This script:
 
 Checks: both runs complete; the preflight ran first; `gpt1` ran on the CPU stand-in, pre-training once, on the
 GPU-node stand-in, with 2 ranks, and the fine-tunes on the GPU stand-in, never more at once than its concurrency
-limit; every stage was computed once (the other run reused it, its stage runs tagged cached); the failed RTE
-fine-tune was retried and succeeded; MLflow nests pre-training and every task run under a parent; each run's
+limit, several to a pod (`orchestration.finetunes_per_pod`); every stage was computed once (the other run reused
+it, its stage runs tagged cached); the failed RTE fine-tune was retried (alone) and succeeded; MLflow nests pre-training and every task run under a parent; each run's
 results table has every task.
 
     make rehearse                       # servers started and stopped for it (or reused if up)
@@ -192,10 +192,16 @@ def verify(checks: Checks, parents: dict, rehearsal: dict, work: Path, since: da
     checks.check(0 < overlap(spans) <= limit, f"at most {limit} fine-tunes at once (peak {overlap(spans)})")
     failed = [r for r in finetunes if r.state.is_failed() or r.state.is_crashed()]
     retried = {r.name for r in finetunes if r.state.is_completed() and "-retry" in r.name}
+    # a pod's run is named after its steps, joined by "+" (orchestration.finetunes_per_pod); a retry runs alone
+    flaky = [step for r in failed for step in r.name.split("+") if step.endswith(f"-{FLAKY_TASK}")]
     checks.check(bool(failed) and all(FLAKY_TASK in r.name for r in failed)
-                 and all(f"{r.name}-retry1" in retried for r in failed),
+                 and all(f"{step}-retry1" in retried for step in flaky),
                  f"the injected {FLAKY_TASK} failure was absorbed by a retry (failed {[r.name for r in failed]}, "
                  f"retried {sorted(retried)}; file repaired after {repaired.get('repaired_after')})")
+    shared = [r.name for r in finetunes if "+" in r.name]
+    per_pod = cfg.orchestration.finetunes_per_pod
+    checks.check(bool(shared) and all(len(name.split("+")) <= per_pod for name in shared),
+                 f"fine-tunes shared pods, {per_pod} at most ({shared})")
 
     markers = sorted(p.parent.relative_to(work).as_posix() for p in work.glob(f"*/*/{DONE}"))
     for stage in ("sample-data", "ingest", "train-tokenizer", "tokenize", "pretrain"):

@@ -24,7 +24,7 @@ A step may hold several slots (`holds_slot` returns how many; True is one): pre-
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 
 class Schedule:
@@ -98,3 +98,18 @@ class Schedule:
     def finish(self, name: str, failure: str | None) -> None:
         self.outcome[name] = failure
         self.free += self.running.pop(name, 0)
+
+
+def batches(names: Sequence[str], key: Callable[[str], Hashable], size: int) -> list[list[str]]:
+    """`names` (in plan order) cut into batches of at most `size` steps that share their `key`, each batch in
+    plan order. Steps keyed alike (the same needs, the same inputs) become ready at one moment, so a batch can
+    run as one unit (several fine-tunes in one pod of one GPU)."""
+    open_batch: dict[Hashable, list[str]] = {}
+    found: list[list[str]] = []
+    for name in names:
+        batch = open_batch.get(key(name))
+        if batch is None or len(batch) >= size:
+            batch = open_batch[key(name)] = []
+            found.append(batch)
+        batch.append(name)
+    return found

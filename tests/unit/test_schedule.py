@@ -121,3 +121,30 @@ def test_pretraining_alone_holds_every_slot_and_the_from_scratch_fine_tunes_wait
     assert start_all_ready(schedule) == ["pretrain"] and schedule.free == 0
     schedule.finish("pretrain", None)
     assert len(start_all_ready(schedule)) == slots and schedule.free == 0
+
+
+def test_cluster_fine_tunes_share_pods_in_batches_of_steps_that_become_ready_together(tmp_path):
+    """orchestration.finetunes_per_pod: the fine-tunes handed to the GPU pool go in batches of at most that many,
+    each batch of steps with the same needs and the same model to start from (ready at one moment), in plan
+    order; a task with job variables of its own (RACE's memory) runs alone."""
+    from flows.pipeline import _shared_runs
+
+    tasks = ["sst2", "race", "stsb", "rte", "cola"]
+    cfg = load_config("cluster", [f"finetune.tasks=[{','.join(tasks)}]", "orchestration.ablations=[no_pretrain]",
+                                  "finetune.seeds=2", "orchestration.finetunes_per_pod=3"])
+    plan = recipe.plan(cfg, tmp_path)
+    shared = _shared_runs(plan)
+    fine_tunes = [name for name in plan.steps if name.startswith("finetune-")]
+    assert sorted(shared) == sorted(fine_tunes)
+    batches = {tuple(run.steps) for run in shared.values()}
+    assert all(shared[name] is shared[run[0]] for run in batches for name in run)  # one object per batch
+    assert sorted(name for run in batches for name in run) == sorted(fine_tunes)  # each step in exactly one
+    assert all(len(run) <= 3 for run in batches)
+    for run in batches:
+        jobs = [plan.steps[name].job for name in run]
+        assert len({plan.needs[name] for name in run}) == 1 and len({job.checkpoint.path for job in jobs}) == 1
+        assert list(run) == [name for name in plan.steps if name in run]  # plan order
+        assert len(run) == 1 or all(job.task != "race" for job in jobs)
+    # 2 variants x 2 seeds x 4 tasks sharing pods -> the 16 in batches of 3 per start model; RACE's 4 alone
+    assert sum(len(run) > 1 for run in batches) >= (len(fine_tunes) - 4) // 3
+    assert load_config("rehearse").orchestration.finetunes_per_pod > 1  # `make rehearse` shares pods
