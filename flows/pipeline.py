@@ -529,15 +529,12 @@ def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id:
     if shared is None or len(shared.steps) == 1:
         suffix = f"-retry{attempt}" if attempt > 0 else ""
         run = wait_for(_start_child(plan, [step.name], target, parent_run_id, suffix).id)
-        failure = _failure(run)
-        if failure is not None:
-            raise RuntimeError(f"{step.name} (flow run {run.name}): {failure}")
-        return str(step.out)
-    with shared.starting:
-        if shared.run is None:
-            shared.run = _start_child(plan, shared.steps, target, parent_run_id, "")
-    run = wait_for(shared.run.id)
-    # its batch's other steps may have completed: only its own output counts
+    else:
+        with shared.starting:
+            if shared.run is None:
+                shared.run = _start_child(plan, shared.steps, target, parent_run_id, "")
+        run = wait_for(shared.run.id)
+    # judged by its own output, as a shared run's other steps may have failed
     if not is_done(step.out):
         error = step.out / ERROR
         why = read_json(error)["error"] if error.is_file() else _failure(run) or "no output"
