@@ -27,8 +27,8 @@ HELD_OUT = {"SST-2": 2000, "STS-B": 1000, "MRPC": 600}  # rows per task folder t
 SHARE = 4  # the proxy keeps 1 in SHARE of the books, the train rows and the updates
 
 
-def proxy_tasks(glue: Path, out: Path) -> None:
-    """Each task folder as the proxy sees it: train.tsv every SHARE-th row left after the held-out slice, which
+def proxy_tasks(glue: Path, out: Path, share: int = SHARE) -> None:
+    """Each task folder as the proxy sees it: train.tsv every `share`-th row left after the held-out slice, which
     becomes dev.tsv (a header kept)."""
     for folder, held_rows in HELD_OUT.items():
         lines = (glue / folder / "train.tsv").read_text(encoding="utf-8").splitlines()
@@ -37,7 +37,7 @@ def proxy_tasks(glue: Path, out: Path) -> None:
         held = {int(i * step) for i in range(held_rows)}
         kept = [row for i, row in enumerate(rows) if i not in held]
         (out / folder).mkdir(parents=True, exist_ok=True)
-        (out / folder / "train.tsv").write_text("\n".join(header + kept[::SHARE]) + "\n", encoding="utf-8")
+        (out / folder / "train.tsv").write_text("\n".join(header + kept[::share]) + "\n", encoding="utf-8")
         dev = [row for i, row in enumerate(rows) if i in held]
         (out / folder / "dev.tsv").write_text("\n".join(header + dev) + "\n", encoding="utf-8")
 
