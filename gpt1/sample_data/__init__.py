@@ -1,4 +1,4 @@
-"""Deterministic offline sample data: a book-like corpus and the paper's 12 tasks in their official file layouts.
+"""Deterministic offline sample data: a book-like corpus and every registered task in its official file layout.
 
 `gpt1 sample-data --out DIR [--seed N]` (or `write_sample_data(DIR, seed)`) writes, in a few seconds:
 
@@ -92,7 +92,7 @@ GENERATOR_VERSION = _generator_version()
 
 
 def write_sample_data(out_dir: str | Path, seed: int = 0) -> dict:
-    """Write the books and all 12 tasks under `out_dir`; returns (and saves as sample_data.json) a summary."""
+    """Write the books and every registered task under `out_dir`; returns (and saves as sample_data.json) a summary."""
     out = Path(out_dir)
     start = time.perf_counter()
     books = write_books(out, seed)

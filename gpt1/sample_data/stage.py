@@ -1,4 +1,4 @@
-"""Stage `sample-data`: the offline sample data (generated books + the 12 tasks in their official layouts).
+"""Stage `sample-data`: the offline sample data (generated books + every registered task in its official layout).
 
     gpt1 sample-data --out DIR [--seed N]
 

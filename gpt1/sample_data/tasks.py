@@ -1,4 +1,4 @@
-"""The twelve tasks' sample files, in their official layouts: one writer per task (`TaskWriter.<task>`), all
+"""Every registered task's sample files, in its official layout: one writer per task (`TaskWriter.<task>`), all
 splits, at the paths the task's loader expects under `tasks/<folder as distributed>/`.
 
 Each task asks about one word property, always in the same direction (see `gpt1.sample_data`); train splits use the

@@ -3,7 +3,7 @@
     python -m tests.battery            # every case; prints counts per category and class (make battery)
     python -m tests.battery --fast     # the CI subset (tests/integration/test_battery_fast.py runs it under pytest)
 
-A case is one thing a user (or a hostile environment) does: a bad task file for one of the twelve tasks, a bad
+A case is one thing a user (or a hostile environment) does: a bad task file for one of the registered tasks, a bad
 CLI argument or `--set` value, a wrong path, a corrupted artefact, a killed process, a full disk, an unreachable
 MLflow server, a planted pickle, a Python API call. Each declares what correct means: a refusal whose one error
 line holds given words (the file, line or field, and the cause), or an acceptance with a check of the result.

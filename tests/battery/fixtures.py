@@ -1,6 +1,6 @@
 """What the cases start from, built once per battery run through the real commands, each only when first needed.
 
-    sample      `gpt1 sample-data`: books/ and the 12 tasks in their official layouts (tasks/<Folder>/...)
+    sample      `gpt1 sample-data`: books/ and every registered task in its official layout (tasks/<Folder>/...)
     corpus      `gpt1 ingest` of the sample books (the first 300,000 characters)
     tokenizer   `gpt1 train-tokenizer`, 300 merges
     shards      `gpt1 tokenize`, 32-token blocks

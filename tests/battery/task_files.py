@@ -1,4 +1,4 @@
-"""Task files: for each of the twelve tasks, its official files damaged the ways real files are (empty, missing,
+"""Task files: for each registered task, its official files damaged the ways real files are (empty, missing,
 binary, unknown labels, a header without rows, one malformed or non-UTF-8 row, CRLF, a BOM, a cut last line), given
 where a folder is expected, or standing in for the training rows; and every task's loader handed each other task's
 training file.
