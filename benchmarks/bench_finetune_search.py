@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench_pretrain_search import proxy_tasks
+from bench_pretrain_search import HELD_OUT, proxy_tasks
 from results import record
 
 from gpt1.config import headline_metric, load_config
@@ -43,9 +43,13 @@ def finetune(task: str, folder: Path, checkpoint: Path, out: Path, overrides: li
     for override in overrides:
         command += ["--set", override]
     out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out.with_suffix(".log"), "a") as log:
-        subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=log,
-                       stderr=subprocess.STDOUT)
+    log = out.with_suffix(".log")
+    with open(log, "a") as stream:
+        done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=stream,
+                              stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        last = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
+        raise SystemExit(f"bench_finetune_search: {out.name} failed: {' '.join(last)} (log: {log})")
     return json.loads((out / "metrics.json").read_text())["metrics"][METRICS.get(task, "primary")]
 
 
@@ -58,6 +62,10 @@ def main() -> int:
     parser.add_argument("settings", nargs="+", metavar="NAME=OVERRIDES", help="e.g. lr1e-3=finetune.lr=1e-3")
     args = parser.parse_args()
 
+    missing = [str(args.glue / folder / "train.tsv") for folder in HELD_OUT
+               if not (args.glue / folder / "train.tsv").is_file()]
+    if missing:
+        parser.error(f"--glue: no {', '.join(missing)}")
     tasks = args.work / "tasks"
     proxy_tasks(args.glue, tasks, share=1)
     jobs = [(name, task, variant, [*VARIANTS[variant], *filter(None, overrides.split(","))])
