@@ -122,15 +122,21 @@ def check_input_file(path: str | os.PathLike, *, what: str, max_bytes: int | Non
     return path
 
 
-def read_json(path: str | os.PathLike, max_bytes: int = JSON_MAX_BYTES) -> Any:
-    """The parsed file; a path that is not a regular file of at most `max_bytes`, text that is not UTF-8 or not
-    JSON raise InputError naming the file (and line)."""
+_JSON_TYPES: dict[type, str] = {dict: "an object", list: "an array"}
+
+
+def read_json(
+    path: str | os.PathLike, max_bytes: int = JSON_MAX_BYTES, *, expect: type = dict
+) -> Any:
+    """The parsed file, whose top level is `expect` (an object unless said; `object`: any JSON). A path that is not
+    a regular file of at most `max_bytes`, text that is not UTF-8 or not JSON, or JSON of another shape raise
+    InputError naming the file (and line): every reader gets the shape it indexes, never an AttributeError."""
     check_input_file(path, what="JSON file", max_bytes=max_bytes)
     try:
         with open(
             path, encoding="utf-8-sig"
         ) as fh:  # a BOM (Windows editors write one) is not JSON
-            return json.load(fh)
+            data = json.load(fh)
     except json.JSONDecodeError as err:
         raise InputError(
             f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=err.lineno
@@ -140,6 +146,55 @@ def read_json(path: str | os.PathLike, max_bytes: int = JSON_MAX_BYTES) -> Any:
             f"not UTF-8 text (byte {err.start}: {err.object[err.start : err.start + 1]!r})",
             file=path,
         ) from None
+    return _of_shape(data, expect, file=path)
+
+
+def _of_shape(data: Any, expect: type, *, file: str | os.PathLike, line: int | None = None) -> Any:
+    if not isinstance(data, expect):
+        raise InputError(
+            f"the JSON is {_json_kind(data)}, not {_JSON_TYPES.get(expect, expect.__name__)}",
+            file=file,
+            line=line,
+        )
+    return data
+
+
+def _json_kind(data: Any) -> str:
+    """What a parsed JSON value is, in JSON's words."""
+    if data is None:
+        return "null"
+    if isinstance(data, bool):
+        return "true or false"
+    if isinstance(data, (int, float)):
+        return "a number"
+    if isinstance(data, str):
+        return "a string"
+    return _JSON_TYPES.get(type(data), type(data).__name__)
+
+
+def read_jsonl(path: str | os.PathLike, *, expect: type = dict) -> list:
+    """The records of a JSON-lines file, each of type `expect` (objects unless said). A blank line is no record;
+    a line that is not UTF-8, not JSON or not of that shape raises InputError naming the file and line."""
+    path = check_input_file(path, what="JSON-lines file", max_bytes=None)
+    records = []
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise InputError(
+                    f"not UTF-8 text (byte {err.start})", file=path, line=number
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(
+                    f"not valid JSON: {err.msg} (column {err.colno})", file=path, line=number
+                ) from None
+            records.append(_of_shape(record, expect, file=path, line=number))
+    return records
 
 
 def parquet_file(path: str | os.PathLike):
@@ -199,6 +254,7 @@ class InputError(ValueError):
         line: int | None = None,
         field: str | None = None,
     ):
+        self.message = message
         self.file, self.line, self.field = (str(file) if file else None), line, field
         where = ":".join(str(x) for x in (self.file, line) if x is not None)
         if field:

@@ -43,6 +43,7 @@ from gpt1.io import (
     atomic_dir,
     positive_int,
     read_json,
+    read_jsonl,
     sha256_file,
     write_json,
     write_text,
@@ -367,24 +368,13 @@ class TaskPredictor:
         )
 
 
-def read_jsonl(path: Path) -> list:
-    records = []
-    with open(path, encoding="utf-8-sig") as fh:
-        for number, line in enumerate(fh, start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise InputError(f"invalid JSON: {err.msg}", file=path, line=number) from None
-    return records
-
-
 def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") -> list:
     """Examples from a jsonl of raw inputs (the task's `input_columns`) or from any task file/folder
     `gpt1.tasks.load` reads (official layout, hub export). A jsonl that is neither is refused by naming the fields
     the task takes."""
     path = Path(path)
-    records = read_jsonl(path) if path.suffix == ".jsonl" and path.is_file() else None
+    # any JSON per line: records of another shape are read as a task file instead
+    records = read_jsonl(path, expect=object) if path.suffix == ".jsonl" and path.is_file() else None
     if (
         records
         and isinstance(records[0], dict)

@@ -110,6 +110,21 @@ def from_hf_state_dict(
     for name in ("tokens_embed.weight", "positions_embed.weight"):
         if name not in src:
             raise InputError(f"missing {name!r}: not an openai-gpt state dict", field=name)
+    # every tensor of every block before any is read: a missing one named, not a KeyError
+    blocks = {int(match.group(1)) for match in map(_HF_BLOCK_KEY.match, src) if match}
+    absent = [
+        f"h.{i}.{name}"
+        for i in range(max(blocks, default=-1) + 1)
+        for name in _BLOCK_PARAMS
+        if f"h.{i}.{name}" not in src
+    ]
+    if absent:
+        more = f" and {len(absent) - 1} more" if len(absent) > 1 else ""
+        raise InputError(
+            f"missing {absent[0]!r}{more}: each of the blocks h.0 .. h.{max(blocks)} needs its "
+            f"{len(_BLOCK_PARAMS)} tensors",
+            field=absent[0],
+        )
     if head is not None and not torch.equal(head, src["tokens_embed.weight"]):
         raise ValueError(
             "lm_head.weight differs from tokens_embed.weight: GPT-1's LM head must be tied"
@@ -203,7 +218,12 @@ def load_hf_folder(directory: str | os.PathLike) -> GPT1:
             file=config_path,
             field="model_type",
         )
-    cfg, state = from_hf_state_dict(_read_hf_weights(directory), hf_config)
+    try:
+        cfg, state = from_hf_state_dict(_read_hf_weights(directory), hf_config)
+    except InputError as err:
+        if err.file:
+            raise
+        raise InputError(err.message, file=directory, field=err.field) from None  # the folder it is in
     return _build(cfg, state, directory)
 
 
@@ -455,7 +475,7 @@ def load_openai_release(directory: str | os.PathLike, seed: int = 0) -> GPT1:
         raise FileNotFoundError(
             f"no params_shapes.json in {directory} (expected the original OpenAI release)"
         )
-    shapes = read_json(shapes_path)
+    shapes = read_json(shapes_path, expect=list)
     cfg = release_config(shapes, source=shapes_path)
     flat = _read_release_arrays(directory)
     sizes = [int(np.prod(s)) for s in shapes]

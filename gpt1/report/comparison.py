@@ -23,14 +23,13 @@ adding a task moves no other task's interval.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from gpt1.data.ingest.corpus import CORPUS, TASK_TEXT_ORIGIN
-from gpt1.io import stable_hash
+from gpt1.io import read_jsonl, stable_hash
 from gpt1.report import bootstrap
 from gpt1.report.markdown import MISSING, fmt, markdown_table, signed
 from gpt1.tasks import REGISTRY, get
@@ -113,8 +112,7 @@ def read_predictions(task: str, result: dict, task_dir: Path) -> dict:
         raise FileNotFoundError(
             f"{task_dir}: its metrics.json names no predictions of {result['eval_split']}"
         )
-    lines = (task_dir / files[0]).read_text(encoding="utf-8").splitlines()
-    records = [json.loads(line) for line in lines if line.strip()]
+    records = read_jsonl(task_dir / files[0])
 
     from gpt1.finetune.predict import (
         class_names,

@@ -84,13 +84,18 @@ def check_task_file(path: Path) -> Path:
 
 
 class UniqueIds:
-    """Refuses an example id seen before in the same file: predictions and submissions are keyed on it."""
+    """Every example's id, present and unique in its file: predictions and submissions are keyed on it. A row
+    without one is malformed (counted and located), one seen before refuses the file."""
 
     def __init__(self, file: str, field: str):
         self.file, self.field = file, field
         self.lines: dict[str, int] = {}
 
-    def check(self, example_id: str, line: int) -> str:
+    def check(self, value: object, line: int) -> str:
+        """`value` (the id field as read: text, a number, or None when absent) as the example's id."""
+        example_id = "" if value is None else str(value)
+        if not example_id.strip():
+            raise RowError("missing id", field=self.field, detail=repr(value))
         first = self.lines.setdefault(example_id, line)
         if first != line:
             raise InputError(
@@ -144,11 +149,14 @@ def check_folder(spec: TaskSpec, path: Path) -> None:
 
 
 def _lines(path: Path) -> Lines:
-    """(line number, text) for each `\\n`-terminated line; undecodable lines come back as a RowError."""
+    """(line number, text) for each `\\n`-terminated line that is not blank (whitespace only: no row, so never
+    a malformed one); undecodable lines come back as a RowError."""
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if number == 1 and raw.startswith(_BOM):
                 raw = raw[len(_BOM) :]
+            if not raw.strip():
+                continue
             raw = raw.rstrip(b"\n").removesuffix(b"\r")
             try:
                 yield number, raw.decode("utf-8")
@@ -198,9 +206,6 @@ def read_tsv(spec: TaskSpec, path: Path, split: str, group: str | None = None) -
     for row, (number, line) in enumerate(data):
         if isinstance(line, RowError):
             yield file, number, line
-            continue
-        if not line:
-            yield file, number, RowError("empty line")
             continue
         fields = line.split("\t")
         if len(fields) != width and (len(fields) not in cols.widths or len(fields) < needed):
@@ -319,9 +324,7 @@ def read_records(spec: TaskSpec, path: Path, group: str | None = None) -> Rows:
                 _check_record_keys(spec, records, file, record)
             texts = tuple(_text(record, key) for key in records.text)
             label = spec.parse_label(record.get(records.label), records.label)
-            example_id = str(record.get(records.id, row)) if ids else str(row)
-            if ids and records.id in record:
-                ids.check(example_id, number)
+            example_id = ids.check(record.get(records.id), number) if ids else str(row)
             yield file, number, text_or_pair(example_id, texts, label, group)
         except (RowError, Excluded) as item:
             yield file, number, item
@@ -348,8 +351,6 @@ def _check_record_keys(spec: TaskSpec, records: Records, file: str, record: dict
 
 
 def _json_record(line: str) -> dict:
-    if not line.strip():
-        raise RowError("empty line")
     try:
         record = json.loads(line)
     except json.JSONDecodeError as err:
@@ -512,8 +513,6 @@ def read_story_cloze(spec: TaskSpec, path: Path) -> Rows:
         try:
             if isinstance(line, RowError):
                 raise line
-            if not line:
-                raise RowError("empty line")
             fields = _csv_fields(line)
             if isinstance(fields, RowError):
                 raise fields

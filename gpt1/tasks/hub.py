@@ -191,7 +191,7 @@ def read_rows(spec: TaskSpec, rows: Iterable, source: str, group: str | None) ->
         try:
             example = _example(spec, row, number - 1, group, questions_seen)
             if spec.format != "race" and ids.field in row:
-                ids.check(example.id, number)
+                ids.check(row[ids.field], number)
             yield source, number, example
         except (RowError, Excluded) as item:
             yield source, number, item

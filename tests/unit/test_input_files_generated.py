@@ -30,15 +30,17 @@ from gpt1 import tasks
 from gpt1.config import IngestConfig, ModelConfig
 from gpt1.data.ingest.ingest import ingest
 from gpt1.errors import user_message
+from gpt1.finetune.predict import read_inputs
 from gpt1.io import InputError, parquet_file, read_json, write_json
 from gpt1.model.convert import (
     HF_CONFIG,
     HF_WEIGHTS,
+    from_hf_state_dict,
     hf_config_dict,
     load_hf_folder,
     to_hf_state_dict,
 )
-from gpt1.model.transformer import GPT1, WEIGHTS_NAME, load_weights
+from gpt1.model.transformer import CONFIG_NAME, GPT1, WEIGHTS_NAME, load_weights
 from gpt1.sample_data.books import write_books
 from gpt1.sample_data.tasks import TaskWriter
 from gpt1.tasks import get
@@ -61,6 +63,7 @@ class Reader:
     read: Callable[[Path, Path], object]
     sample: str  # key of SAMPLES
     text: bool  # text variants apply (CRLF, BOM, no final newline)
+    json: bool = False  # its input is JSON: every other JSON shape is refused by name
     # kinds this reader accepts by design, with what it must then equal: "same" (the canonical result) or "any"
     accepts: tuple[tuple[str, str], ...] = ()
     input_name: str | None = None  # the file inside a sample folder that the cases replace
@@ -93,8 +96,16 @@ def _hf_folder(path: Path, work: Path):
     return {name: t.tolist() for name, t in load_hf_folder(path).state_dict().items()}
 
 
+def _model_folder(path: Path, work: Path):
+    return {name: t.tolist() for name, t in GPT1.from_pretrained(path).state_dict().items()}
+
+
 def _json(path: Path, work: Path):
     return read_json(path)
+
+
+def _predict_inputs(path: Path, work: Path):
+    return read_inputs(get("rte"), path, "test")
 
 
 def _parquet(path: Path, work: Path):
@@ -113,17 +124,20 @@ READERS: dict[str, Reader] = {
     "task csv (Story Cloze)": Reader(
         _task("storycloze", "test"), "storycloze", text=True, accepts=(("truncated", "any"),)
     ),
-    "task article (RACE)": Reader(_task("race", "dev"), "race", text=True),
+    "task article (RACE)": Reader(_task("race", "dev"), "race", text=True, json=True),
     "task hub export (RTE JSON lines)": Reader(
         _task("rte", "dev"), "rte-hub", text=True, accepts=(("truncated", "any"),)
     ),
-    "tokenizer": Reader(_tokenizer, "tokenizer", text=True),
+    "tokenizer": Reader(_tokenizer, "tokenizer", text=True, json=True),
     "weights": Reader(_weights, "weights", text=False),
+    "model folder config": Reader(_model_folder, "model", text=True, json=True, input_name=CONFIG_NAME),
     "HF folder": Reader(_hf_folder, "hf", text=False, input_name=HF_WEIGHTS),
+    "HF folder config.json": Reader(_hf_folder, "hf", text=True, json=True, input_name=HF_CONFIG),
     "HF folder (pytorch_model.bin)": Reader(
         _hf_folder, "hf-bin", text=False, input_name="pytorch_model.bin"
     ),
-    "JSON record": Reader(_json, "json", text=True),
+    "JSON record": Reader(_json, "json", text=True, json=True),
+    "predict input (JSON lines)": Reader(_predict_inputs, "predict", text=True, json=True),
     "corpus Parquet": Reader(_parquet, "parquet", text=False),
 }
 
@@ -161,6 +175,8 @@ def samples(tmp_path_factory) -> dict[str, Path]:
             for ex in tasks.load("rte", root / "tasks" / "RTE", "dev").examples]
     export.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     assert rte.hf_text == ("sentence1", "sentence2") and len(rows) > 3
+    predict = root / "inputs.jsonl"  # raw inputs for `gpt1 predict`: the task's input columns
+    predict.write_text("".join(json.dumps({k: r[k] for k in rte.hf_text}) + "\n" for r in rows), encoding="utf-8")
     parquet = root / "part-00000.parquet"
     pq.write_table(pa.table({"text": ["one", "two"]}), parquet)
     tasks_root = root / "tasks"
@@ -173,9 +189,11 @@ def samples(tmp_path_factory) -> dict[str, Path]:
         "rte-hub": export,
         "tokenizer": tokenizer_dir / bpe.TOKENIZER_FILE,
         "weights": weights_dir / WEIGHTS_NAME,
+        "model": weights_dir,
         "hf": hf,
         "hf-bin": Path(hf_bin),
         "json": hf / HF_CONFIG,
+        "predict": predict,
         "parquet": parquet,
     }
 
@@ -250,10 +268,19 @@ CONTENT_KINDS: dict[str, Callable[[bytes], bytes]] = {
     "pickle that runs code": lambda original: _HOSTILE_PICKLE,
     "utf16": lambda original: codecs.BOM_UTF16_LE + original.decode("utf-8").encode("utf-16-le"),
 }
+# JSON of a shape no reader of JSON takes at its top level (each reads an object, the release's shapes a list)
+JSON_SHAPES: dict[str, bytes] = {
+    "a JSON array": b'[{"a": 1}, 2]\n',
+    "a JSON number": b"3\n",
+    "a JSON string": b'"text"\n',
+    "JSON null": b"null\n",
+}
 VARIANTS: dict[str, Callable[[bytes], bytes]] = {
     "CRLF": lambda original: original.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"),
     "BOM": lambda original: codecs.BOM_UTF8 + original.removeprefix(codecs.BOM_UTF8),
     "no final newline": lambda original: original.rstrip(b"\r\n"),
+    # a blank line is no row: three at the end of a file (an editor's, a concatenation's) change nothing
+    "trailing blank lines": lambda original: original.rstrip(b"\r\n") + b"\n\n\n\n",
 }
 
 
@@ -297,7 +324,7 @@ def _assert_refused_naming(err: BaseException | None, result: object, target: Pa
 ALL_CASES = [
     (reader, kind)
     for reader in READERS
-    for kind in (*SPECIAL_KINDS, *CONTENT_KINDS)
+    for kind in (*SPECIAL_KINDS, *CONTENT_KINDS, *(JSON_SHAPES if READERS[reader].json else ()))
     if kind != "utf16" or READERS[reader].text
 ]
 FULL = os.environ.get("GPT1_GENERATED") == "full"
@@ -322,6 +349,8 @@ def test_every_reader_refuses_every_bad_kind_of_file_by_name(reader_name, kind, 
     target.unlink()
     if kind in SPECIAL_KINDS:
         SPECIAL_KINDS[kind](target)
+    elif kind in JSON_SHAPES:
+        target.write_bytes(JSON_SHAPES[kind])
     else:
         target.write_bytes(CONTENT_KINDS[kind](original))
     result, err = _call(reader.read, called, tmp_path / "case")
@@ -424,44 +453,96 @@ def test_a_tokenizer_whose_fields_changed_meaning_is_refused_by_file_and_field(
     assert (refused.value.file, refused.value.field) == (str(path), field)
 
 
-def _repeat_tsv_id(lines: list[str]) -> None:
-    lines[2] = lines[1].split("\t")[0] + lines[2][lines[2].index("\t") :]
+def _tsv_id(value: str) -> Callable[[list[str], int], None]:
+    def edit(lines: list[str], row: int) -> None:
+        lines[row] = value.replace("{first}", lines[1].split("\t")[0]) + lines[row][lines[row].index("\t") :]
+
+    return edit
 
 
-def _repeat_json_field(field: str) -> Callable[[list[str]], None]:
-    def repeat(lines: list[str]) -> None:
-        first, second = json.loads(lines[1]), json.loads(lines[2])
-        lines[2] = json.dumps({**second, field: first[field]})
+def _json_field(field: str, value: object) -> Callable[[list[str], int], None]:
+    def edit(lines: list[str], row: int) -> None:
+        first = json.loads(lines[1])[field]
+        lines[row] = json.dumps({**json.loads(lines[row]), field: first if value == "{first}" else value})
 
-    return repeat
-
-
-def _repeat_csv_id(lines: list[str]) -> None:
-    lines[2] = lines[1].split(",")[0] + lines[2][lines[2].index(",") :]
+    return edit
 
 
-# reader -> (the id field, how to give line 3 the id of line 2)
-REPEATED_IDS = {
-    "task tsv (RTE)": ("index", _repeat_tsv_id),
-    "task jsonl (SNLI)": ("pairID", _repeat_json_field("pairID")),
-    "task csv (Story Cloze)": ("InputStoryid", _repeat_csv_id),
-    "task hub export (RTE JSON lines)": ("idx", _repeat_json_field("idx")),
+def _csv_id(value: str) -> Callable[[list[str], int], None]:
+    def edit(lines: list[str], row: int) -> None:
+        lines[row] = value.replace("{first}", lines[1].split(",")[0]) + lines[row][lines[row].index(",") :]
+
+    return edit
+
+
+# reader -> (task, split, the id field, how to give a line the id of line 2, how to leave a line without an id)
+ID_FIELDS = {
+    "task tsv (RTE)": ("rte", "dev", "index", _tsv_id("{first}"), _tsv_id("")),
+    "task jsonl (SNLI)": ("snli", "dev", "pairID", _json_field("pairID", "{first}"), _json_field("pairID", "")),
+    "task csv (Story Cloze)": (
+        "storycloze", "test", "InputStoryid", _csv_id("{first}"), _csv_id(" "),
+    ),
+    "task hub export (RTE JSON lines)": (
+        "rte", "dev", "idx", _json_field("idx", "{first}"), _json_field("idx", None),
+    ),
 }
 
 
-@pytest.mark.parametrize("reader_name", list(REPEATED_IDS))
+def _edit_line(reader_name: str, samples, tmp_path: Path, edit: Callable[[list[str], int], None]) -> tuple:
+    called, target = _copy_sample(READERS[reader_name], samples, tmp_path)
+    lines = target.read_text(encoding="utf-8").split("\n")
+    edit(lines, 2)  # line 3
+    target.write_text("\n".join(lines), encoding="utf-8")
+    return called, target
+
+
+@pytest.mark.parametrize("reader_name", list(ID_FIELDS))
 def test_a_task_file_whose_ids_repeat_is_refused_by_file_line_and_field(
     reader_name, samples, tmp_path
 ):
-    field, repeat = REPEATED_IDS[reader_name]
-    reader = READERS[reader_name]
-    called, target = _copy_sample(reader, samples, tmp_path)
-    lines = target.read_text(encoding="utf-8").split("\n")
-    repeat(lines)
-    target.write_text("\n".join(lines), encoding="utf-8")
+    field, repeat = ID_FIELDS[reader_name][2:4]
+    called, target = _edit_line(reader_name, samples, tmp_path, repeat)
     with pytest.raises(InputError) as refused:
-        reader.read(called, tmp_path)
+        READERS[reader_name].read(called, tmp_path)
     assert (refused.value.file, refused.value.line, refused.value.field) == (str(target), 3, field)
+
+
+@pytest.mark.parametrize("reader_name", list(ID_FIELDS))
+def test_a_row_without_its_id_is_a_malformed_row_by_file_line_and_field(reader_name, samples, tmp_path):
+    """Not an example keyed by an empty id in a submission file: counted and located like every malformed row."""
+    task, split, field, _, blank = ID_FIELDS[reader_name]
+    called, target = _edit_line(reader_name, samples, tmp_path, blank)
+    data = tasks.load(task, called, split, max_bad_fraction=1.0)
+    assert [(b.file, b.line, b.field, b.reason) for b in data.report.bad_rows] == [
+        (str(target), 3, field, "missing id")
+    ]
+    assert all(str(example.id).strip() for example in data.examples)
+
+
+def test_hf_state_dict_tensors_are_each_required_by_name(samples):
+    """Every tensor the exporter writes, left out of an import, is refused naming it before any is read (the tied
+    head alone may be absent: it is the token embedding)."""
+    full = load_weights(samples["hf"] / HF_WEIGHTS)
+    config = read_json(samples["hf"] / HF_CONFIG)
+    expected = from_hf_state_dict(full, config)[1]
+    for name in full:
+        partial = {key: value for key, value in full.items() if key != name}
+        if name == "lm_head.weight":
+            assert from_hf_state_dict(partial, config)[1].keys() == expected.keys()
+            continue
+        with pytest.raises(InputError) as refused:
+            from_hf_state_dict(partial, config)
+        assert refused.value.field == name.removeprefix("transformer."), refused.value
+
+
+def test_a_predict_input_line_not_utf8_is_named_by_file_and_line(samples, tmp_path):
+    lines = samples["predict"].read_bytes().split(b"\n")
+    lines[2] = b"\xff" + lines[2]
+    path = tmp_path / "inputs.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(InputError) as refused:
+        _predict_inputs(path, tmp_path)
+    assert (refused.value.file, refused.value.line) == (str(path), 3)
 
 
 # ------------------------------------------------------------------ the official files, as others may keep them
