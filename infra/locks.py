@@ -4,6 +4,8 @@
 
 - requirements/gpu.lock (infra/Dockerfile): cpu.lock's pins unchanged, then what torch's CUDA build adds to them.
 - infra/compose/mlflow/requirements.lock (the MLflow server image): MLflow with its Postgres and S3 drivers.
+- infra/compose/s3-standin.lock (infra/compose/stack.py, no image): moto's S3 server, standing in for MinIO where
+  MinIO cannot be installed, at the MLflow lock's pins of what the two share (boto3, botocore).
 
 How: pip's resolver is asked, as a dry run, what the packages need, with every cpu.lock pin as a constraint (a
 package cpu.lock pins can only come at that version; what the lock does not hold is added at the version pip picks).
@@ -35,6 +37,8 @@ CPU_LOCK = REPO / "requirements/cpu.lock"
 GPU_LOCK = REPO / "requirements/gpu.lock"
 MLFLOW_LOCK = REPO / "infra/compose/mlflow/requirements.lock"
 MLFLOW_DRIVERS = ("psycopg2-binary==2.9.13", "boto3==1.44.8")  # Postgres backend store, S3 artifacts
+S3_STANDIN_LOCK = REPO / "infra/compose/s3-standin.lock"
+S3_STANDIN = "moto[server]==5.2.5"
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#\\]+)")
 INDEX = "https://pypi.org/simple"
 CPU_SECTION = "# --- requirements/cpu.lock, unchanged"
@@ -150,6 +154,20 @@ def mlflow_lock(cpu_pins: dict[str, tuple[str, str]]) -> None:
     write(MLFLOW_LOCK, lines)
 
 
+S3_STANDIN_HEADER = """\
+# The S3 server of the native team stack (infra/compose/stack.py), in place of compose's MinIO: {top} and its
+# dependencies, every one pinned, at infra/compose/mlflow/requirements.lock's pins where it holds them, each with
+# the sha256 of every file of its release on the index. Written by `python infra/locks.py`; do not edit by hand.
+"""
+
+
+def s3_standin_lock() -> None:
+    resolved = resolve([S3_STANDIN], read_pins(MLFLOW_LOCK))
+    lines = [S3_STANDIN_HEADER.format(top=S3_STANDIN)]
+    lines += [hashed(name, version) for _, (name, version) in sorted(resolved.items())]
+    write(S3_STANDIN_LOCK, lines)
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     if platform.system() != "Linux" or platform.machine() != "x86_64" or sys.version_info[:2] != (3, 11):
@@ -163,6 +181,7 @@ def main() -> None:
     cpu_pins = read_pins(CPU_LOCK)
     gpu_lock(cpu_pins)
     mlflow_lock(cpu_pins)
+    s3_standin_lock()
 
 
 if __name__ == "__main__":

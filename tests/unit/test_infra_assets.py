@@ -316,7 +316,7 @@ def test_k8s_mlflow_service_is_where_the_pools_send_their_runs():
         assert host.hostname == f"mlflow.{service['metadata'].get('namespace', 'gpt1')}.svc.cluster.local"
         assert host.port == port and host.netloc in allowed
     server_secret = env_file(K8S / "secrets/mlflow-server.env.example")
-    assert set(server_secret) <= mlflow_names() | {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+    assert set(server_secret) <= mlflow_names() | {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"}
     assert {"MLFLOW_BACKEND_STORE_URI", "MLFLOW_AUTH_DATABASE_URI", "MLFLOW_AUTH_ADMIN_PASSWORD",
             "MLFLOW_FLASK_SERVER_SECRET_KEY", "MLFLOW_ARTIFACTS_DESTINATION"} <= set(server_secret)
     assert set(env_file(K8S / "secrets/mlflow-client.env.example")) == {"MLFLOW_TRACKING_USERNAME",

@@ -3,10 +3,18 @@
 # reads that location only from its auth config file, which this writes). The admin account comes from
 # MLFLOW_AUTH_ADMIN_USERNAME / MLFLOW_AUTH_ADMIN_PASSWORD, the session key from MLFLOW_FLASK_SERVER_SECRET_KEY and
 # the backend store from MLFLOW_BACKEND_STORE_URI, all read by MLflow itself: no secret is on the command line.
+# The config file outlives this script (every server worker reads it), so it must hold no secret: the database
+# password comes from PGPASSWORD (libpq's own variable), and a URI that carries one is refused.
 set -eu
 : "${MLFLOW_AUTH_DATABASE_URI:?set MLFLOW_AUTH_DATABASE_URI, the database of MLflow's users and permissions}"
 : "${MLFLOW_AUTH_ADMIN_PASSWORD:?set MLFLOW_AUTH_ADMIN_PASSWORD}"
 : "${MLFLOW_FLASK_SERVER_SECRET_KEY:?set MLFLOW_FLASK_SERVER_SECRET_KEY}"
+case $MLFLOW_AUTH_DATABASE_URI in
+  *://*:*@*)
+    echo "mlflow-auth-server: MLFLOW_AUTH_DATABASE_URI carries a password, which would be written to the auth" \
+      "config file: remove it from the URI and set PGPASSWORD instead" >&2
+    exit 2 ;;
+esac
 config=$(mktemp)
 # configparser interpolates '%': a URL-encoded character in the database URI must be written as '%%'.
 cat >"$config" <<INI
