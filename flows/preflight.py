@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from flows.prefect_api import api_problem
 from gpt1.config import PipelineConfig, load_config
 from gpt1.recipe import preflight
 from gpt1.recipe.preflight import Context, Findings
@@ -39,20 +40,21 @@ def wanted_deployments(ctx: Context) -> dict[str, str]:
 
 
 def check_prefect(ctx: Context) -> None:
+    """The Prefect API this shell is configured for answers and takes its credentials (whenever one is
+    configured: flow runs report to it), and the deployments the run hands work to are there and served."""
     from prefect import get_client
     from prefect.settings import PREFECT_API_URL
 
     wanted = wanted_deployments(ctx)
-    if not wanted:
-        return
     if not PREFECT_API_URL.value():
-        ctx.problem(
-            f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}"
-        )
+        if wanted:
+            ctx.problem(
+                f"no Prefect API configured (PREFECT_API_URL) for the deployments the run uses: {sorted(wanted)}"
+            )
         return
     with get_client(sync_client=True) as client:
-        if (down := client.api_healthcheck()) is not None:
-            ctx.problem(f"Prefect API {PREFECT_API_URL.value()} is not reachable ({down})")
+        if (problem := api_problem(client)) is not None:
+            ctx.problem(problem)
             return
         for name, what in wanted.items():
             check_deployment(ctx, client, name, what)

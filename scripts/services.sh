@@ -107,8 +107,10 @@ ENV
 worker_up() {  # pool [name]: a process pool (created if missing) and a worker for it, as process group `name`
   local pool=$1 name=${2:-worker} code
   # Created over the REST API (a `prefect` command costs seconds of imports); the worker fills in the pool's job
-  # template when it connects. 409: it exists already.
+  # template when it connects. 409: it exists already. A server with API auth (the team stack) takes
+  # PREFECT_API_AUTH_STRING as basic auth.
   code=$(curl -sS -o /dev/null -w '%{http_code}' -m 30 -X POST -H 'Content-Type: application/json' \
+    ${PREFECT_API_AUTH_STRING:+-u "$PREFECT_API_AUTH_STRING"} \
     -d "{\"name\": \"$pool\", \"type\": \"process\"}" "$PREFECT_API_URL/work_pools/") || true
   [[ $code == 201 || $code == 409 ]] || { echo "could not create the work pool $pool (HTTP ${code:-none})" >&2; return 1; }
   if alive "$name"; then echo "$name: reusing"

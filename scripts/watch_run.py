@@ -9,7 +9,7 @@ the pool, Late), each step as it starts and ends with its own time, pre-training
 epochs, each score as it lands, warnings and errors; and when nothing new happened for QUIET seconds, what is still
 running and how far it is. A deployment or flow run that does not exist is named with the command that creates it.
 Everything is read from the Prefect API (the flow run, its child flow runs, their task runs and logs), so it works
-for any worker and does not import this project. Exit code: 0 when the flow run completes, 1 when it ends otherwise,
+for any worker and imports none of the library (only flows.prefect_api). Exit code: 0 when the flow run completes, 1 when it ends otherwise,
 2 when there is nothing to follow (no server, deployment or flow run).
 """
 
@@ -293,12 +293,14 @@ def main() -> int:
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
 
+    from flows.prefect_api import api_problem
+
     follower = Follower(time.monotonic())
     try:
         with get_client(sync_client=True) as client:
-            if (err := client.api_healthcheck()) is not None:
-                raise CannotFollow(f"no Prefect server answers at {client.api_url} ({type(err).__name__}): start "
-                                   "the local ones with `make demo`, or `source .demo/env` in this shell")
+            if (problem := api_problem(client)) is not None:
+                raise CannotFollow(f"{problem} (the demo's servers: `make demo`, then `source .demo/env`; the team "
+                                   "stack's: `source .stack/env`)")
             if args.flow_run:
                 run = find_flow_run(client, args.flow_run)
                 where = f"{run.name}"

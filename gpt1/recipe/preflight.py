@@ -377,6 +377,12 @@ def check_disk(ctx: Context) -> None:
 
 # -- services ------------------------------------------------------------------------------------------------------
 def check_mlflow(ctx: Context) -> None:
+    """The tracking store answers, takes these credentials, lets this user write the experiment, and (a server that
+    proxies artifacts) stores an artifact: each failure one line naming the server and the setting to fix."""
+    from mlflow.tracking import MlflowClient
+
+    from gpt1.redact import redact
+    from gpt1.tracking.errors import classify
     from gpt1.tracking.logger import tracking_uri
 
     uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
@@ -392,17 +398,53 @@ def check_mlflow(ctx: Context) -> None:
         try:
             httpx.get(f"{uri.rstrip('/')}/health", timeout=10.0).raise_for_status()
         except httpx.HTTPError as err:
-            ctx.problem(f"MLflow server {uri} is not reachable ({err})")
+            ctx.problem(
+                f"MLflow server {redact(uri)} is not reachable ({redact(str(err))}): start it, or fix "
+                "MLFLOW_TRACKING_URI (tracking.tracking_uri)"
+            )
             return
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
     name = ctx.cfg.tracking.experiment
-    experiment = client.get_experiment_by_name(name)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-    # a write: credentials, permissions
-    client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)
-    ctx.found.plan.append(f"tracking: experiment {name!r} on {uri}")
+    try:
+        client = MlflowClient(uri)
+        experiment = client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+        # a write: credentials, permissions
+        client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)
+        location = client.get_experiment(experiment_id).artifact_location
+    except Exception as err:  # whatever the store raised: classified, named in one line
+        ctx.problem(classify(err, uri).message)
+        return
+    if location.startswith("mlflow-artifacts:"):
+        check_artifact_store(ctx, uri, location)
+    ctx.found.plan.append(f"tracking: experiment {name!r} on {redact(uri)}")
+
+
+def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
+    """Store and delete a probe through the server's artifact proxy: its bucket exists and the server reaches it
+    (MLflow's own /health answers 200 with the bucket gone or its S3 server down)."""
+    import tempfile
+
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    from gpt1.redact import redact
+
+    repository = get_artifact_repository(
+        f"{location.rstrip('/')}/gpt1-preflight/{uuid.uuid4().hex}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp, "probe.txt")
+        probe.write_text("gpt1 preflight\n")
+        try:
+            repository.log_artifact(str(probe))
+            repository.delete_artifacts()
+        except Exception as err:  # the proxy answers 500 for any failure of the store behind it
+            status = getattr(err, "get_http_status_code", lambda: None)()
+            ctx.problem(
+                f"MLflow server {redact(uri)} could not store an artifact "
+                f"({f'HTTP {status}' if status else type(err).__name__}): the bucket "
+                "of the server's MLFLOW_ARTIFACTS_DESTINATION must exist and be reachable with its S3 "
+                "credentials (MLFLOW_S3_ENDPOINT_URL, AWS_ACCESS_KEY_ID); the server's log names the cause"
+            )
 
 
 # -- what the run will do ------------------------------------------------------------------------------------------
