@@ -11,7 +11,11 @@ Unknown keys and bad values raise `ConfigError` naming the dotted path of the of
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -530,13 +534,49 @@ class PipelineConfig(_Section):
         return self
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+# A preset's name is a file in PRESET_DIR, never a path: `--preset ../x` would read a file outside it.
+PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+YAML_SUFFIXES = (".yaml", ".yml")  # what tells a preset file's path from a preset's name
+MAX_EXTENDS = 32  # presets in one chain of `extends` (the shipped ones chain at most 3)
+# A preset or `--set` value, aliases and merge keys expanded: the config tree nests 5 deep and a page of YAML holds a
+# few hundred values; a kilobyte of nested aliases expands to billions, and PyYAML composes recursively.
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000
+
+
+class _Unbounded(Exception):
+    """A YAML document past MAX_YAML_DEPTH or MAX_YAML_NODES, at `mark`."""
+
+    def __init__(self, message: str, mark: yaml.Mark):
+        super().__init__(message)
+        self.line = mark.line + 1
+
+
 class _Loader(yaml.SafeLoader):
     """YAML as a person writes a preset: `1e-3` is a number (YAML 1.2; PyYAML's 1.1 rules read it as text, which
-    a float field now refuses) and a key written twice is an error (PyYAML keeps the last without a word)."""
+    a float field now refuses), a key written twice is an error (PyYAML keeps the last without a word), and a merge
+    key (`<<: *defaults`, YAML 1.1) brings in the keys of an anchored mapping, which the mapping's own override.
+    Nesting is bounded while composing: PyYAML composes recursively, so a deep `[[[...` would exhaust the stack."""
+
+    depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.depth >= MAX_YAML_DEPTH:
+            raise _Unbounded(
+                f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call]
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: set = set()
         for key_node, _ in node.value:
+            if key_node.tag == MERGE_TAG:
+                continue  # flattened by SafeLoader below: defaults, not a key of this mapping
             key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
             if not isinstance(key, (str, int, float)):
                 continue  # unhashable: PyYAML's own check below names it
@@ -560,23 +600,98 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Raise _Unbounded when the document, its aliases and merge keys expanded, holds more than MAX_YAML_NODES
+    values or nests deeper than MAX_YAML_DEPTH, or when an alias is inside the node it names. An alias is the node
+    it names, so each node is measured once: linear in the text, however far it would expand."""
+    measured: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth), expanded
+    open_nodes: set[int] = (
+        set()
+    )  # the nodes whose children are being measured: the path from the root
+    stack = [(root, False)]
+    while stack:
+        node, children_measured = stack.pop()
+        if id(node) in measured:
+            continue
+        children = _children(node)
+        if not children_measured:
+            open_nodes.add(id(node))
+            stack.append((node, True))
+            for child in children:
+                if id(child) in open_nodes:
+                    raise _Unbounded(
+                        "an alias inside the node it names (a recursive alias)", child.start_mark
+                    )
+                stack.append((child, False))
+            continue
+        open_nodes.discard(id(node))
+        values = 1 + sum(measured[id(child)][0] for child in children)
+        depth = 1 + max((measured[id(child)][1] for child in children), default=0)
+        if values > MAX_YAML_NODES:
+            raise _Unbounded(
+                f"more than {MAX_YAML_NODES:,} values once its aliases (*name) and merge keys (<<) are expanded",
+                node.start_mark,
+            )
+        if depth > MAX_YAML_DEPTH:
+            raise _Unbounded(
+                f"nested more than {MAX_YAML_DEPTH} levels deep once its aliases are expanded",
+                node.start_mark,
+            )
+        measured[id(node)] = (values, depth)
+
+
+def _load_yaml(text: str, where: str) -> Any:
+    """The YAML document in `text`, measured before it is built: one that nests too deep or expands too far
+    (`_check_expansion`) raises ConfigError naming `where` and the line; YAML errors propagate."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    except _Unbounded as err:
+        raise ConfigError(f"{where}: line {err.line}: {err}") from None
+    finally:
+        loader.dispose()
+
+
 def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """`a.b.c=value` -> (["a","b","c"], value); the value is parsed as YAML (numbers, bools, lists)."""
-    if "=" not in item:
-        raise ConfigError(f"override {item!r}: expected key.path=value")
-    key, raw = item.split("=", 1)
-    path = [p for p in key.strip().split(".") if p]
-    if not path:
-        raise ConfigError(f"override {item!r}: empty key")
-    try:
-        value = yaml.load(raw, _Loader) if raw.strip() else ""  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError:
-        value = raw
-    return path, value
+@dataclass(frozen=True)
+class Setting:
+    """One value set on top of the preset, and how the user wrote it (what a refusal names): `--set` items and a
+    flow's `overrides` are `key=value` text (`Setting.parse`), a command's own flags are Settings."""
+
+    key: str  # dotted: pretrain.max_steps
+    value: Any
+    origin: str  # `pretrain.max_steps=5`, `--max-steps 5`
+
+    @classmethod
+    def parse(cls, item: str) -> Setting:
+        """`a.b.c=value`; the value is parsed as YAML (numbers, bools, lists, mappings)."""
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key.path=value")
+        key, raw = item.split("=", 1)
+        path = [p for p in key.strip().split(".") if p]
+        if not path:
+            raise ConfigError(f"override {item!r}: empty key")
+        try:
+            value = _load_yaml(raw, f"override {item!r:.60}") if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        return cls(".".join(path), value, repr(item))
+
+
+Override = str | Setting
 
 
 def merge(base: dict, update: dict) -> dict:
@@ -590,20 +705,63 @@ def merge(base: dict, update: dict) -> dict:
     return out
 
 
-def _overrides_to_dict(overrides: list[str] | dict | None) -> dict:
-    if not overrides:
-        return {}
-    if isinstance(overrides, dict):
-        return overrides
+def _settings(overrides: Sequence[Override] | dict | None) -> list[Setting]:
+    if isinstance(
+        overrides, dict
+    ):  # one per section: its keys may hold dots (job variables' label names)
+        return [Setting(str(key), value, "the overrides dict") for key, value in overrides.items()]
+    return [item if isinstance(item, Setting) else Setting.parse(item) for item in overrides or []]
+
+
+def _leaves(path: tuple, value: Any) -> Iterator[tuple[tuple, Any]]:
+    """(path, value) of each value inside mappings: what a setting sets, a mapping being the keys it holds."""
+    if not isinstance(value, dict) or not value:
+        yield (
+            path,
+            value,
+        )  # an empty mapping too: it merges as one, adding nothing, and a value may not be one
+        return
+    for key, inner in value.items():
+        yield from _leaves((*path, key), inner)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as written: `true` is not 1, nor 1 the same as 1.0."""
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(
+        b, sort_keys=True, default=repr
+    )
+
+
+def _overrides_to_dict(overrides: Sequence[Override] | dict | None) -> dict:
+    """The settings as one nested dict. A mapping value merges into its section as a preset's does (never dropping
+    what other settings put there); two settings of one key that differ, or one that makes a value of another's
+    section, are refused naming both."""
     nested: dict = {}
-    for item in overrides:
-        path, value = parse_override(item)
-        node = nested
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: {part} is both a value and a section")
-        node[path[-1]] = value
+    given: dict[tuple, tuple[Setting, Any]] = {}  # each value set: by which setting, to what
+    for setting in _settings(overrides):
+        for path, value in _leaves(tuple(setting.key.split(".")), setting.value):
+            for other_path, (other, other_value) in given.items():
+                if other_path == path:
+                    clash = not _same(value, other_value)
+                else:  # one inside the other: only an empty mapping holds a section's keys
+                    inside = (
+                        other_path[: len(path)] == path or path[: len(other_path)] == other_path
+                    )
+                    outer = value if len(path) < len(other_path) else other_value
+                    clash = inside and outer != {}
+                if clash:
+                    where = ".".join(
+                        map(str, path[: min(len(path), len(other_path))])
+                    )  # the shorter
+                    raise ConfigError(
+                        f"{other.origin} and {setting.origin} both set {where}, differently: give one of them"
+                    )
+            given[path] = setting, value
+            node = nested
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            if value != {} or not isinstance(node.get(path[-1]), dict):
+                node[path[-1]] = value
     return nested
 
 
@@ -622,12 +780,12 @@ def _format_errors(err: ValidationError, origin: str) -> str:
 
 
 def _read_yaml(path: Path) -> Any:
-    """The YAML document in `path`; anything that is not a small regular file of UTF-8 YAML raises ConfigError
-    naming the file (and line)."""
+    """The YAML document in `path`; anything that is not a small regular file of UTF-8 YAML of bounded size
+    raises ConfigError naming the file (and line)."""
     try:
         check_input_file(path, what="preset file", max_bytes=PRESET_MAX_BYTES)
         text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM written by an editor is not a key
-        return yaml.load(text, _Loader)  # noqa: S506 - a SafeLoader
+        return _load_yaml(text, str(path))
     except InputError as err:
         raise ConfigError(str(err)) from None
     except UnicodeDecodeError as err:
@@ -641,40 +799,74 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(err).split())})") from None
 
 
-def load_preset_dict(name_or_path: str, _seen: tuple[str, ...] = ()) -> dict:
-    """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path. A preset may start
-    from another (`extends: NAME`): its own values win, recursively, and `preset` is its own name."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = PRESET_DIR / f"{name_or_path}.yaml"
-        if not path.exists():
-            raise ConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()}")
+def _preset_path(name: str) -> Path:
+    """The file of a preset: a NAME is gpt1/presets/NAME.yaml; a path ending in .yaml or .yml is that file."""
+    if Path(name).suffix.lower() in YAML_SUFFIXES:
+        if not os.path.lexists(name):
+            raise ConfigError(f"config file not found: {name}")
+        return Path(name)
+    if not PRESET_NAME.fullmatch(name):
+        raise ConfigError(
+            f"preset {name!r}: not a preset name (letters, digits, '-' and '_'; available: "
+            f"{available_presets()}); give a preset file by its path, ending in .yaml"
+        )
+    path = PRESET_DIR / f"{name}.yaml"
     if not path.exists():
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"unknown preset {name!r}; available: {available_presets()}")
+    return path
+
+
+def _preset_file(path: Path) -> tuple[dict, str | None]:
+    """A preset file's own values (`preset`: its name unless it says) and the preset it extends, if any."""
     data = _read_yaml(path) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
     data.setdefault("preset", path.stem)
     base = data.pop("extends", None)
-    if base is not None:
-        if not isinstance(base, str) or not base.strip():
-            raise ConfigError(
-                f"{path}: extends: expected the name or YAML file of one preset, got {base!r:.60}"
-            )
-        if base in _seen or base == name_or_path:
-            raise ConfigError(
-                f"{path}: `extends: {base}` makes a cycle ({' -> '.join((*_seen, name_or_path, base))})"
-            )
+    if base is not None and (not isinstance(base, str) or not base.strip()):
+        raise ConfigError(
+            f"{path}: extends: expected the name or YAML file of one preset, got {base!r:.60}"
+        )
+    return data, base
+
+
+def load_preset_dict(name_or_path: str) -> dict:
+    """The raw override dict of a preset name (gpt1/presets/NAME.yaml) or a YAML file path. A preset may start
+    from another (`extends: NAME`): its own values win, merged as `merge` does, and `preset` is its own name. The
+    chain is followed without recursion, at most MAX_EXTENDS files long; a problem names the file whose `extends`
+    led to it."""
+    chain: list[dict] = []
+    names: list[str] = []  # as written, for the message of a cycle
+    seen: set[Path] = set()
+    name: str | None = name_or_path
+    referrer: Path | None = None  # the file whose `extends` names `name`
+    while name is not None:
+        names.append(name)
         try:
-            parent = load_preset_dict(base, (*_seen, name_or_path))
+            if len(chain) == MAX_EXTENDS:
+                raise ConfigError(
+                    f"more than {MAX_EXTENDS} presets in one chain of `extends` (from {name_or_path})"
+                )
+            path = _preset_path(name)
+            if path.resolve() in seen:
+                raise ConfigError(f"`extends: {name}` makes a cycle ({' -> '.join(names)})")
+            seen.add(path.resolve())
+            data, base = _preset_file(path)
         except ConfigError as err:
-            raise ConfigError(f"{path}: extends: {err}") from None
-        data = merge({k: v for k, v in parent.items() if k != "preset"}, data)
-    return data
+            raise (ConfigError(f"{referrer}: extends: {err}") if referrer else err) from None
+        chain.append(data)
+        name, referrer = base, path
+    merged: dict = {}
+    for data in reversed(chain):
+        merged = merge({k: v for k, v in merged.items() if k != "preset"}, data)
+    return merged
 
 
-def load_config(preset: str = "paper", overrides: list[str] | dict | None = None) -> PipelineConfig:
-    """Preset (name or YAML path) + overrides (`["a.b=1"]` or a nested dict) -> validated config."""
+def load_config(
+    preset: str = "paper", overrides: Sequence[Override] | dict | None = None
+) -> PipelineConfig:
+    """Preset (name or YAML path) + overrides (`["a.b=1"]` or Settings, or a nested dict) -> validated config.
+    Overrides merge into the preset as an `extends` chain's files merge into each other."""
     data = merge(load_preset_dict(preset), _overrides_to_dict(overrides))
     try:
         return PipelineConfig.model_validate(data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from gpt1.config import PipelineConfig, load_config
+from gpt1.config import Override, PipelineConfig, Setting, load_config
 from gpt1.finetune.predict import MODEL_DIR
 from gpt1.finetune.train import (
     METRICS_FILE,
@@ -188,10 +188,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def job_from_args(args: argparse.Namespace) -> Job:
-    overrides = list(args.overrides) + (
-        [f"tracking.tracking_uri={args.tracking_uri}"] if args.tracking_uri else []
-    )
-    overrides += ["finetune.allow_eval_on_train=true"] if args.allow_eval_on_train else []
+    overrides: list[Override] = list(args.overrides)
+    if args.tracking_uri:
+        overrides.append(
+            Setting(
+                "tracking.tracking_uri", args.tracking_uri, f"--tracking-uri {args.tracking_uri}"
+            )
+        )
+    if args.allow_eval_on_train:
+        overrides.append(Setting("finetune.allow_eval_on_train", True, "--allow-eval-on-train"))
     return Job(
         args.task,
         str(args.data),

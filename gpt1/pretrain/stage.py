@@ -28,7 +28,7 @@ from typing import ClassVar
 import yaml
 
 from gpt1 import errors
-from gpt1.config import PipelineConfig, load_config
+from gpt1.config import Override, PipelineConfig, Setting, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.io import write_json, write_text
 from gpt1.model.transformer import TRAINING_NAME, compile_problem, memory_problem
@@ -321,18 +321,24 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     add_output_args(parser)
 
 
-def _overrides(args: argparse.Namespace) -> list[str]:
-    flags = {
-        "pretrain.max_steps": args.max_steps,
-        "pretrain.save_every": args.save_every,
-        "pretrain.precision": args.precision,
-        "pretrain.zero_stage": args.zero_stage,
-        "pretrain.probe_max_examples": args.probe_examples,
-        "tracking.tracking_uri": args.tracking_uri,
-    }
-    return list(args.overrides) + [
-        f"{key}={value}" for key, value in flags.items() if value is not None
+# a command's own flags are settings too: given beside a `--set` of the same key they must agree with it
+FLAG_SETTINGS = {
+    "--max-steps": "pretrain.max_steps",
+    "--save-every": "pretrain.save_every",
+    "--precision": "pretrain.precision",
+    "--zero-stage": "pretrain.zero_stage",
+    "--probe-examples": "pretrain.probe_max_examples",
+    "--tracking-uri": "tracking.tracking_uri",
+}
+
+
+def _overrides(args: argparse.Namespace) -> list[Override]:
+    flags = [
+        Setting(key, value, f"{flag} {value}")
+        for flag, key in FLAG_SETTINGS.items()
+        if (value := getattr(args, flag[2:].replace("-", "_"))) is not None
     ]
+    return [*args.overrides, *flags]
 
 
 def job_from_args(args: argparse.Namespace) -> Job:

@@ -33,7 +33,18 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gpt1 import cli
-from gpt1.config import ConfigError, PipelineConfig, load_config, load_preset_dict, merge
+from gpt1.config import (
+    MAX_EXTENDS,
+    MAX_YAML_DEPTH,
+    PRESET_DIR,
+    ConfigError,
+    PipelineConfig,
+    available_presets,
+    load_config,
+    load_preset_dict,
+    merge,
+)
+from gpt1.pretrain import stage as pretrain_stage
 from gpt1.errors import user_message
 
 # The unit tier runs a quarter of each class's examples; GPT1_GENERATED=full runs them all (the integration tier:
@@ -135,7 +146,28 @@ def as_override(tmp: Path, key: str, value: Any) -> tuple[str, list[str]]:
     return BASE, [f"{key}={_flow(value)}"]
 
 
-WAYS = {"preset": as_preset, "--set": as_override}
+def as_merge_key(tmp: Path, key: str, value: Any) -> tuple[str, list[str]] | None:
+    """The value brought in by a YAML merge key (`<<:`, YAML 1.1), as users share defaults between sections."""
+    section, _, name = key.partition(".")
+    if not name:
+        return None
+    path = tmp / "merge.yaml"
+    path.write_text(f"extends: {BASE}\n{section}:\n  <<: {_flow({name: value})}\n", encoding="utf-8")
+    return str(path), []
+
+
+def as_section_override(tmp: Path, key: str, value: Any) -> tuple[str, list[str]] | None:
+    """The value inside a mapping override of its section (`--set model={n_layer: 2}`)."""
+    section, _, name = key.partition(".")
+    return (BASE, [f"{section}={_flow({name: value})}"]) if name else None
+
+
+WAYS = {
+    "preset": as_preset,
+    "--set": as_override,
+    "merge key": as_merge_key,
+    "--set section": as_section_override,
+}
 
 
 def same(given: Any, got: Any) -> bool:
@@ -174,8 +206,8 @@ def outcome(preset: str, overrides: list[str], key: str, value: Any, refuse_only
 
 def check(tmp: Path, klass: str, key: str, value: Any, refuse_only: bool = False) -> None:
     for way in WAYS.values():
-        preset, overrides = way(tmp, key, value)
-        OUTCOMES[klass, outcome(preset, overrides, key, value, refuse_only)] += 1
+        if (given := way(tmp, key, value)) is not None:
+            OUTCOMES[klass, outcome(*given, key, value, refuse_only)] += 1
 
 
 # -- what to generate for a field --------------------------------------------------------------------------------
@@ -308,10 +340,11 @@ def test_valid_values_are_kept(key, data, tmp_path_factory):
     value = data.draw(valid(key, info, _kinds(info.annotation)))
     if "." not in key:  # `preset` names the config: a preset file sets it from its own name
         value = data.draw(st.text("abcdefgh-_", min_size=1, max_size=20))
-    for way in WAYS.values():
-        preset, overrides = way(tmp_path_factory.mktemp("case"), key, value)
-        result = outcome(preset, overrides, key, value, refuse_only=False)
-        assert result == "accepted", f"{key}={value!r} refused (refused-valid)"
+    for name, way in WAYS.items():
+        if (given := way(tmp_path_factory.mktemp("case"), key, value)) is None:
+            continue
+        result = outcome(*given, key, value, refuse_only=False)
+        assert result == "accepted", f"{key}={value!r} as {name} refused (refused-valid)"
         OUTCOMES["valid value", result] += 1
 
 
@@ -364,6 +397,21 @@ def test_preset_text_variants_parse_as_the_canonical_file(data, tmp_path_factory
         OUTCOMES["valid file text", "accepted"] += 1
 
 
+def _alias_bomb(levels: int = 9, width: int = 9) -> bytes:
+    """About a kilobyte that expands to width**levels values: each level lists the one before `width` times."""
+    lines = [f"    l0: &l0 [{', '.join(['x'] * width)}]"]
+    lines += [f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
+    return ("finetune:\n  task_data:\n" + "\n".join(lines) + "\n").encode()
+
+
+def _nested_through_aliases() -> bytes:
+    """Each anchor nested half the depth limit inside the one before: shallow as written, deep once expanded."""
+    half = MAX_YAML_DEPTH // 2
+    inner = "[" * half + "x" + "]" * half
+    outer = "[" * half + "*a" + "]" * half
+    return f"pretrain:\n  curve_steps: &a {inner}\n  eval_every: {outer}\n".encode()
+
+
 STRUCTURE: dict[str, tuple[bytes, str]] = {
     # case: (file bytes, what the one-line refusal must name besides the file)
     "extends a list": (b"extends: [smoke, mini]\n", "extends"),
@@ -379,6 +427,11 @@ STRUCTURE: dict[str, tuple[bytes, str]] = {
     "not YAML": (b"pretrain: [1, 2\n", "YAML"),
     "NUL bytes": (b"pretrain:\x00\x00\n", "YAML"),
     "a section that is a number": (b"pretrain: 3\n", "pretrain"),
+    "an alias bomb": (_alias_bomb(), "aliases"),
+    "nested too deep": (b"pretrain: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested"),
+    "nested too deep through aliases": (_nested_through_aliases(), "nested"),
+    "a recursive alias": (b"pretrain:\n  curve_steps: &a [1, *a]\n", "recursive"),
+    "a merge key of a number": (b"pretrain:\n  <<: 3\n", "merging"),
 }
 
 
@@ -407,6 +460,121 @@ def test_a_cycle_through_two_files_and_an_empty_file(tmp_path):
         exclude={"preset"}
     ) == PipelineConfig().model_dump(exclude={"preset"})
     OUTCOMES["preset structure", "accepted"] += 1
+
+
+def _chain(tmp: Path, files: int) -> Path:
+    """`files` preset files, each extending the next; the last sets one value. The first one's path."""
+    for i in range(files):
+        text = f"extends: {tmp / f'p{i + 1}.yaml'}\n" if i < files - 1 else "pretrain: {lr: 0.001}\n"
+        (tmp / f"p{i}.yaml").write_text(text, encoding="utf-8")
+    return tmp / "p0.yaml"
+
+
+@pytest.mark.parametrize("files", [MAX_EXTENDS, MAX_EXTENDS + 1, 1200])
+def test_an_extends_chain_is_followed_to_its_bound_and_refused_past_it(files, tmp_path):
+    top = _chain(tmp_path, files)
+    if files <= MAX_EXTENDS:
+        assert load_config(str(top)).pretrain.lr == 0.001
+        OUTCOMES["preset structure", "accepted"] += 1
+        return
+    with pytest.raises(ConfigError) as err:
+        load_config(str(top))
+    message = user_message(err.value)
+    assert message is not None and "\n" not in message and str(top) in message and "extends" in message
+    OUTCOMES["preset structure", "clear"] += 1
+
+
+def _outside_the_presets_folder(name: str) -> list[str]:
+    """A preset's name as a path would resolve it: up and back into the folder, from elsewhere, into a sub-folder."""
+    return [f"../presets/{name}", f"./{name}", str(PRESET_DIR / name), f"{name}/..", f"x/../{name}", f"..{name}"]
+
+
+@pytest.mark.parametrize(
+    "name", [form for preset in available_presets() for form in _outside_the_presets_folder(preset)]
+)
+def test_a_preset_name_is_never_a_path(name):
+    """A name without a .yaml suffix names a file in gpt1/presets/ or nothing: `..` or a separator resolved
+    anywhere else would read a file the user never named as one."""
+    with pytest.raises(ConfigError) as err:
+        load_config(name)
+    message = user_message(err.value)
+    assert message is not None and repr(name) in message and "preset name" in message, message
+    OUTCOMES["preset name", "clear"] += 1
+
+
+# -- every way of setting a value: one semantics ------------------------------------------------------------------
+def _two_valid(data, key: str) -> tuple[Any, Any] | None:
+    """Two valid values of the field that differ as written; None where the draw gave one twice (a field with one
+    valid value near the preset's: `curve_steps` of a preset that sets none)."""
+    kinds = _kinds(FIELDS[key].annotation)
+    first, second = (data.draw(valid(key, FIELDS[key], kinds)) for _ in range(2))
+    return None if _flow(first) == _flow(second) else (first, second)
+
+
+SECTION_KEYS = [key for key in FIELDS if "." in key]
+
+
+@pytest.mark.parametrize("key", SECTION_KEYS)
+@settings(FAST, max_examples=examples(2))
+@given(data=st.data())
+def test_two_settings_of_a_field_that_disagree_are_refused_naming_both(key, data):
+    values = _two_valid(data, key)
+    if values is None:
+        return
+    items = [f"{key}={_flow(value)}" for value in values]
+    with pytest.raises(ConfigError) as err:
+        load_config(BASE, items)
+    assert all(repr(item) in str(err.value) for item in items) and key in str(err.value), err.value
+    assert load_config(BASE, [items[0], items[0]]) == load_config(BASE, items[:1])  # the same twice agrees
+    OUTCOMES["two settings", "clear"] += 1
+
+
+@pytest.mark.parametrize("section", sorted({key.partition(".")[0] for key in SECTION_KEYS}))
+@settings(FAST, max_examples=examples(4))
+@given(data=st.data())
+def test_a_mapping_override_merges_as_dotted_ones_do(section, data):
+    """`--set section={b: ...}` after `--set section.a=...` keeps a, as two dotted overrides and a preset file do
+    (or all refuse the pair alike, where the section's own rules do)."""
+    keys = [key for key in SECTION_KEYS if key.startswith(f"{section}.")]
+    if len(keys) < 2:
+        return
+    a, b = data.draw(st.lists(st.sampled_from(keys), min_size=2, max_size=2, unique=True))
+    va, vb = (data.draw(valid(k, FIELDS[k], _kinds(FIELDS[k].annotation))) for k in (a, b))
+    name_b = b.partition(".")[2]
+    forms = {
+        "dotted": [f"{a}={_flow(va)}", f"{b}={_flow(vb)}"],
+        "mapping after dotted": [f"{a}={_flow(va)}", f"{section}={_flow({name_b: vb})}"],
+        "mapping before dotted": [f"{section}={_flow({name_b: vb})}", f"{a}={_flow(va)}"],
+    }
+    results = {}
+    for form, items in forms.items():
+        try:
+            results[form] = load_config(BASE, items)
+        except ConfigError as err:
+            results[form] = "refused: " + str(err).split(": ", 1)[1]
+    assert len({repr(result) for result in results.values()}) == 1, results
+    OUTCOMES["mapping override", "accepted" if isinstance(results["dotted"], PipelineConfig) else "clear"] += 1
+
+
+def _pretrain_args(argv: list[str]):
+    parser = cli.build_parser("pretrain")
+    return parser.parse_args(["pretrain", "--shards", "s", "--out", "o", "--preset", BASE, *argv])
+
+
+@pytest.mark.parametrize("flag", list(pretrain_stage.FLAG_SETTINGS))
+def test_a_flag_and_a_set_of_its_key_must_agree(flag):
+    """`--max-steps 5 --set pretrain.max_steps=yes` is refused naming both, never one of them dropped unread."""
+    key = pretrain_stage.FLAG_SETTINGS[flag]
+    value = canonical(key)
+    if value is None:
+        return  # no value of the preset's to give the flag
+    args = _pretrain_args([flag, str(value), "--set", f"{key}=yes"])
+    with pytest.raises(ConfigError) as err:
+        load_config(args.preset, pretrain_stage._overrides(args))
+    assert flag in str(err.value) and f"{key}=yes" in str(err.value), err.value
+    args = _pretrain_args([flag, str(value), "--set", f"{key}={_flow(value)}"])
+    assert load_config(args.preset, pretrain_stage._overrides(args)) == CANONICAL
+    OUTCOMES["flag and --set", "clear"] += 1
 
 
 # -- number flags of the commands --------------------------------------------------------------------------------
