@@ -95,6 +95,7 @@ from gpt1.model.transformer import (
     GPT1ForTask,
     TaskHead,
     load_model_config,
+    missing_model_files,
     model_files,
 )
 from gpt1.progress import Every, duration
@@ -346,17 +347,9 @@ def check_inputs(checkpoint_dir: Path, cfg: FinetuneConfig) -> None:
         )
     if not checkpoint_dir.is_dir():
         raise FileNotFoundError(f"checkpoint folder {checkpoint_dir} does not exist")
-    config, weights = model_files(checkpoint_dir)
-    missing = [
-        path.name
-        for path in ([config] if cfg.from_scratch else [config, weights])
-        if not path.is_file()
-    ]
-    if missing:
-        raise FileNotFoundError(
-            f"checkpoint {checkpoint_dir}: no {' or '.join(missing)} (expected a folder "
-            f"written by `gpt1 pretrain` (final/) or `gpt1 convert`)"
-        )
+    problem = missing_model_files(checkpoint_dir, weights=not cfg.from_scratch)
+    if problem:
+        raise FileNotFoundError(f"checkpoint {checkpoint_dir}: {problem}")
 
 
 def pretraining_of(checkpoint_dir: Path) -> dict | None:

@@ -112,7 +112,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from gpt1.model.transformer import GPT1
+    from gpt1.model.transformer import GPT1, missing_model_files
     from gpt1.tokenizer import bpe
 
     checkpoint = Path(args.checkpoint)
@@ -120,6 +120,9 @@ def run_cli(args: argparse.Namespace) -> int:
         raise FileNotFoundError(
             f"--checkpoint {checkpoint}: no such folder (a model folder, e.g. pretrain OUT/final)"
         )
+    problem = missing_model_files(checkpoint)  # before its tokenizer: the model is what was named
+    if problem:
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: {problem}")
     tokenizer_path = Path(args.tokenizer) if args.tokenizer else checkpoint / "tokenizer.json"
     if not tokenizer_path.exists():
         raise FileNotFoundError(

@@ -428,10 +428,7 @@ def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
         return config, directory / WEIGHTS_NAME
     try:
         model_type = read_json(earlier_config).get("model_type")
-    except (
-        ValueError,
-        AttributeError,
-    ):  # not a JSON object: load_model_config says what is wrong with it
+    except ValueError:  # not a JSON object: load_model_config says what is wrong with it
         model_type = None
     if model_type is not None:
         raise InputError(
@@ -440,6 +437,26 @@ def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
             file=earlier_config,
         )
     return earlier_config, directory / _EARLIER_WEIGHTS_NAME
+
+
+def missing_model_files(directory: Path, weights: bool = True) -> str | None:
+    """What a folder given as a model lacks (its config, and its weights unless `weights` is False), with the next
+    step: the folder inside it that holds a model (a fine-tune's OUT/model, a pre-training's OUT/final) when there
+    is one. None when nothing is missing."""
+    config, weights_path = model_files(directory)
+    # a config.json without its weights (a pre-training run's own) is a model of neither layout
+    if weights and not weights_path.is_file():
+        config, weights_path = directory / CONFIG_NAME, directory / WEIGHTS_NAME
+    missing = [p.name for p in (config, *([weights_path] if weights else [])) if not p.is_file()]
+    if not missing:
+        return None
+    inside = sorted(p.parent for p in directory.glob(f"*/{CONFIG_NAME}"))
+    step = (
+        f"the model in it is {inside[0]}: pass that folder"
+        if inside
+        else "expected a folder written by `gpt1 pretrain` (final/) or `gpt1 convert`"
+    )
+    return f"no {' or '.join(missing)} ({step})"
 
 
 def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
@@ -530,18 +547,18 @@ def flops_per_token(cfg: ModelConfig) -> float:
 
 
 def parameter_count(cfg: ModelConfig) -> int:
-    """The parameters of GPT1(cfg), counted without allocating them (on the meta device)."""
-    with torch.device("meta"):
-        return GPT1(cfg).num_parameters()
+    """The parameters of GPT1(cfg), by arithmetic on its shapes: a check of a config never builds the model it
+    checks (a million layers take minutes to build even on the meta device). Per block: the q/k/v and output
+    projections (4 d^2 + 4 d), the feed-forward pair (2 d f + f + d) and two LayerNorms (4 d)."""
+    d, f = cfg.n_embd, cfg.d_ff
+    per_block = 4 * d * d + 2 * d * f + 9 * d + f
+    return (cfg.vocab_size + cfg.n_ctx) * d + cfg.n_layer * per_block
 
 
 def memory_problem(cfg: ModelConfig, available_bytes: int, where: str) -> str | None:
     """Why a model of `cfg` cannot train in `available_bytes`, judged by its fp32 weights alone (gradients and
     Adam's moments need three times more again, so a model refused here could never train there); else None."""
-    try:
-        weights = 4 * parameter_count(cfg)
-    except RuntimeError as err:  # a shape past what torch can even describe
-        return f"a model of this shape cannot be built ({err})"
+    weights = 4 * parameter_count(cfg)
     if weights <= available_bytes:
         return None
     return (

@@ -6,11 +6,22 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn.functional as F
 
+from gpt1 import cli
 from gpt1.config import ModelConfig
 from gpt1.io import InputError
-from gpt1.model.transformer import GPT1, Block, GPT1ForTask, flops_per_token
+from gpt1.model.transformer import (
+    GPT1,
+    Block,
+    GPT1ForTask,
+    flops_per_token,
+    memory_problem,
+    missing_model_files,
+    parameter_count,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -141,6 +152,42 @@ def test_paper_config_has_117m_parameters_counted_without_allocating():
     assert model.num_parameters() == expected
     assert round(expected / 1e6) == 117  # "117M" (paper's model, with the 3 special-token rows)
     assert flops_per_token(cfg) == 6 * (expected - cfg.n_ctx * d) + 12 * L * cfg.n_ctx * d
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=12)
+@given(
+    n_layer=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    head_width=st.integers(1, 4),
+    d_ff=st.integers(1, 40),
+    vocab_size=st.integers(1, 50),
+    n_ctx=st.integers(1, 20),
+)
+def test_parameter_count_is_the_model_built(n_layer, heads, head_width, d_ff, vocab_size, n_ctx):
+    """The arithmetic a size check uses counts exactly the parameters the module has, for any shape."""
+    cfg = ModelConfig(n_layer=n_layer, n_head=heads, n_embd=heads * head_width, d_ff=d_ff, vocab_size=vocab_size,
+                      n_ctx=n_ctx)
+    assert parameter_count(cfg) == GPT1(cfg).num_parameters()  # tiny: built for real (meta's first use costs seconds)
+
+
+def test_a_model_too_large_is_refused_by_arithmetic_alone():
+    """A million layers: refused with the bytes it needs in far less than building it takes (minutes)."""
+    huge = ModelConfig(n_layer=10**6)
+    problem = memory_problem(huge, 64 << 30, "this machine's memory")
+    assert problem is not None and f"{parameter_count(huge):,} parameters" in problem
+
+
+def test_a_folder_above_a_model_names_the_model_inside(tmp_path, capsys):
+    GPT1(tiny()).save_pretrained(tmp_path / "run" / "final")
+    (tmp_path / "run" / "config.json").write_text("{}")  # a pre-training run's own config, not a model's
+    problem = missing_model_files(tmp_path / "run")
+    assert problem is not None and "gpt1_config.json" in problem and str(tmp_path / "run" / "final") in problem
+    assert missing_model_files(tmp_path / "run" / "final") is None
+    assert "pretrain" in (missing_model_files(tmp_path) or "")  # nothing below: where a model comes from
+    capsys.readouterr()
+    assert cli.main(["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "the"]) == 2
+    err = capsys.readouterr().err  # the model named, not its tokenizer asked for
+    assert "--checkpoint" in err and str(tmp_path / "run" / "final") in err and "--tokenizer" not in err, err
 
 
 def test_sdpa_and_manual_attention_agree():
