@@ -44,13 +44,13 @@ from gpt1.io import (
     positive_int,
     read_json,
     read_jsonl,
-    sha256_file,
     write_json,
     write_text,
 )
-from gpt1.model.transformer import GPT1, WEIGHTS_NAME, GPT1ForTask, load_weights, save_weights
+from gpt1.model.transformer import GPT1, GPT1ForTask, load_weights, save_weights
 from gpt1.runtime.devices import torch_device
 from gpt1.runtime.prefetch import prefetch
+from gpt1.stages.integrity import FOLDER_FIELD, folder_record
 from gpt1.tasks import TASKS, ChoiceExample, Encoded, TaskSpec
 from gpt1.tasks.formats import text_or_pair
 from gpt1.tokenizer import bpe
@@ -74,7 +74,8 @@ def n_outputs(spec: TaskSpec) -> int:
 def save_task_model(
     model: GPT1ForTask, tokenizer, info: dict, directory: str | os.PathLike
 ) -> Path:
-    """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir)."""
+    """Write the fine-tuned model folder, swapped in whole (gpt1.io.atomic_dir); task.json, written last, records
+    every other file of it (its config and tokenizer as much as its weights), checked where each is read."""
     with atomic_dir(directory) as tmp:
         model.transformer.save_pretrained(tmp)
         save_weights(
@@ -82,14 +83,7 @@ def save_task_model(
             tmp / HEAD_NAME,
         )
         tokenizer.save(tmp)
-        write_json(
-            tmp / TASK_FILE,
-            {
-                **info,
-                "weights_sha256": sha256_file(tmp / WEIGHTS_NAME),
-                "head_sha256": sha256_file(tmp / HEAD_NAME),
-            },
-        )
+        write_json(tmp / TASK_FILE, {**info, FOLDER_FIELD: folder_record(tmp)})
     return Path(directory)
 
 
@@ -374,7 +368,9 @@ def read_inputs(spec: TaskSpec, path: str | os.PathLike, split: str = "test") ->
     the task takes."""
     path = Path(path)
     # any JSON per line: records of another shape are read as a task file instead
-    records = read_jsonl(path, expect=object) if path.suffix == ".jsonl" and path.is_file() else None
+    records = (
+        read_jsonl(path, expect=object) if path.suffix == ".jsonl" and path.is_file() else None
+    )
     if (
         records
         and isinstance(records[0], dict)

@@ -94,6 +94,7 @@ from gpt1.model.transformer import (
     WEIGHTS_NAME,
     GPT1ForTask,
     TaskHead,
+    check_vocabulary,
     load_model_config,
     missing_model_files,
     model_files,
@@ -749,7 +750,10 @@ def _finetune(
     tokenizer_path = find_tokenizer(checkpoint_dir, tokenizer_dir)
     tokenizer = bpe.load(tokenizer_path)
     bpe.check_matches(tokenizer, checkpoint_dir, f"tokenizer {tokenizer_path}")
-    max_len = load_model_config(model_files(checkpoint_dir)[0]).n_ctx
+    config_file = model_files(checkpoint_dir)[0]
+    model_config = load_model_config(config_file)
+    check_vocabulary(model_config, tokenizer, config_file)
+    max_len = model_config.n_ctx
     train_set, held_out = load_task_data(spec, data_path, tokenizer, max_len, cfg)
     headline = headline_split(spec, held_out)
 

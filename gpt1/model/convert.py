@@ -39,11 +39,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import ValidationError
 
 from gpt1.config import SPECIAL_TOKENS, ModelConfig
 from gpt1.errors import first_line
 from gpt1.io import InputError, atomic_dir, check_input_file, read_json, write_text
-from gpt1.model.transformer import GPT1, MAX_WEIGHTS_BYTES, load_weights, save_weights
+from gpt1.model.transformer import (
+    GPT1,
+    MAX_WEIGHTS_BYTES,
+    check_sizes,
+    check_vocabulary,
+    load_weights,
+    save_weights,
+)
 from gpt1.tokenizer import bpe
 from gpt1.tokenizer.bpe import GPT1Tokenizer
 
@@ -83,6 +91,24 @@ _HF_IMPORT_FILES = [
     *HF_RELEASE_VOCAB,
 ]
 _HUB_ID = re.compile(r"[\w.-]+(/[\w.-]+)?")
+# config.json's settings and ours: an import reads each (transformers writes every one) and assumes none
+HF_SETTINGS = {
+    "vocab_size": "vocab_size",
+    "n_positions": "n_ctx",
+    "n_layer": "n_layer",
+    "n_head": "n_head",
+    "n_embd": "n_embd",
+    "embd_pdrop": "embd_pdrop",
+    "attn_pdrop": "attn_pdrop",
+    "resid_pdrop": "resid_pdrop",
+    "layer_norm_epsilon": "layer_norm_eps",
+    "initializer_range": "init_std",
+}
+# our fields as config.json names them; HF's openai-gpt has no FFN width, it is always 4 x n_embd
+_HF_NAMES = {
+    **{ours: hf for hf, ours in HF_SETTINGS.items()},
+    "d_ff": "n_embd (4 x n_embd, the feed-forward width)",
+}
 
 
 # ---------------------------------------------------------------------------------------------------- HF transformers
@@ -188,19 +214,31 @@ def hf_config_dict(cfg: ModelConfig) -> dict:
             f"d_ff={cfg.d_ff}"
         )
     return {
-        "vocab_size": cfg.vocab_size,
-        "n_positions": cfg.n_ctx,
-        "n_embd": cfg.n_embd,
-        "n_layer": cfg.n_layer,
-        "n_head": cfg.n_head,
+        **{hf: getattr(cfg, ours) for hf, ours in HF_SETTINGS.items()},
         "afn": "gelu",
-        "resid_pdrop": cfg.resid_pdrop,
-        "embd_pdrop": cfg.embd_pdrop,
-        "attn_pdrop": cfg.attn_pdrop,
-        "layer_norm_epsilon": cfg.layer_norm_eps,
-        "initializer_range": cfg.init_std,
         "tie_word_embeddings": True,
     }
+
+
+def hf_model_config(hf_config: dict, path: Path) -> ModelConfig:
+    """The model a transformers config.json describes, read strictly: every setting present (none is assumed,
+    so a config that lost `n_layer` is not read as 12 layers), each valid, named by its config.json name."""
+    missing = [name for name in (*HF_SETTINGS, "afn") if name not in hf_config]
+    if missing:
+        raise InputError(
+            f"missing setting(s) {', '.join(missing)}: a transformers openai-gpt config names each one",
+            file=path,
+            field=missing[0],
+        )
+    settings = {ours: hf_config[hf] for hf, ours in HF_SETTINGS.items()}
+    try:
+        cfg = ModelConfig.model_validate(settings)
+    except ValidationError as err:
+        first = err.errors()[0]
+        # no location: a check across fields, n_embd's division into n_head heads
+        field = str(first["loc"][0]) if first["loc"] else "n_embd"
+        raise InputError(first["msg"], file=path, field=_HF_NAMES.get(field, field)) from None
+    return cfg.model_copy(update={"d_ff": 4 * cfg.n_embd})
 
 
 def load_hf_folder(directory: str | os.PathLike) -> GPT1:
@@ -218,18 +256,25 @@ def load_hf_folder(directory: str | os.PathLike) -> GPT1:
             file=config_path,
             field="model_type",
         )
+    cfg = hf_model_config(hf_config, config_path)
+    weights_file, weights = _read_hf_weights(directory)
     try:
-        cfg, state = from_hf_state_dict(_read_hf_weights(directory), hf_config)
+        _, state = from_hf_state_dict(weights, hf_config)
     except InputError as err:
         if err.file:
             raise
-        raise InputError(err.message, file=directory, field=err.field) from None  # the folder it is in
-    return _build(cfg, state, directory)
+        raise InputError(
+            err.message, file=directory, field=err.field
+        ) from None  # the folder it is in
+    # the sizes are config.json's, checked against the weights: a wrong one is named, never taken from the shapes
+    check_sizes(cfg, state, config_path, weights_file, names=_HF_NAMES)
+    return _build(cfg.model_dump(), state, directory)
 
 
-def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
+def _read_hf_weights(directory: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    """(the file the weights were read from: the safetensors, the shards' index or pytorch_model.bin; the state)."""
     if (directory / HF_WEIGHTS).exists() or (directory / HF_WEIGHTS).is_symlink():
-        return load_weights(directory / HF_WEIGHTS)
+        return directory / HF_WEIGHTS, load_weights(directory / HF_WEIGHTS)
     index = directory / "model.safetensors.index.json"
     if index.exists():
         sd: dict[str, torch.Tensor] = {}
@@ -246,10 +291,10 @@ def _read_hf_weights(directory: Path) -> dict[str, torch.Tensor]:
                     field="weight_map",
                 )
             sd.update(load_weights(directory / shard))
-        return sd
+        return index, sd
     pickled = directory / "pytorch_model.bin"
     if pickled.exists() or pickled.is_symlink():
-        return _read_pickled_weights(pickled)
+        return pickled, _read_pickled_weights(pickled)
     raise FileNotFoundError(
         f"no {HF_WEIGHTS}, model.safetensors.index.json or pytorch_model.bin in {directory}"
     )
@@ -601,6 +646,9 @@ def run_cli(args: argparse.Namespace) -> int:
             _trained_by(folder),
         )
     tokenizer = bpe.load(args.tokenizer) if args.tokenizer else found
+    # a word id past the embedding rows would be read as a new, random row
+    if tokenizer is not None:
+        check_vocabulary(model.config, tokenizer, folder)
     if target == "hf":
         if tokenizer is None:
             raise FileNotFoundError(

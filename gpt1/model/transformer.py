@@ -51,7 +51,7 @@ from gpt1.io import (
 )
 from gpt1.model.losses import Average, lm_loss
 from gpt1.stages.base import verify_input
-from gpt1.stages.integrity import sha256_cached
+from gpt1.stages.integrity import verify_beside
 
 # Our own file names: transformers' names (model.safetensors, config.json) in our layout made
 # `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
@@ -63,19 +63,19 @@ CONFIG_NAME = "gpt1_config.json"
 # beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
 TRAINING_NAME = "training.json"
 _EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
-# Files beside a weights file that record its sha256: pre-training's final/training.json, a fine-tuned model's
-# task.json (gpt1.finetune.predict). A weights file whose bytes changed since is refused where it is read.
-WEIGHTS_RECORDS = ("training.json", "task.json")
 
+# Config fields that say how the model runs, never what it computes: a saved config may leave them out (a folder
+# written before one existed runs with its default).
+HOW_IT_RUNS = {"attention", "activation_checkpointing", "compile"}
 # Config fields that change speed or regularisation but not any tensor shape: safe to override on load.
-_LOAD_OVERRIDABLE = {
-    "embd_pdrop",
-    "attn_pdrop",
-    "resid_pdrop",
-    "attention",
-    "activation_checkpointing",
-    "compile",
-}
+_LOAD_OVERRIDABLE = {"embd_pdrop", "attn_pdrop", "resid_pdrop", *HOW_IT_RUNS}
+# The sizes a config states and the weights' shapes give: (field, tensor, dimension).
+SIZE_FIELDS = (
+    ("vocab_size", "tokens_embed.weight", 0),
+    ("n_embd", "tokens_embed.weight", 1),
+    ("n_ctx", "positions_embed.weight", 0),
+    ("d_ff", "blocks.0.mlp.c_fc.weight", 0),
+)
 
 TaskHead = Literal["classification", "similarity", "multiple_choice"]
 
@@ -348,6 +348,10 @@ class GPT1(nn.Module):
         config_path, weights_path = model_files(directory)
         cfg = load_model_config(config_path, config_overrides)
         state = load_weights(weights_path)
+        check_sizes(cfg, state, config_path, weights_path)
+        # Last, so that a bad field or size is named as such: a config edited with its shapes intact (n_head)
+        # would load as another function.
+        verify_beside(config_path)
         if transfer_layers is not None:
             if not 0 < transfer_layers <= cfg.n_layer:
                 raise ValueError(
@@ -460,7 +464,8 @@ def missing_model_files(directory: Path, weights: bool = True) -> str | None:
 
 
 def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
-    """Read a ModelConfig dump, applying only shape-preserving overrides; errors name the file and field."""
+    """Read a ModelConfig dump, applying only shape-preserving overrides; errors name the file and field. Every
+    field that decides what the model computes must be there: none is assumed (a missing n_layer is not 12)."""
     if not path.exists():
         raise FileNotFoundError(
             f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)"
@@ -476,11 +481,62 @@ def load_model_config(path: Path, overrides: dict | None = None) -> ModelConfig:
         raise InputError(
             f"expected a JSON object of model settings, got {type(saved).__name__}", file=path
         )
+    missing = sorted(set(ModelConfig.model_fields) - HOW_IT_RUNS - set(saved))
+    if missing:
+        raise InputError(
+            f"missing setting(s) {', '.join(missing)}: a saved model config names each one",
+            file=path,
+            field=missing[0],
+        )
     try:
         return ModelConfig.model_validate({**saved, **overrides})
     except ValidationError as err:
         first = err.errors()[0]
         raise InputError(first["msg"], file=path, field=".".join(map(str, first["loc"]))) from None
+
+
+def check_sizes(
+    cfg: ModelConfig,
+    state: dict[str, torch.Tensor],
+    config_file: str | os.PathLike,
+    weights_file: str | os.PathLike,
+    names: dict[str, str] | None = None,
+) -> None:
+    """Refuse a config whose sizes are not the shapes of the weights read with it (`state`, our layout), naming the
+    config file and its field (`names`: what that file calls our fields), and weights missing a whole block."""
+    names = names or {}
+    weights = Path(weights_file).name
+    blocks = {_block_index(key) for key in state} - {-1}
+    gaps = sorted(set(range(max(blocks, default=-1) + 1)) - blocks)
+    if gaps:
+        raise InputError(
+            f"no tensors of block {gaps[0]}: a whole layer is missing", file=weights_file
+        )
+    found = [("n_layer", len(blocks), f"blocks 0..{len(blocks) - 1}")]
+    found += [
+        (field, state[tensor].shape[dim], f"shape {tuple(state[tensor].shape)} of {tensor}")
+        for field, tensor, dim in SIZE_FIELDS
+        if tensor in state and state[tensor].dim() > dim
+    ]
+    for field, size, evidence in found:
+        if getattr(cfg, field) != size:
+            raise InputError(
+                f"{getattr(cfg, field)} here, but {weights} holds {size} ({evidence})",
+                file=config_file,
+                field=names.get(field, field),
+            )
+
+
+def check_vocabulary(cfg: ModelConfig, tokenizer, config_file: str | os.PathLike) -> None:
+    """Refuse a model with fewer embedding rows than `tokenizer` has word ids (the ids below its 3 specials, which
+    come last and which fine-tuning adds when they are missing): those words would be read as new, random rows."""
+    if cfg.vocab_size < tokenizer.start_id:
+        raise InputError(
+            f"{cfg.vocab_size} embedding rows, but the tokenizer has {tokenizer.start_id} word ids (and 3 "
+            "specials): not the model this tokenizer belongs to",
+            file=config_file,
+            field="vocab_size",
+        )
 
 
 def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
@@ -494,14 +550,15 @@ def save_weights(state: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, torch.Tensor]:
-    """A safetensors file's tensors, refused (naming the file) when unreadable, when its bytes are not those a
-    record beside it holds under `record_key` (`verify_recorded_sha256`), or when a tensor holds NaN or inf."""
+    """A safetensors file's tensors, refused (naming the file) when unreadable, when its bytes are not those the
+    record of its folder holds (gpt1.stages.integrity.verify_beside; `record_key`: its field in a record written
+    before records listed every file), or when a tensor holds NaN or inf."""
     if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(
             f"no {path.name} in {path.parent} (expected a folder written by save_pretrained)"
         )
     check_input_file(path, what="weights file", max_bytes=MAX_WEIGHTS_BYTES)
-    verify_recorded_sha256(path, record_key)
+    verify_beside(path, record_key)
     try:
         state = load_file(str(path))
     except SafetensorError as err:
@@ -517,21 +574,6 @@ def load_weights(path: Path, record_key: str = "weights_sha256") -> dict[str, to
             file=path,
         )
     return state
-
-
-def verify_recorded_sha256(path: Path, key: str = "weights_sha256") -> None:
-    """Refuse `path` when a record beside it (WEIGHTS_RECORDS) holds its sha256 under `key` and the bytes differ."""
-    for name in WEIGHTS_RECORDS:
-        record = path.parent / name
-        expected = read_json(record).get(key) if record.is_file() else None
-        if isinstance(expected, str):
-            actual = sha256_cached(path)  # hashed again only once the file changed
-            if actual != expected:
-                raise InputError(
-                    f"changed since it was written: sha256 {actual[:16]}, {name} records "
-                    f"{expected[:16]}",
-                    file=path,
-                )
 
 
 def flops_per_token(cfg: ModelConfig) -> float:

@@ -87,8 +87,10 @@ from gpt1.pretrain.outputs import (
 )
 from gpt1.pretrain.preemption import StopRequest, write_notice
 from gpt1.progress import duration
+from gpt1.redact import redact
 from gpt1.runtime.cuda import versions
 from gpt1.runtime.processes import exit_with_parent, peak_rss_mb
+from gpt1.stages.integrity import FOLDER_FIELD, folder_record
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -252,8 +254,8 @@ class Pretraining:
         from gpt1.tracking.logger import RunLogger
         from gpt1.tracking.runs import monitor_system, stage_tags
 
-        # the config this run resolved to
-        write_json(self.out / "config.json", self.cfg.model_dump(mode="json"))
+        # the config this run resolved to, credentials redacted (the tracking URI's come from the environment)
+        write_json(self.out / "config.json", redact(self.cfg.model_dump(mode="json")))
         write_json(self.out / "deepspeed_config.json", self.ds_config)
         tags = {
             **stage_tags("pretrain", key=stage_key(self.out), preset=self.cfg.preset),
@@ -667,12 +669,14 @@ class Pretraining:
         folder = self.out / curve_point(self.step)
         if self.write_model(folder) is None:
             return
+        files = folder_record(folder)  # every file a reader of the model trusts, its config too
         write_json(
             folder / TRAINING_NAME,
             {
                 "steps": self.step,
                 "tokens_seen": self.tokens_seen,
-                "weights_sha256": sha256_file(folder / WEIGHTS_NAME),
+                "weights_sha256": files[WEIGHTS_NAME],
+                FOLDER_FIELD: files,
             },
         )
         log.info("curve point: the model at update %d in %s", self.step, folder)
@@ -708,7 +712,8 @@ class Pretraining:
                 ValueError
             ) as err:  # a shape transformers' openai-gpt cannot express (e.g. d_ff != 4 x n_embd)
                 log.warning("no transformers export in %s: %s", final / "hf", err)
-        weights_sha256 = sha256_file(final / WEIGHTS_NAME)
+        files = folder_record(final)  # every file a reader of the model trusts, its config too
+        weights_sha256 = files[WEIGHTS_NAME]
         summary = {
             "steps": self.step,
             "tokens_seen": self.tokens_seen,
@@ -718,6 +723,7 @@ class Pretraining:
             "tokenizer_sha256": self.manifest.get("tokenizer_sha256"),
             "mlflow_run_id": self.run_id_now,
             "weights_sha256": weights_sha256,
+            FOLDER_FIELD: files,
             "peak_rss_mb": peak_rss_mb(),
             "corpus": self.manifest.get("composition"),
         }

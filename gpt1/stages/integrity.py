@@ -15,6 +15,12 @@ large checkpoint is hashed once, when it is marked, not on every read. `sha256_c
 weights' sha256 in `training.json`, `task.json`) the same economy. Markers written before this record existed
 have none and are not checked here (their readers still validate what they read field by field); their keys are
 unchanged.
+
+A model folder also travels without its stage output (copied, uploaded, given as `--checkpoint`): its own record,
+written last beside its files (pre-training's `training.json`, a fine-tuned model's `task.json`: `FOLDER_RECORDS`),
+holds the sha256 of every other file in it (`folder_record`), and each reader checks the file it reads against it
+(`verify_beside`): the config as much as the weights, since a config edited with its shapes intact (`n_head`)
+loads as another function.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ FIELD = "recorded_files"  # the record's field in the `.done` marker (a stage's 
 # in a folder: its files' identities when they were last hashed, with their sha256
 VERIFIED = ".integrity.json"
 _MARKER_LEVELS = 3  # how far above an input to look for the marker of the stage output holding it
+# A model folder's own record, written after every other file in it (by gpt1.pretrain, gpt1.finetune.predict), and
+# its field listing them
+FOLDER_RECORDS = ("training.json", "task.json")
+FOLDER_FIELD = "files_sha256"
 
 
 def _identity(path: Path) -> list[int]:
@@ -172,3 +182,41 @@ def verify(out: Path, marker: dict, under: str = ".") -> None:
                 f"sha256 {digest[:12]}, recorded {files[name]['sha256'][:12]} ({fix})",
                 file=path,
             )
+
+
+def folder_record(folder: Path) -> dict[str, str]:
+    """{name: sha256} of the files directly in `folder` (not hidden, not its record): what its record holds."""
+    return {
+        path.name: sha256_file(path)
+        for path in sorted(folder.iterdir())
+        if path.is_file() and not path.name.startswith(".") and path.name not in FOLDER_RECORDS
+    }
+
+
+def verify_beside(path: Path, legacy_field: str | None = None) -> None:
+    """Refuse `path` (InputError naming it) unless the record of its folder (`FOLDER_RECORDS`), when there is one,
+    holds its bytes: a file the record lists with another sha256, or one it does not list (added since). A record
+    written before records listed every file is read for `legacy_field` alone (the weights' `weights_sha256`)."""
+    for name in FOLDER_RECORDS:
+        record_path = path.parent / name
+        if not record_path.is_file():
+            continue
+        record = read_json(record_path)
+        files = record.get(FOLDER_FIELD)
+        if isinstance(files, dict):
+            expected = files.get(path.name)
+            if not isinstance(expected, str):
+                raise InputError(
+                    f"not one of the files {name} records ({', '.join(sorted(files))}): added after the "
+                    "model was written; restore the folder as it was written",
+                    file=path,
+                )
+        else:
+            expected = record.get(legacy_field) if legacy_field else None
+        if isinstance(expected, str):
+            actual = sha256_cached(path)  # hashed again only once the file changed
+            if actual != expected:
+                raise InputError(
+                    f"changed since it was written: sha256 {actual[:16]}, {name} records {expected[:16]}",
+                    file=path,
+                )

@@ -67,6 +67,7 @@ from tqdm import tqdm
 
 from gpt1.config import SPECIAL_TOKENS
 from gpt1.io import InputError, read_json, write_json, write_text
+from gpt1.stages.integrity import verify_beside
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +386,8 @@ class GPT1Tokenizer:
 
 
 def load(path: str | os.PathLike, exact: bool = False) -> GPT1Tokenizer:
-    """A saved tokenizer: a tokenizer.json file or the folder holding one."""
+    """A saved tokenizer: a tokenizer.json file or the folder holding one; in a model folder, the one its record
+    holds (gpt1.stages.integrity.verify_beside: an edited tokenizer would give its ids other words)."""
     path = Path(path)
     file = path / TOKENIZER_FILE if path.is_dir() else path
     if not file.exists() and not file.is_symlink():
@@ -397,9 +399,11 @@ def load(path: str | os.PathLike, exact: bool = False) -> GPT1Tokenizer:
     except Exception as err:  # tokenizers raises a bare Exception for what it cannot read
         raise InputError(f"not a tokenizers file ({err})", file=file) from None
     try:
-        return GPT1Tokenizer(tokenizer, exact=exact)
+        loaded = GPT1Tokenizer(tokenizer, exact=exact)
     except InputError as err:
         raise InputError(str(err), file=file) from None
+    verify_beside(file)  # after the checks above, which name what is wrong in it
+    return loaded
 
 
 def check_spec(spec, file: str | os.PathLike) -> None:

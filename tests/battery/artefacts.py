@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gpt1.io import read_json, sha256_file, write_json
+from gpt1.stages.integrity import FOLDER_FIELD
 from gpt1.stages.outputs import DONE
 from tests.battery.core import Case, cli
 
@@ -38,12 +39,13 @@ def truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
-def poison(path: Path, record: Path | None = None, key: str = "weights_sha256") -> None:
+def poison(path: Path, record: Path | None = None) -> None:
     """Every weight set to NaN; with `record`, its hash there updated (a deliberate change, not a corrupt copy)."""
     save_file({k: torch.full_like(v, float("nan")) for k, v in load_file(str(path)).items()}, str(path),
               metadata={"format": "pt"})
     if record is not None:
-        write_json(record, {**read_json(record), key: sha256_file(path)})
+        held = read_json(record)
+        write_json(record, {**held, FOLDER_FIELD: {**held[FOLDER_FIELD], path.name: sha256_file(path)}})
 
 
 def plant_pickle(path: Path, marker: Path) -> None:

@@ -22,6 +22,7 @@ from gpt1.cli import main as cli
 from gpt1.config import ConfigError, load_config
 from gpt1.io import read_json, sha256_file, write_json
 from gpt1.runtime.processes import alive
+from gpt1.stages.integrity import FOLDER_FIELD
 from gpt1.stages.outputs import DONE
 from tiny_pretraining import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
 
@@ -237,7 +238,8 @@ def test_fine_tuning_that_diverges_and_a_model_with_nan_outputs_are_errors_not_s
     head = load_file(str(model / HEAD_NAME))
     save_file({k: torch.full_like(v, 3e38) for k, v in head.items()}, str(model / HEAD_NAME))
     info = read_json(model / "task.json")
-    write_json(model / "task.json", {**info, "head_sha256": sha256_file(model / HEAD_NAME)})
+    files = {**info[FOLDER_FIELD], HEAD_NAME: sha256_file(model / HEAD_NAME)}
+    write_json(model / "task.json", {**info, FOLDER_FIELD: files})
     code = cli(["predict", "--model", str(model), "--input", str(tasks_dir), "--split", "dev",
                 "--out", str(tmp_path / "predictions.jsonl")])
     err = capsys.readouterr().err

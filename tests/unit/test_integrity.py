@@ -1,7 +1,9 @@
 """What a stage writes is what its readers read: every kind of output folder (tokenizer, pre-trained model,
-fine-tuned model), each of its recorded files tampered in each way, is refused naming the file; an untouched folder
-is accepted and hashed at most once; a folder written before the record existed, or by another tool, still loads,
-validated field by field (weights of another float dtype cast with a warning, integer weights refused).
+fine-tuned model), each of its recorded files tampered in each way, is refused naming the file; a model folder
+copied out of its stage output is held to its own record the same way, its config as much as its weights; an
+untouched folder is accepted and hashed at most once; a folder written before the record existed, or by another
+tool, still loads, validated field by field (weights of another float dtype cast with a warning, integer weights
+refused).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from gpt1.config import ModelConfig
-from gpt1.finetune.predict import load_task_model, save_task_model
-from gpt1.io import InputError, read_json, sha256_file, write_json
-from gpt1.model.transformer import GPT1, TRAINING_NAME, WEIGHTS_NAME, GPT1ForTask
+from gpt1.finetune.predict import HEAD_NAME, load_task_model, save_task_model
+from gpt1.io import InputError, read_json, write_json
+from gpt1.model.transformer import CONFIG_NAME, GPT1, TRAINING_NAME, WEIGHTS_NAME, GPT1ForTask
 from gpt1.stages import integrity
 from gpt1.stages.base import Ref, input_key
 from gpt1.stages.outputs import DONE, mark_done
@@ -49,8 +51,10 @@ def write_pretraining(out: Path, tokenizer) -> str:
     final = out / "final"
     _model(tokenizer).save_pretrained(final)
     tokenizer.save(final)
+    files = integrity.folder_record(final)  # as gpt1.pretrain.worker writes it, last
     write_json(
-        final / TRAINING_NAME, {"steps": 1, "weights_sha256": sha256_file(final / WEIGHTS_NAME)}
+        final / TRAINING_NAME,
+        {"steps": 1, "weights_sha256": files[WEIGHTS_NAME], integrity.FOLDER_FIELD: files},
     )
     return "final"
 
@@ -145,6 +149,11 @@ def tamperings(name: str) -> dict[str, Callable[[Path], None]]:
     return found
 
 
+def names(said: str, folder: Path, file: Path) -> bool:
+    """Whether an error names `file`: its path, or the folder read and its name (a missing file)."""
+    return str(file) in said or (str(folder) in said and file.name in said)
+
+
 def test_every_recorded_file_tampered_any_way_is_refused_naming_it(written, tmp_path):
     cases = 0
     for kind, (out, read) in written.items():
@@ -162,11 +171,7 @@ def test_every_recorded_file_tampered_any_way_is_refused_naming_it(written, tmp_
                     with pytest.raises((InputError, FileNotFoundError)) as err:
                         reader(copy / read)
                     said = str(err.value)
-                    # the file, or its folder and its name (a model folder without its task.json)
-                    named = str(copy / name) in said or (
-                        str(copy / read) in said and Path(name).name in said
-                    )
-                    assert named, (kind, name, how, reader, said)
+                    assert names(said, copy / read, copy / name), (kind, name, how, reader, said)
                     if isinstance(err.value, InputError):  # one line, saying how to fix it
                         assert "\n" not in str(err.value)
                     cases += 1
@@ -232,3 +237,70 @@ def test_a_folder_without_a_record_is_validated_field_by_field(tmp_path, tokeniz
     edit_json(model / "model" / "task.json")
     with pytest.raises(InputError, match=r"\[labels\].*not the task's label list"):
         load_task_model(model / "model")
+
+
+# What each reader of a model folder reads of it: between them, every file the folder's own record lists.
+MODEL_READERS: dict[str, dict[Callable[[Path], object], set[str]]] = {
+    "pretrained model": {
+        GPT1.from_pretrained: {CONFIG_NAME, WEIGHTS_NAME},
+        bpe.load: {bpe.TOKENIZER_FILE},
+    },
+    "fine-tuned model": {load_task_model: {CONFIG_NAME, WEIGHTS_NAME, HEAD_NAME, bpe.TOKENIZER_FILE}},
+}
+
+
+def own_record(folder: Path) -> tuple[str, dict]:
+    """(the name, the content) of a model folder's own record."""
+    name = next(n for n in integrity.FOLDER_RECORDS if (folder / n).is_file())
+    return name, read_json(folder / name)
+
+
+def test_a_model_folder_out_of_its_stage_output_is_held_to_its_own_record(written, tmp_path):
+    """Copied alone (an MLflow artifact, a `--checkpoint` elsewhere), a model folder has no `.done` above it: its
+    record lists every file in it, and each file, tampered any way, is refused by the reader that reads it, naming
+    it. The config counts as much as the weights: a head count edited with the shapes intact loads as another
+    function."""
+    cases = 0
+    for kind, readers in MODEL_READERS.items():
+        out, read = written[kind]
+        name, record = own_record(out / read)
+        files = record[integrity.FOLDER_FIELD]
+        beside = {p.name for p in (out / read).iterdir() if p.is_file() and p.name != name}
+        assert set(files) == beside == set().union(*readers.values()), kind
+        for reader, reads in readers.items():
+            for file in sorted(reads):
+                for how, tamper in tamperings(file).items():
+                    copy = shutil.copytree(out / read, tmp_path / f"case-{cases}")
+                    tamper(copy / file)
+                    with pytest.raises((InputError, FileNotFoundError)) as err:
+                        reader(copy)
+                    assert names(str(err.value), copy, copy / file), (kind, file, how, err.value)
+                    cases += 1
+    assert cases > 20
+
+
+def test_a_file_a_reader_reads_that_the_record_does_not_list_is_refused(written, tmp_path):
+    """A pre-training without a tokenizer records none; one added later is not the model's."""
+    out, read = written["pretrained model"]
+    copy = shutil.copytree(out / read, tmp_path / "model")
+    name, record = own_record(copy)
+    files = record[integrity.FOLDER_FIELD]
+    del files[bpe.TOKENIZER_FILE]
+    write_json(copy / name, record)
+    GPT1.from_pretrained(copy)  # the model itself is as recorded
+    with pytest.raises(InputError, match=f"not one of the files {name} records") as err:
+        bpe.load(copy)
+    assert str(copy / bpe.TOKENIZER_FILE) in str(err.value)
+
+
+def test_a_record_written_before_it_listed_every_file_still_checks_the_weights(written, tmp_path):
+    out, read = written["pretrained model"]
+    copy = shutil.copytree(out / read, tmp_path / "model")
+    name, record = own_record(copy)
+    del record[integrity.FOLDER_FIELD]
+    write_json(copy / name, record)
+    edit_json(copy / CONFIG_NAME)  # nothing recorded it then: read field by field
+    assert GPT1.from_pretrained(copy).config.n_head == 4
+    flip_byte(copy / WEIGHTS_NAME)
+    with pytest.raises(InputError, match=f"changed since it was written.*{name} records"):
+        GPT1.from_pretrained(copy)
