@@ -11,7 +11,7 @@ from tests.conftest import REPO
 
 # gpt1's components from the bottom up: a module may import its own component and the ones before it.
 LAYERS = [
-    {"gpt1.io", "gpt1.errors", "gpt1.progress"},  # small helpers
+    {"gpt1.io", "gpt1.errors", "gpt1.progress", "gpt1.redact"},  # small helpers
     {"gpt1.stages"},  # the stage kit: a job, its key, its output folder
     {"gpt1.tasks"},
     {"gpt1.config"},
