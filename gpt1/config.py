@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -32,6 +33,7 @@ from pydantic import (
 )
 
 from gpt1.io import InputError, check_input_file
+from gpt1.redact import redact
 from gpt1.tasks.registry import (
     REGISTRY,
     TASKS,
@@ -417,8 +419,52 @@ class ReportConfig(_Section):
 
 
 # MLflow tracking stores by URI scheme (a dialect may follow: postgresql+psycopg2://); a scheme MLflow does not
-# have would only fail inside the run, where its calls are spooled for a server that can never answer.
-TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks", "file")
+# have would only fail inside the run, where its calls are spooled for a server that can never answer. Its file
+# store (`file:`, a bare path) is refused by MLflow 3.17 at the first call (maintenance mode).
+TRACKING_SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "databricks")
+_URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """Why MLflow can never use `uri` as its tracking store (None: it may), checked from the text alone; the
+    message shows the URI with its credentials redacted."""
+    shown = redact(uri)
+    if uri == "databricks":  # the default Databricks profile
+        return None
+    if not uri.strip() or any(c.isspace() for c in uri):
+        return f"{shown!r}: a tracking URI holds no spaces"
+    scheme = uri.partition(":")[0].lower() if _URI_SCHEME.match(uri) else ""
+    if scheme in ("", "file"):
+        return (
+            f"{shown}: a path or `file:` URI is MLflow's file store, which MLflow 3.17 refuses (maintenance "
+            "mode): use sqlite:///PATH.db or a server's http(s)://host:port"
+        )
+    if scheme.split("+", 1)[0] not in TRACKING_SCHEMES:
+        return f"{shown}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})"
+    if "://" not in uri:
+        return f"{shown}: not a URI ({scheme}://...)"
+    if scheme in ("http", "https"):
+        return _server_uri_problem(uri, shown)
+    if scheme == "sqlite" and not uri.partition(":///")[2]:
+        return f"{shown}: no database file (sqlite:///relative.db, sqlite:////absolute.db)"
+    return None
+
+
+def _server_uri_problem(uri: str, shown: str) -> str | None:
+    parts = urlsplit(uri)
+    try:
+        parts.port  # noqa: B018 - parsing it is the check
+    except ValueError:
+        return f"{shown}: the port is not a number"
+    if not parts.hostname:
+        return f"{shown}: no host (http(s)://host:port)"
+    if parts.query or parts.fragment:
+        # MLflow appends its API paths to the URI as it is: `?token=...` would end up inside every path
+        return (
+            f"{shown}: MLflow cannot send a query or fragment to its server: give a token as "
+            "MLFLOW_TRACKING_TOKEN, a user and password as MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD"
+        )
+    return None
 
 
 class TrackingConfig(_Section):
@@ -429,12 +475,9 @@ class TrackingConfig(_Section):
 
     @field_validator("tracking_uri")
     @classmethod
-    def _known_scheme(cls, uri: str | None) -> str | None:
-        scheme = uri.split("://", 1)[0].split("+", 1)[0] if uri and "://" in uri else None
-        if scheme is not None and scheme not in TRACKING_SCHEMES:
-            raise ValueError(
-                f"{uri}: not an MLflow tracking URI (schemes: {', '.join(TRACKING_SCHEMES)})"
-            )
+    def _usable_store(cls, uri: str | None) -> str | None:
+        if uri is not None and (problem := tracking_uri_problem(uri)):
+            raise ValueError(problem)
         return uri
 
     upload_checkpoints: bool = Field(
@@ -771,7 +814,7 @@ def _format_errors(err: ValidationError, origin: str) -> str:
     for e in err.errors():
         where = f"{'.'.join(str(p) for p in e['loc'])}: " if e["loc"] else ""
         got = (
-            f" (got {e['input']!r:.60})"
+            f" (got {redact(e['input'])!r:.60})"
             if "input" in e and not isinstance(e["input"], dict)
             else ""
         )

@@ -23,6 +23,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from gpt1.redact import redact
+
 USAGE = 2  # bad input: the message says what to fix
 BUG = 1  # anything else: the traceback is for us
 PREEMPTED = (
@@ -133,7 +135,7 @@ def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
             print(exit.code, file=sys.stderr)
         return exit.code if isinstance(exit.code, int) else int(exit.code is not None)
     except Preempted as err:
-        print(f"{prefix}: {one_line(err)}", file=sys.stderr)
+        print(f"{prefix}: {redact(one_line(err))}", file=sys.stderr)
         return PREEMPTED
     except Exception as err:  # noqa: BLE001 - the policy above decides what the user sees
         message = user_message(err)
@@ -142,5 +144,6 @@ def exit_code(run: Callable[[], int | None], prefix: str = "gpt1") -> int:
             return BUG
         if debugging():
             traceback.print_exc()
-        print(f"{prefix}: error: {message}", file=sys.stderr)
+        # a message may quote a setting as given (a URI with its password): never print the secret
+        print(f"{prefix}: error: {redact(message)}", file=sys.stderr)
         return BUG if isinstance(err, ReportedFailure) else USAGE

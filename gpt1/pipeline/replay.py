@@ -20,7 +20,10 @@ delivered, 1 when calls are left for a later replay.
 A spool file is read back like any input, so what it names is confined: a replay uploads only files under the
 folder that holds DIR (the spool folder sits in the work dir whose runs wrote it: GPT1_MLFLOW_SPOOL_DIR=WORK/spool)
 or under a folder given with `--allow`, symlinks resolved; and it sends only to a store that exists, never creating
-one where a file names it (a `sqlite:` or `file:` URI whose path is absent is refused: give `--tracking-uri`).
+one where a file names it (a `sqlite:` URI whose path is absent is refused: give `--tracking-uri`).
+
+A spool file holds no credentials (gpt1.redact): a recorded URI whose credentials were redacted is sent to
+$MLFLOW_TRACKING_URI when that is the same URI with them, and refused otherwise (give `--tracking-uri`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
+from gpt1.tracking.logger import RunLogger, tracking_uri
 from gpt1.tracking.models import log_files_model, register_model
 from gpt1.tracking.runs import publish_runs_view
 
@@ -96,18 +100,15 @@ def missing(call: dict, allowed: Sequence[Path]) -> str | None:
 
 
 def store_problem(uri: str) -> str | None:
-    """Why a replay must not send to `uri` (None: it may): a local store that does not exist yet."""
-    scheme, colon, rest = uri.partition(":")
-    if not colon:  # a bare path: MLflow's file store
-        path = uri
-    elif scheme == "sqlite":
-        path = rest.removeprefix("///")  # sqlite:///relative.db, sqlite:////absolute.db
-    elif scheme == "file":
-        path = rest.removeprefix("//")
-    else:
-        return None
-    if Path(path).exists():
-        return None
+    """Why a replay must not send to the store a spool file names (None: it may): a URI MLflow cannot use, one
+    whose credentials this process's environment does not hold (gpt1.tracking.logger.tracking_uri), or a local
+    database that does not exist yet (MLflow's file store is refused whatever its path)."""
+    try:
+        resolved = tracking_uri(uri)
+    except ValueError as err:
+        return f"{err} (or give --tracking-uri)"
+    if not resolved.startswith("sqlite:///") or Path(resolved.removeprefix("sqlite:///")).exists():
+        return None  # sqlite:///relative.db, sqlite:////absolute.db
     return f"tracking_uri {uri}: no store there, and a replay does not create one (--tracking-uri names a store)"
 
 
@@ -190,8 +191,6 @@ def replay_file(
     path: Path, uri: str | None, timeout: float, skip_missing: bool, allowed: Sequence[Path]
 ) -> tuple[int, Path | None]:
     """Replay one spool file; returns (calls replayed, the spool file of what is left, if anything is)."""
-    from gpt1.tracking.logger import RunLogger
-
     spool, skipped = check(path, skip_missing, allowed, uri)
     run = RunLogger(
         spool["run_name"],

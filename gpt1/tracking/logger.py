@@ -52,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpt1.redact import REDACTED, redact
+from gpt1.tracking.errors import TrackingFailure, classify
+
 if TYPE_CHECKING:
     from mlflow.data.dataset_source import DatasetSource
 
@@ -98,10 +101,31 @@ def flush_timeout() -> float:
 
 
 def tracking_uri(uri: str | None = None) -> str:
-    """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory."""
-    return (
-        uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path('mlflow.db').resolve()}"
-    )
+    """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory.
+
+    A uri written with its credentials redacted (in a config file, a spool file, a Prefect parameter) stands for
+    $MLFLOW_TRACKING_URI when that is the same URI with them: a secret comes from this process's environment,
+    never from a file. A URI MLflow can never use (its file store, no host, a query) is a ValueError naming the
+    setting it came from."""
+    from gpt1.config import tracking_uri_problem
+
+    environment = os.environ.get("MLFLOW_TRACKING_URI") or None
+    if uri and REDACTED in uri:
+        if environment is None or redact(environment) != uri:
+            raise ValueError(
+                f"tracking.tracking_uri {uri}: its credentials were left out where it was written; set "
+                "MLFLOW_TRACKING_URI to the full URI in this process's environment"
+            )
+        return environment
+    if uri:
+        if problem := tracking_uri_problem(uri):
+            raise ValueError(f"tracking.tracking_uri: {problem}")
+        return uri
+    if environment:
+        if problem := tracking_uri_problem(environment):
+            raise ValueError(f"MLFLOW_TRACKING_URI={problem}")
+        return environment
+    return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
 @functools.cache
@@ -209,7 +233,11 @@ class _MetricSender:
                 except (
                     Exception
                 ) as err:  # never fatal, and this thread must keep serving the other runs
-                    log.warning("MLflow run %s: sending buffered metrics failed: %s", run.name, err)
+                    log.warning(
+                        "MLflow run %s: sending buffered metrics failed: %s",
+                        run.name,
+                        redact(str(err)),
+                    )
 
 
 _SENDER = _MetricSender()
@@ -220,7 +248,11 @@ class RunLogger:
 
     `metrics_interval`: seconds a logged metric may wait in the buffer (default `METRICS_INTERVAL`); 0 sends each
     `log_metrics` call as its own request, in the calling thread. A run created here is tagged with `code_version()`
-    unless `code_tags` is False (a replay, whose tags already name the code that logged)."""
+    unless `code_tags` is False (a replay, whose tags already name the code that logged).
+
+    Everything it writes (params, tags, texts, dataset sources, log lines, the spool file) has its credentials
+    redacted (gpt1.redact). A failure that retrying cannot mend (gpt1.tracking.errors: refused credentials, an
+    unknown run, a store MLflow refuses) stops delivery at once and is said once; the calls wait for the spool."""
 
     def __init__(
         self,
@@ -239,7 +271,8 @@ class RunLogger:
     ):
         self.name = name
         self.experiment = experiment
-        self.uri = tracking_uri(uri)
+        self.uri = tracking_uri(uri) if enabled else uri or ""
+        self.where = redact(self.uri)  # the URI as messages and files show it
         self.parent_run_id = parent_run_id
         self.run_id = run_id
         self.tags = {
@@ -273,6 +306,7 @@ class RunLogger:
             0.0  # monotonic time before which logging calls only queue (server known to be down)
         )
         self._retry_delay = 1.0
+        self._stopped: TrackingFailure | None = None  # a permanent failure: nothing more is sent
         self._experiment_id: str | None = None
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
         # an existing run continued (resumed training), not a new one
@@ -298,15 +332,15 @@ class RunLogger:
         try:
             exp = self.client.get_experiment_by_name(self.experiment)
             exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
-            tags = dict(self.tags)
+            tags = redact(dict(self.tags))
             if self.parent_run_id:
                 tags["mlflow.parentRunId"] = self.parent_run_id
             run = self.client.create_run(exp_id, run_name=self.name, tags=tags)
             self.run_id, self._experiment_id = run.info.run_id, exp_id
             return True
-        except Exception as err:  # server down, bad uri: keep going, try again later
-            self._warn(f"could not create MLflow run {self.name!r} at {self.uri}: {err}")
-            self._back_off()
+        # a server down or refusing the credentials: keep going, without the run for now
+        except Exception as err:
+            self._failed(err, f"could not create MLflow run {self.name!r}")
             return False
 
     @property
@@ -320,6 +354,22 @@ class RunLogger:
         if not self._warned:
             log.warning("%s (buffering; will retry)", msg)
             self._warned = True
+
+    def _failed(self, err: Exception, what: str) -> None:
+        """A request failed. A transient failure (gpt1.tracking.errors) is retried later, warned about once per
+        outage; a permanent one stops delivery for good, said once: its calls stay queued for the spool."""
+        failure = classify(err, self.uri)
+        if failure.transient:
+            self._warn(f"{what}: {failure}")
+            self._back_off()
+            return
+        self._stopped = failure
+        log.warning(
+            "MLflow run %s: %s: %s; not retried, its calls stay undelivered",
+            self.name,
+            what,
+            failure,
+        )
 
     def _back_off(self) -> None:
         self._retry_at = time.monotonic() + self._retry_delay
@@ -376,7 +426,7 @@ class RunLogger:
         with self._send_lock:
             with self._lock:
                 self._queue_buffered_metrics()
-            if not self._ensure_run():
+            if self._stopped is not None or not self._ensure_run():
                 return False
             while True:
                 with self._lock:
@@ -386,13 +436,14 @@ class RunLogger:
                 try:
                     call.send()
                 except Exception as err:
-                    self._warn(f"MLflow {call.what} failed: {err}")
-                    self._back_off()
+                    self._failed(err, f"MLflow {call.what} failed")
                     return False
                 with self._lock:
                     self._pending.popleft()  # only the holder of `_send_lock` removes calls: still the head
             if self._warned:
-                log.info("MLflow reachable again at %s: run %s is up to date", self.uri, self.name)
+                log.info(
+                    "MLflow reachable again at %s: run %s is up to date", self.where, self.name
+                )
                 self._warned = False
             self._retry_at, self._retry_delay = 0.0, 1.0
             with self._lock:
@@ -406,7 +457,8 @@ class RunLogger:
     def _metrics_due_at(self) -> float | None:
         """Monotonic time the buffer should be sent (None: empty); for the background sender."""
         with self._lock:
-            if not self._buffer:
+            # nothing to send, or nothing will be sent
+            if not self._buffer or self._stopped is not None:
                 return None
             full = self._buffered_metrics >= METRICS_PER_REQUEST
             at = 0.0 if full else self._buffer_since + self.metrics_interval
@@ -435,14 +487,14 @@ class RunLogger:
             return True
         if self._flush_once():
             return True
-        if not timeout or self.uri in _GAVE_UP:
+        if not timeout or self.uri in _GAVE_UP or self._stopped is not None:
             return False
         deadline, delay = time.monotonic() + timeout, 1.0
         log.warning(
             "MLflow run %s: %d logging call(s) not delivered to %s yet; retrying for up to %.0fs",
             self.name,
             self.pending,
-            self.uri,
+            self.where,
             timeout,
         )
         while (remaining := deadline - time.monotonic()) > 0:
@@ -466,7 +518,7 @@ class RunLogger:
             return
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:_MAX_PARAM_LEN]) for k, v in params.items()]
+        items = [Param(k, redact(str(v))[:_MAX_PARAM_LEN]) for k, v in params.items()]
         for i in range(0, len(items), 100):  # the REST API caps a batch at 100 params
             chunk = items[i : i + 100]
             self.submit(
@@ -518,7 +570,7 @@ class RunLogger:
             return
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)) for k, v in tags.items()]
+        items = [RunTag(k, redact(str(v))) for k, v in tags.items()]
         self.submit(
             "set_tags",
             lambda: self.client.log_batch(self.run_id, tags=items),
@@ -542,6 +594,7 @@ class RunLogger:
             )
 
     def log_text(self, text: str, artifact_file: str) -> None:
+        text = redact(text)
         self.submit(
             "log_text",
             lambda: self.client.log_text(self.run_id, text, artifact_file),
@@ -578,7 +631,7 @@ class RunLogger:
             name=name,
             digest=digest[:_MAX_DIGEST_LEN],
             source_type=origin._get_source_type(),
-            source=origin.to_json(),
+            source=redact(origin.to_json()),
             profile=json.dumps(profile) if profile else None,
         )
         inputs = [DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])]
@@ -666,7 +719,7 @@ class RunLogger:
                 "MLflow run %s: %d logging call(s) could not be delivered to %s%s",
                 self.name,
                 count,
-                self.uri,
+                self.where,
                 f"; written to {path}" if path else "",
             )
             if path is not None:
@@ -685,19 +738,22 @@ class RunLogger:
         )
         write_json(
             path,
-            {
-                "tracking_uri": self.uri,
-                "experiment": self.experiment,
-                "run_name": self.name,
-                "run_id": self.run_id,
-                "parent_run_id": self.parent_run_id,
-                "tags": self.tags,
-                "model_ids": self.model_ids,
-                "written": time.time(),
-                "calls": [
-                    {"call": call.what, **record} for call in calls for record in call.records
-                ],
-            },
+            # credentials stay in the environment: a replay takes them from there (tracking_uri)
+            redact(
+                {
+                    "tracking_uri": self.uri,
+                    "experiment": self.experiment,
+                    "run_name": self.name,
+                    "run_id": self.run_id,
+                    "parent_run_id": self.parent_run_id,
+                    "tags": self.tags,
+                    "model_ids": self.model_ids,
+                    "written": time.time(),
+                    "calls": [
+                        {"call": call.what, **record} for call in calls for record in call.records
+                    ],
+                }
+            ),
         )
         return path
 

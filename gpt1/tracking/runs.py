@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from gpt1.config import PipelineConfig, flatten
 from gpt1.io import stable_hash
+from gpt1.tracking.errors import classify
 from gpt1.tracking.logger import RunLogger
 
 if TYPE_CHECKING:
@@ -275,7 +276,12 @@ def end_running_children(run: RunLogger, status: str) -> None:
         for child in running:
             run.client.set_terminated(child.info.run_id, status=status)
     except Exception as err:  # noqa: BLE001 - the parent still ends; these runs stay RUNNING
-        log.warning("MLflow: could not end the child runs of %s as %s: %s", run.name, status, err)
+        log.warning(
+            "MLflow: could not end the child runs of %s as %s: %s",
+            run.name,
+            status,
+            classify(err, run.uri),
+        )
 
 
 def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
