@@ -84,6 +84,7 @@ from gpt1.pretrain import stage as pretrain
 from gpt1.recipe import Experiment
 from gpt1.recipe import plan as plan_run
 from gpt1.recipe.experiment import VARIANTS, finetune_step, finetune_variant_task, variant_config
+from gpt1.redact import redact
 from gpt1.report import stage as report
 from gpt1.report.render import REPORT_JSON, REPORT_MD
 from gpt1.runtime.processes import stop_stage_processes, threads_per_process
@@ -184,13 +185,15 @@ def _retrying(t, cfg: PipelineConfig, step: Step):
 def preflight_task(cfg: PipelineConfig, work_dir: str) -> None:
     """Everything the run needs, checked before any stage starts (and before any GPU is requested)."""
     found = run_checks(cfg, work_dir)
-    logger = get_run_logger()
+    log_line = _log_lines()
     for line in [*found.plan, *(f"note: {n}" for n in found.notes)]:
-        logger.info(line)
+        log_line(line)
     if found.problems:
         raise RuntimeError(
-            f"preflight: {len(found.problems)} problem(s), nothing was started:\n  "
-            + "\n  ".join(found.problems)
+            redact(
+                f"preflight: {len(found.problems)} problem(s), nothing was started:\n  "
+                + "\n  ".join(found.problems)
+            )
         )
 
 
@@ -241,14 +244,20 @@ def _cancelling() -> bool:
     return state is not None and state.type in (StateType.CANCELLING, StateType.CANCELLED)
 
 
+def _log_lines() -> Callable[[str], None]:
+    """Lines to the run's log with their credentials redacted (a line may quote a tracking URI as given)."""
+    logger = get_run_logger()
+    return lambda line: logger.info(redact(line))
+
+
 def _progress_log(name: str) -> Callable[[str], None]:
     """A step's output lines to the run's log; its `step N/M` lines (pre-training's) to a progress artifact."""
-    logger = get_run_logger()
+    to_log = _log_lines()
     progress: list = []  # the artifact, made at the first progress line
     last = [0.0]
 
     def log_line(line: str) -> None:
-        logger.info(line)
+        to_log(line)
         if step := STEP_LINE.search(line):
             if not progress:
                 progress.append(
@@ -503,7 +512,7 @@ def _pretrain_run(plan: Experiment, target: str, parent_run_id: str | None):
             return run_deployment(
                 target,
                 parameters={
-                    "config": plan.cfg.model_dump(mode="json"),
+                    "config": _parameter(plan.cfg),
                     "work_dir": str(plan.work),
                     "parent_run_id": parent_run_id,
                 },
@@ -542,6 +551,12 @@ def _run_on_deployment(plan: Experiment, step: Step, target: str, parent_run_id:
     return str(step.out)
 
 
+def _parameter(cfg: PipelineConfig) -> dict:
+    """The config as a deployment's parameter, which Prefect stores and shows: credentials redacted, the flow run
+    on the other side takes them from its environment (gpt1.tracking.logger.tracking_uri)."""
+    return redact(cfg.model_dump(mode="json"))
+
+
 def _start_child(
     plan: Experiment, steps: list[str], target: str, parent_run_id: str | None, suffix: str
 ) -> FlowRun:
@@ -549,7 +564,7 @@ def _start_child(
     `alongside` it), not waited for."""
     variant, task_name = finetune_variant_task(steps[0])
     parameters: dict[str, Any] = {
-        "config": plan.cfg.model_dump(mode="json"),
+        "config": _parameter(plan.cfg),
         "task_name": task_name,
         "variant": variant,
         "work_dir": str(plan.work),
@@ -587,7 +602,7 @@ def _parent_run(cfg: PipelineConfig) -> RunLogger:
         "http"
     ):  # a server's UI: a link on the flow run's artifacts tab
         create_link_artifact(
-            f"{run.uri.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}",
+            f"{run.where.rstrip('/')}/#/experiments/{run.experiment_id}/runs/{run.run_id}",
             link_text=f"MLflow run {run.name}",
             key="mlflow-parent-run",
             description="this flow run's MLflow parent run (stages and tasks nested under it)",
@@ -699,9 +714,9 @@ def finetune_one(
         config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir
     )
     names = [finetune_step(variant, task_name), *(alongside or [])]
-    logger = get_run_logger()
+    log_line = _log_lines()
     if len(names) == 1:
-        return metrics_of(run_step(plan, names[0], parent_run_id, log_line=logger.info).path)
+        return metrics_of(run_step(plan, names[0], parent_run_id, log_line=log_line).path)
     unknown = [
         n for n in names if n not in plan.steps or not isinstance(plan.steps[n].job, finetune.Job)
     ]
@@ -715,7 +730,7 @@ def finetune_one(
         with ThreadPoolExecutor(len(names)) as threads:
             running = {
                 n: threads.submit(
-                    run_step, plan, n, parent_run_id, workers=workers, log_line=logger.info
+                    run_step, plan, n, parent_run_id, workers=workers, log_line=log_line
                 )
                 for n in names
             }

@@ -48,9 +48,11 @@ from gpt1.pretrain.inputs import (
 from gpt1.pretrain.outputs import log_finished
 from gpt1.pretrain.preemption import read_notice
 from gpt1.pretrain.worker import WORKER
+from gpt1.redact import redact
 from gpt1.runtime import processes
 from gpt1.stages import outputs
 from gpt1.stages.base import Ref, Result, StageJob, add_config_args, add_output_args, run_from_args
+from gpt1.tracking.logger import tracking_uri
 from gpt1.tracking.runs import stage_tags
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,8 @@ class Job(StageJob):
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
         # first: a GPU job without CUDA stops in seconds, before the shards are hashed
         device = device_type()
+        # a tracking store MLflow never opens stops now, not after training
+        tracking_uri(self.cfg.tracking.tracking_uri)
         if self.launcher == "slurm":
             slurm.script()  # sbatch and the script are there
         else:  # the workers run here: a model no process of theirs can hold stops now, not inside them
@@ -166,7 +170,8 @@ class Job(StageJob):
     def prepare(self, out: Path) -> list[str]:
         """Check, write OUT/config.json (what every worker reads); returns the worker arguments."""
         cfg, _ = self.check(out)
-        write_json(out / "config.json", cfg.model_dump(mode="json"))
+        # credentials redacted: the workers take them from their environment (tracking_env)
+        write_json(out / "config.json", redact(cfg.model_dump(mode="json")))
         args = [
             "--config",
             str(out / "config.json"),
@@ -192,6 +197,7 @@ class Job(StageJob):
         if self.launcher == "slurm":
             return {"slurm_job": self.submit_to_slurm(out)}
         command, env = worker_command(self.nproc, worker_args, self.cfg.pretrain.stop_grace_seconds)
+        env.update(self.tracking_env())
         if self.threads and "OMP_NUM_THREADS" not in os.environ:
             env["OMP_NUM_THREADS"] = self.threads
         lock = outputs.held(out)
@@ -255,10 +261,18 @@ class Job(StageJob):
             tags=stage_tags("pretrain", key=result.key, preset=cfg.preset, cached=True),
         )
 
+    def tracking_env(self) -> dict[str, str]:
+        """$MLFLOW_TRACKING_URI for the workers: the tracking store with its credentials, which the config file
+        they read holds redacted; none when neither the config nor this environment names a store."""
+        if not (self.cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")):
+            return {}
+        return {"MLFLOW_TRACKING_URI": tracking_uri(self.cfg.tracking.tracking_uri)}
+
     def submit_to_slurm(self, out: Path) -> str:
         """Run the workers as the Slurm job of infra/multinode/slurm and wait for it; returns the job id."""
         resolved = write_text(
-            out / "config.yaml", yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False)
+            out / "config.yaml",
+            yaml.safe_dump(redact(self.cfg.model_dump(mode="json")), sort_keys=False),
         )
         env = {
             "SHARDS": str(self.shards.path),
@@ -268,12 +282,8 @@ class Job(StageJob):
             "PRESET": str(resolved),
             "GPUS_PER_NODE": str(self.nproc),
             "PARENT_RUN_ID": self.parent_run_id or "",
+            **self.tracking_env(),
         }
-        uri = self.cfg.tracking.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-        if uri:
-            env["MLFLOW_TRACKING_URI"] = (
-                uri  # the workers' tracking server when the config names none
-            )
         return slurm.run_job(slurm.script(), out, self.nnodes, env, self.log_line)
 
 
