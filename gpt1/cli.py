@@ -19,6 +19,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from gpt1.errors import DEBUG_ENV, OneLineParser, exit_code
@@ -77,11 +78,20 @@ def mlflow_run_id(text: str) -> str:
     return text
 
 
+def output_path(text: str) -> Path:
+    """An `--out` path; a symlink stands for what it points to, which is what gets written, locked and replaced (a
+    swap or a removal of the link itself would break the link, or fail: `rmtree` refuses a symlink)."""
+    path = Path(text)
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def _declare_rules(parser: argparse.ArgumentParser) -> None:
     """The rules of a command's flags that hold for every command, added to what its module declared."""
     for action in parser._actions:
         if action.dest.endswith("run_id"):
             action.type = mlflow_run_id
+        elif action.dest == "out":
+            action.type = output_path
         elif (
             action.type in (int, float)
             or callable(action.type)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -33,6 +34,14 @@ PREEMPTED = (
 DEBUG_ENV = "GPT1_DEBUG"
 # A write that failed for lack of room: a full disk, a quota, a file-size limit.
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# The same, as libraries that wrap the OS error say it: pyarrow's "[errno 27]", safetensors' "(os error 28)",
+# the C library's words
+_NO_SPACE_TEXT = re.compile(
+    "no space left|file too large|disk quota exceeded|(?:errno|os error)\\W*(?:"
+    + "|".join(map(str, NO_SPACE))
+    + ")\\b",
+    re.IGNORECASE,
+)
 
 
 class Diverged(ValueError):
@@ -78,11 +87,29 @@ def _offline_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def lack_of_room(err: BaseException) -> bool:
+    """Whether `err` (or what caused it) is a write that failed for lack of room: a full disk, a quota or a
+    file-size limit, by its errno or by the words of a library that wraps it."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if getattr(seen, "errno", None) in NO_SPACE or _NO_SPACE_TEXT.search(str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def no_space_message(path: object, cause: str) -> str:
+    """The one wording of a write that found no room, whichever kind (a full disk, a quota, a file-size limit)."""
+    return f"no space left to write {path} ({cause})"
+
+
 def os_error_message(err: OSError) -> str:
     """An OSError as one line that names its path: a full disk, a folder that cannot be written, or the rest."""
     where = f": {err.filename}" if err.filename else ""
     if err.errno in NO_SPACE:
-        return f"no space left to write{where} ({err.strerror})"
+        return no_space_message(
+            err.filename or "the output", err.strerror or os.strerror(err.errno)
+        )
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return f"cannot write{where}: {err.strerror}"
     if err.strerror:

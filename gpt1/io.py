@@ -12,13 +12,14 @@ import errno
 import hashlib
 import json
 import os
+import resource
 import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpt1.errors import NO_SPACE, first_line
+from gpt1.errors import NO_SPACE, first_line, lack_of_room, no_space_message
 
 _CHUNK = 1 << 20
 JSON_MAX_BYTES = 256 << 20  # the pipeline's largest JSON is a tokenizer.json of a few MB
@@ -268,14 +269,20 @@ class OutputError(ValueError):
 
 
 def write_error(path: str | os.PathLike, err: BaseException) -> OutputError:
-    """A failed write of `path` as an OutputError naming it. Writers that report a full disk in their own words
-    (torch's checkpoint writer, safetensors) are recognised by the device's free space."""
-    full = getattr(err, "errno", None) in NO_SPACE or "no space left" in str(err).lower()
-    existing = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+    """A failed write of `path` as an OutputError naming it. A write that found no room reads the same whoever
+    wrote (gpt1.errors.no_space_message); writers that say so in no words of their own (torch's checkpoint writer)
+    are recognised by the device's free space or a file-size limit in force."""
+    if lack_of_room(err) or _out_of_room(Path(path)):
+        return OutputError(no_space_message(path, first_line(err)))
+    return OutputError(f"{path}: could not write it ({first_line(err)})")
+
+
+def _out_of_room(path: Path) -> bool:
+    """Whether a write under `path` may have failed for room: its device nearly full, or a file-size limit set."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), None)
     if existing is not None and shutil.disk_usage(existing).free < _CHUNK:
-        full = True
-    cause = "no space left on the device" if full else first_line(err)
-    return OutputError(f"{path}: could not write it ({cause})")
+        return True
+    return resource.getrlimit(resource.RLIMIT_FSIZE)[0] != resource.RLIM_INFINITY
 
 
 def check_writable(folder: str | os.PathLike) -> Path:

@@ -105,13 +105,62 @@ def _same_file(fd: int, path: Path) -> bool:
     return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
-def _holder(path: Path) -> str:
+def _holder(path: Path, probe: int) -> str:
+    """Who holds the lock file `path` (`probe`: our own descriptor on it, which holds nothing): the process its
+    record names, or, when that one has exited and left the lock to a process it started (a worker outliving its
+    killed launcher), the process really holding it."""
     try:
         info = json.loads(path.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         return "another process"
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.get("since", 0)))
-    return f"pid {info.get('pid')} on {info.get('host')} since {since}: {info.get('command', '?')}"
+    recorded = (
+        f"pid {info.get('pid')} on {info.get('host')} since {since}: {info.get('command', '?')}"
+    )
+    if info.get("host") != socket.gethostname():
+        return recorded
+    holders = _processes_with_open(path, probe)
+    if not holders or info.get("pid") in holders:
+        return recorded  # the recorded holder (or /proc cannot tell)
+    heir = holders[0]
+    return (
+        f"pid {heir}: {_command_of(heir)}, still running after the process that took the lock ({recorded}) "
+        f"exited; stop it (kill {heir}) if it should not be running"
+    )
+
+
+def _processes_with_open(path: Path, probe: int) -> list[int]:
+    """The processes that have `path` open (Linux /proc, those this user may look into), `probe` of ours aside."""
+    try:
+        target = os.stat(path)
+        pids = sorted(int(entry.name) for entry in os.scandir("/proc") if entry.name.isdigit())
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        try:
+            fds = list(os.scandir(f"/proc/{pid}/fd"))
+        except OSError:  # exited, or another user's
+            continue
+        for fd in fds:
+            if pid == os.getpid() and fd.name == str(probe):
+                continue
+            with contextlib.suppress(OSError):
+                info = os.stat(fd.path)
+                if (info.st_dev, info.st_ino) == (target.st_dev, target.st_ino):
+                    found.append(pid)
+                    break
+    return found
+
+
+def _command_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = fh.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    command = " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv) if a)
+    return " ".join(command.split())[:300]  # one line
 
 
 @dataclass
@@ -167,7 +216,7 @@ def lock(out: Path, *, wait: bool, log_line: Callable[[str], None] | None = None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        holder = _holder(path)
+        holder = _holder(path, fd)
         if not wait:
             os.close(fd)
             raise OutputBusy(

@@ -64,7 +64,8 @@ def on_full_disk(category: str, name: str, argv, kib: int, *, prepare=None, chec
             preexec = None if mounted else limit_writes(kib * 1024)
             return as_subprocess(argv(fx, work), work, {"MLFLOW_TRACKING_URI": fx.tracking_uri}, preexec)
 
-    return Case(category, name, act, refuse=[f"/{DISK}/", ("no space", "file too large")], check=check, **kwargs)
+    # a file-size limit (EFBIG) reads as a full disk does: "no space left", naming the path
+    return Case(category, name, act, refuse=[f"/{DISK}/", "no space left to write"], check=check, **kwargs)
 
 
 def nothing_marked_done(folder: str):

@@ -57,7 +57,7 @@ from gpt1.data.ingest.sources import (
 )
 from gpt1.data.ingest.task_text import held_out_index
 from gpt1.data.ingest.task_text import train_records as task_records
-from gpt1.io import InputError, OutputError, atomic_path, check_writable, write_json
+from gpt1.io import InputError, atomic_path, check_writable, write_error, write_json
 
 __all__ = ["BOOKCORPUS_ROWS_PER_DOC", "FileSource", "HFSource", "ingest", "open_source", "summary"]
 
@@ -179,7 +179,7 @@ def _writing(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as err:
-        raise OutputError(f"{path}: cannot write ({err})") from None
+        raise write_error(path, err) from None
 
 
 class TrainValSplit:

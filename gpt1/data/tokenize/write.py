@@ -76,6 +76,7 @@ from gpt1.io import (
     sha256_file,
     sha256_tree,
     stable_hash,
+    write_error,
     write_json,
 )
 
@@ -598,9 +599,10 @@ def tokenize_corpus(
     except (
         OSError
     ) as err:  # ENOSPC, EDQUOT, EIO, ...: nothing half-written stays under a final name
+        failed = write_error(err.filename or out_dir, err)
         raise OutputError(
-            f"{out_dir}: writing failed ({err}); the partitions and shards finished so far are "
-            "kept: re-run the same command to resume"
+            f"{failed}; the partitions and shards finished so far are kept: re-run the same command "
+            "to resume"
         ) from None
 
 
