@@ -18,7 +18,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 # machines) every process (servers, worker, stages) would compile torch, mlflow, prefect... from source at each start.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: venv venv-servers venv-demo lint test test-unit test-integration test-e2e battery demo watch rehearse down clean \
+.PHONY: venv venv-servers venv-demo lint test test-unit test-integration test-e2e battery demo watch rehearse down stack \
+	stack-down clean \
 	bench-demo wheelhouse install-offline gpu-check-prepare gpu-check gpu-check-cpu
 
 venv: $(STAMP) $(COMPOSE)
@@ -123,6 +124,14 @@ rehearse: venv
 
 down:
 	bash scripts/down.sh
+
+# The team stack of infra/compose natively on this machine (infra/compose/stack.py; docs/cluster.md, "The team
+# stack"): PostgreSQL, an S3 server, Prefect and MLflow with auth, a worker and the local deployments, on loopback.
+stack: venv
+	$(BIN)/python infra/compose/stack.py up
+
+stack-down: venv
+	$(BIN)/python infra/compose/stack.py down
 
 # -- GPU hosts: an air-gapped install and `make gpu-check` (docs/gpu.md) ---------------------------------------------
 PYTHON_VERSION ?= 3.12

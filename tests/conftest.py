@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,34 +75,27 @@ def one_thread():
 
 
 @pytest.fixture(scope="session")
-def services(tmp_path_factory):
-    """One Prefect server and one MLflow server (scripts/services.sh, free loopback ports, state in a temp dir)
-    for every end-to-end check of the session (the demo, the rehearsal, the mini recipe): each reuses them, runs
-    its own workers, and leaves them up; they are stopped here at the end."""
-    import socket
-    import subprocess
-    import sys
+def team_stack(tmp_path_factory):
+    """The team stack for every check that needs servers (the smoke deployment, the rehearsal, cancelling,
+    schedules, faults, preflight): infra/compose/stack.py's PostgreSQL, S3 server, Prefect server with API auth,
+    MLflow server with basic auth and S3 artifacts, worker and deployments, started once on free loopback ports
+    with fresh secrets (tests/team_stack.py), stopped at the end."""
+    from tests.team_stack import TeamStack
 
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-
-    state = tmp_path_factory.mktemp("services")
-    env = {**os.environ, "GPT1_STATE": str(state), "GPT1_VENV": sys.prefix, "GPT1_KEEP_SERVERS": "1",
-           "GPT1_PREFECT_PORT": str(free_port()), "GPT1_MLFLOW_PORT": str(free_port())}
-    for name in ("MLFLOW_TRACKING_URI", "PREFECT_API_URL", "GPT1_DEMO_OVERRIDES", "GPT1_WORK_DIR"):
-        env.pop(name, None)
-    services_sh = REPO / "scripts" / "services.sh"
-    up = subprocess.run(["bash", "-c", f"source {services_sh} && servers_up"], cwd=REPO, env=env, text=True,
-                        capture_output=True, timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
+    stack = TeamStack(tmp_path_factory.mktemp("team-stack"))
     try:
-        yield env
+        stack.run("up")
+        yield stack
     finally:
-        subprocess.run(["bash", "-c", f"source {services_sh} && stop_group mlflow-server TERM && "
-                                      "stop_group prefect-server TERM"], cwd=REPO, env=env, capture_output=True,
-                       timeout=120)
+        subprocess.run([sys.executable, str(REPO / "infra/compose/stack.py"), "down", "--state", str(stack.state),
+                        "--env-file", str(stack.env_file)], env=stack.process_env, capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def services(team_stack, tmp_path_factory):
+    """The environment scripts/services.sh and its callers use the team stack's servers with: their URLs and
+    credentials, a state folder for the workers a test starts itself, the servers kept up (GPT1_KEEP_SERVERS)."""
+    return team_stack.services_env(tmp_path_factory.mktemp("services"))
 
 
 def fresh_shell_env() -> dict[str, str]:
@@ -108,8 +103,6 @@ def fresh_shell_env() -> dict[str, str]:
     test or the `make test` around it set (GPT1_*, PREFECT_*, MLFLOW_*, DS_ACCELERATOR, VIRTUAL_ENV, PYTHONPATH,
     make's MAKELEVEL and flags, a venv's bin on PATH). What the machine itself sets (proxies, CA certificates, pip's
     configuration) stays."""
-    import sys
-
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPT1_", "PREFECT_", "MLFLOW_", "PYTEST_"))
            and k not in ("DS_ACCELERATOR", "VIRTUAL_ENV", "PYTHONPATH", "MAKELEVEL", "MAKEFLAGS", "MFLAGS",
                          "MAKEOVERRIDES")}
@@ -123,13 +116,7 @@ def fresh_demo(tmp_path_factory):
     """`make demo` as a newcomer runs it: in a fresh clone of this repository's committed HEAD (its own .venv and
     .demo/), from a fresh shell (`fresh_shell_env`; free ports, so a demo already running on this machine is left
     alone). Yields (the finished `make demo`, the clone, its environment); `make down` at the end."""
-    import socket
-    import subprocess
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
+    from gpt1.runtime.processes import free_port
 
     clone = tmp_path_factory.mktemp("fresh") / "gpt1-pipeline"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)

@@ -179,7 +179,8 @@ class Service:
         in-image paths of mounted volumes -> their folders, Compose's `$$` -> `$`."""
         for other in self.stack.services.values():
             if other.container_port is not None:
-                text = text.replace(f"{other.name}:{other.container_port}", f"{HOST}:{other.port}")
+                address = rf"(?<![\w.-]){re.escape(other.name)}:{other.container_port}\b"
+                text = re.sub(address, f"{HOST}:{other.port}", text)
         if self.container_port is not None:
             text = re.sub(
                 rf"\b(127\.0\.0\.1|localhost):{self.container_port}\b", rf"\1:{self.port}", text
@@ -741,6 +742,9 @@ class Stack:
             f"# source {path}   (written by infra/compose/stack.py up; holds the stack's credentials)"
         ]
         lines += [f"export {k}={shlex.quote(v)}" for k, v in self.client_env().items()]
+        # scripts/services.sh (make rehearse, make watch) finds the servers by these ports
+        ports = {"GPT1_PREFECT_PORT": "prefect-server", "GPT1_MLFLOW_PORT": "mlflow"}
+        lines += [f"export {key}={self.services[name].port}" for key, name in ports.items()]
         lines += [
             f"export GPT1_STACK_STATE={shlex.quote(str(self.state))}",
             f"export PATH={shlex.quote(str(Path(sys.prefix) / 'bin'))}:$PATH",
@@ -759,7 +763,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--state", type=Path, default=Path(os.environ.get("GPT1_STACK_STATE", REPO / ".stack"))
     )
-    parser.add_argument("--env-file", type=Path, default=COMPOSE_DIR / ".env")
+    parser.add_argument(
+        "--env-file",
+        type=Path,
+        default=Path(os.environ.get("GPT1_STACK_ENV_FILE", COMPOSE_DIR / ".env")),
+    )
     args = parser.parse_args(argv)
     try:
         if args.action == "up" and not args.env_file.exists():

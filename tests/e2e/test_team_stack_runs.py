@@ -1,0 +1,258 @@
+"""Runs the team stack has to carry without a human (tests/conftest.py `team_stack`), at a tiny size on a pool and
+worker of their own:
+
+- Schedules: a deployment with `full`'s concurrency limit and schedule (pipelines.yaml), firing every 30 s, turned
+  on with the documented command (scripts/schedule.py), is run by the server's scheduler and the worker alone.
+  Firings never overlap (one that comes while a run runs is cancelled), the second fired run reuses every stage
+  (its stage records all older than it), and after a task file changes the next firing redoes only that task's
+  fine-tune and the report.
+- Faults, each during a run: PostgreSQL stopped and started again, the MLflow server killed while an artifact
+  uploads, the S3 server down, the Prefect server restarted. Each run goes on and completes, and what it logged
+  to MLflow (runs, params, metrics, artifacts and models in the bucket) is what a clean run of the same settings
+  logged: docs/failure-behaviour.md, "The team stack".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+POOL = "stack-runs"
+INTERVAL = 30  # seconds between two firings: shorter than a first run, longer than a cached one
+TASKS = ("sst2", "cola")
+
+
+def tiny_overrides(data: Path) -> list[str]:
+    """The smoke recipe at a size where a run takes a minute or two on two cores, on a task folder of our own."""
+    return ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.n_ctx=32",
+            "train_tokenizer.merges=200", "pretrain.max_steps=40", "pretrain.global_batch_size=4",
+            "pretrain.eval_every=20", "pretrain.probe_every=40", "pretrain.probe_max_examples=4",
+            "pretrain.save_every=20", f"finetune.tasks=[{','.join(TASKS)}]", "finetune.max_train_examples=32",
+            "finetune.max_eval_examples=16", "finetune.epochs=1", "orchestration.ablations=[]",
+            f"finetune.data={data}"]
+
+
+def deployments(root: Path, data: Path) -> Path:
+    """`stack-schedule` (full's concurrency limit and schedule, every INTERVAL s, shipped off) and `stack-faults`,
+    both the tiny recipe on POOL."""
+    spec = yaml.safe_load((REPO / "pipelines.yaml").read_text())
+    [full] = [d for d in spec["deployments"] if d["name"] == "full"]
+    common = {"entrypoint": full["entrypoint"], "work_pool": {"name": POOL, "work_queue_name": "default"},
+              "pull": []}
+    schedule = {**common, "name": "stack-schedule", "concurrency_limit": full["concurrency_limit"],
+                "schedules": [{"interval": INTERVAL, "active": False}],
+                "parameters": {"preset": "smoke", "overrides": tiny_overrides(data),
+                               "work_dir": str(root / "scheduled")}}
+    faults = {**common, "name": "stack-faults", "parameters": {"preset": "smoke", "overrides": tiny_overrides(data)}}
+    path = root / "prefect.yaml"
+    path.write_text(yaml.safe_dump({"name": "stack-runs", "prefect-version": "3.8.8",
+                                    "deployments": [schedule, faults]}))
+    return path
+
+
+def shell(env: dict, commands: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    script = f"source {REPO / 'scripts' / 'services.sh'} && export PATH=$BIN:$PATH && {commands}"
+    return subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def stand(team_stack, services, sample_tasks, tmp_path_factory):
+    """A task folder of our own (a copy of the sample tasks), both deployments, and a worker for POOL with the
+    production flush timeout (the tests' 3 s would spool what a short outage delays)."""
+    root = tmp_path_factory.mktemp("stack-runs")
+    data = root / "tasks"
+    shutil.copytree(sample_tasks, data)
+    env = {**services, "GPT1_MLFLOW_FLUSH_TIMEOUT": "120", "GPT1_MLFLOW_SPOOL_DIR": str(root / "spool")}
+    up = shell(env, f"worker_up {POOL} stack-runs-worker && prefect --no-prompt deploy --prefect-file "
+                    f"{deployments(root, data)} -n stack-schedule -n stack-faults", timeout=600)
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    try:
+        yield env, root, data
+    finally:
+        schedule(env, "off")
+        shell(env, "worker_down stack-runs-worker", timeout=180)
+
+
+# -- schedules --------------------------------------------------------------------------------------------------------
+def test_a_schedule_fires_without_a_human_and_the_next_firing_reuses_everything(stand, team_stack):
+    env, root, data = stand
+    said = schedule(env, "on")
+    assert f"every {INTERVAL} s on" in said, said
+    api = team_stack.prefect
+    completed = wait_for_runs(api, "gpt1/stack-schedule", completed=2, timeout=1200)
+    schedule(env, "off")
+    runs = settle(api, "gpt1/stack-schedule")
+    assert [r for r in runs if r["state_type"] in ("FAILED", "CRASHED")] == [], runs
+    ran = sorted((r for r in runs if r["run_count"]), key=lambda r: r["start_time"])
+    for earlier, later in zip(ran, ran[1:]):  # never two at once on the same folders
+        assert when(earlier["end_time"]) <= when(later["start_time"]), (earlier["name"], later["name"])
+    assert any(r["state_type"] == "CANCELLED" and not r["run_count"] for r in runs), \
+        [(r["name"], r["state_name"]) for r in runs]  # a firing during the first run was dropped
+    first, second = completed[0], completed[1]
+    assert first["auto_scheduled"] and second["auto_scheduled"]
+    records = stage_records(root / "scheduled")
+    assert {r["stage"] for r in records.values()} >= {"ingest", "train-tokenizer", "tokenize", "pretrain",
+                                                      "finetune", "report"}
+    made_by_second = [f for f, r in records.items() if r["finished"] >= when(second["start_time"])]
+    assert made_by_second == [], made_by_second
+
+    # a task file changes between firings: only its fine-tune and the report are redone
+    train = next((data / "SST-2").glob("train.tsv"))
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join([*lines, lines[-1]]) + "\n")
+    before = stage_records(root / "scheduled")
+    schedule(env, "on")
+    third = wait_for_runs(api, "gpt1/stack-schedule", completed=3, timeout=900)[2]
+    schedule(env, "off")
+    settle(api, "gpt1/stack-schedule")
+    after = stage_records(root / "scheduled")
+    redone = {(r["stage"], r.get("task")) for f, r in after.items()
+              if r["finished"] >= when(third["start_time"])}
+    assert redone == {("finetune", "sst2"), ("report", None)}, redone
+    kept = {f: r for f, r in before.items() if (r["stage"], r.get("task")) not in redone}
+    assert {f: after.get(f) for f in kept} == kept
+
+
+# -- faults -----------------------------------------------------------------------------------------------------------
+def test_each_fault_of_the_stack_leaves_the_run_going_and_nothing_lost(stand, team_stack):
+    """One clean run, then one run per fault, each in a fresh work dir; each completes and logs what the clean
+    run logged."""
+    env, root, _ = stand
+    api = team_stack.prefect
+    clean = api.wait_for_end(start_run(team_stack, root / "clean")["id"])
+    assert clean["state_type"] == "COMPLETED", clean["state"]
+    reference = mlflow_record(team_stack, clean["id"])
+
+    def stop_postgres(flow_run: dict) -> None:
+        api.wait_for_task(flow_run["id"], "pretrain")
+        team_stack.run("stop", "postgres")
+        time.sleep(15)
+        team_stack.run("start", "postgres")
+
+    def kill_mlflow_while_uploading(flow_run: dict) -> None:
+        log = team_stack.state / "logs" / "mlflow.log"
+        seen = log.read_text().count("mlflow-artifacts/artifacts")
+        deadline = time.monotonic() + 600
+        while log.read_text().count("mlflow-artifacts/artifacts") == seen and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(int((team_stack.state / "pids" / "mlflow.pid").read_text()), signal.SIGKILL)
+        time.sleep(5)
+        team_stack.run("start", "mlflow")
+
+    def s3_down(flow_run: dict) -> None:
+        api.wait_for_task(flow_run["id"], "pretrain")
+        team_stack.run("stop", "minio")
+        api.wait_for_task(flow_run["id"], f"finetune-full-{TASKS[0]}")  # the model's upload met the outage
+        time.sleep(10)
+        team_stack.run("start", "minio")
+
+    def restart_prefect(flow_run: dict) -> None:
+        api.wait_for_task(flow_run["id"], "pretrain")
+        team_stack.run("stop", "prefect-server")
+        time.sleep(5)
+        team_stack.run("start", "prefect-server")
+
+    faults = {"postgres stopped and started": stop_postgres, "mlflow killed during an upload":
+              kill_mlflow_while_uploading, "s3 down": s3_down, "prefect server restarted": restart_prefect}
+    outcomes, records = {}, {}
+    for name, inject in faults.items():
+        flow_run = start_run(team_stack, root / name.replace(" ", "-"))
+        inject(flow_run)
+        finished = api.wait_for_end(flow_run["id"])
+        outcomes[name] = finished["state_type"]
+        records[name] = mlflow_record(team_stack, finished["id"])
+    assert outcomes == dict.fromkeys(faults, "COMPLETED"), outcomes
+    assert {name: differences(record, reference) for name, record in records.items()} \
+        == dict.fromkeys(faults, {})
+
+
+# -- helpers ----------------------------------------------------------------------------------------------------------
+def schedule(env: dict, switch: str) -> str:
+    done = subprocess.run([sys.executable, "scripts/schedule.py", "gpt1/stack-schedule", switch], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def when(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def wait_for_runs(api, deployment: str, completed: int, timeout: float) -> list[dict]:
+    """The first `completed` completed flow runs of `deployment`, oldest first, once there are that many."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = [r for r in api.flow_runs(deployment) if r["state_type"] == "COMPLETED"]
+        if len(done) >= completed:
+            return sorted(done, key=lambda r: r["start_time"])[:completed]
+        time.sleep(3)
+    raise AssertionError(f"fewer than {completed} completed runs of {deployment}: {api.flow_runs(deployment)}")
+
+
+def settle(api, deployment: str, timeout: float = 600) -> list[dict]:
+    """Every flow run of `deployment` once none is pending or running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = api.flow_runs(deployment)
+        if not [r for r in runs if r["state_type"] in ("PENDING", "RUNNING")]:
+            return runs
+        time.sleep(3)
+    raise AssertionError(f"runs of {deployment} still going: {runs}")
+
+
+def start_run(team_stack, work: Path) -> dict:
+    return team_stack.prefect.run_deployment("gpt1/stack-faults", {"work_dir": str(work)})
+
+
+def stage_records(work: Path) -> dict[str, dict]:
+    """{stage folder: its .done record} of every finished stage output under `work`."""
+    return {str(marker.parent.relative_to(work)): json.loads(marker.read_text()) for marker in work.rglob(".done")}
+
+
+def mlflow_record(team_stack, flow_run_id: str) -> dict[str, dict]:
+    """What one flow run logged, by MLflow run name (parent, stages, fine-tunes): its params, each metric's number
+    of values (MLflow's own system/ metrics, sampled by the clock, left out), and the paths of its artifacts and
+    logged models' files in the bucket."""
+    [[parent]] = team_stack.psql("mlflow", "select run_uuid from tags where key = 'prefect.flow_run_id' and "
+                                           f"value = '{flow_run_id}'")
+    runs = team_stack.psql("mlflow", "select r.run_uuid, r.name, r.experiment_id from runs r join tags t on "
+                                     f"t.run_uuid = r.run_uuid and t.key = 'mlflow.parentRunId' and t.value = '{parent}'"
+                                     f" union select run_uuid, 'parent', experiment_id from runs where run_uuid = '{parent}'")
+    objects = team_stack.bucket()
+    record = {}
+    for run_id, name, experiment in runs:
+        metrics = dict(team_stack.psql("mlflow", f"select key, count(*) from metrics where run_uuid = '{run_id}' "
+                                                 "and key not like 'system/%' group by key"))
+        params = [k for [k] in team_stack.psql("mlflow", f"select key from params where run_uuid = '{run_id}'")]
+        prefixes = [f"{experiment}/{run_id}/artifacts/"]
+        prefixes += [f"{experiment}/models/{m}/artifacts/" for [m] in team_stack.psql(
+            "mlflow", f"select model_id from logged_models where source_run_id = '{run_id}'")]
+        files = sorted(key.split("/artifacts/", 1)[1] for key in objects if key.startswith(tuple(prefixes)))
+        record[name] = {"metrics": metrics, "params": sorted(params), "files": files}
+    return record
+
+
+def differences(record: dict, reference: dict) -> dict:
+    """Where a run's record differs from the reference's: {run name: what differs}."""
+    found = {}
+    for name in sorted(set(record) | set(reference)):
+        mine, theirs = record.get(name), reference.get(name)
+        if mine != theirs:
+            found[name] = {k: (mine or {}).get(k) for k in ("metrics", "params", "files")
+                           if (mine or {}).get(k) != (theirs or {}).get(k)}
+    return found
