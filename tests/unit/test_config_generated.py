@@ -268,6 +268,13 @@ def _section_takes(key: str, value: Any) -> bool:
     return True
 
 
+# A tracking store MLflow can use: a server or an SQLite file (gpt1.config.tracking_uri_problem refuses the rest).
+TRACKING_URIS = st.one_of(
+    st.builds("http://{}:{}".format, st.sampled_from(["127.0.0.1", "mlflow.internal"]), st.integers(1, 65535)),
+    st.text("abcdefgh-_", min_size=1, max_size=12).map("sqlite:///{}.db".format),
+)
+
+
 def valid(key: str, info: FieldInfo, kinds: set[Any]) -> st.SearchStrategy:
     """Values the field's declared type, bounds and its section's rules take, near the preset's own."""
     base, bounds = canonical(key), _bounds(info)
@@ -291,7 +298,7 @@ def valid(key: str, info: FieldInfo, kinds: set[Any]) -> st.SearchStrategy:
             )
         )
     if str in kinds and not literals:
-        options.append(st.text("abcdefgh-_/", min_size=1, max_size=20))
+        options.append(TRACKING_URIS if key.endswith("_uri") else st.text("abcdefgh-_/", min_size=1, max_size=20))
     if list in kinds:
         items = list(base) if isinstance(base, list) else []
         options.append(st.lists(st.sampled_from(items), unique=True) if items else st.just([]))
