@@ -9,6 +9,7 @@ in its refusal."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -177,9 +178,16 @@ def test_a_redacted_uri_without_its_credentials_in_the_environment_is_refused_by
     assert os.environ["MLFLOW_TRACKING_URI"] == "http://mlflow.internal:5000"
 
 
-def test_a_spool_without_credentials_replays_with_the_environment_s(tmp_path, monkeypatch, capsys):
-    from gpt1 import cli
+def replay_spool(*argv: str) -> int:
+    """`gpt1 replay-spool ARGV` in this process, through the one error path every command has."""
+    from gpt1.pipeline import replay
 
+    parser = argparse.ArgumentParser(prog="gpt1 replay-spool")
+    replay.add_cli_args(parser)
+    return exit_code(lambda: replay.run_cli(parser.parse_args(argv)), prefix="gpt1 replay-spool")
+
+
+def test_a_spool_without_credentials_replays_with_the_environment_s(tmp_path, monkeypatch, capsys):
     full = f"http://alice:{SECRET}@{DOWN}"
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     gone = logger.RunLogger("gone", uri=full, spool_dir=tmp_path / "spool", flush_timeout=0)
@@ -187,9 +195,9 @@ def test_a_spool_without_credentials_replays_with_the_environment_s(tmp_path, mo
     gone.end()
     [spooled] = (tmp_path / "spool").glob("mlflow-undelivered-*.json")
     assert SECRET not in spooled.read_text()
-    assert cli.main(["replay-spool", str(tmp_path / "spool"), "--timeout", "0"]) == 2
+    assert replay_spool(str(tmp_path / "spool"), "--timeout", "0") == 2
     assert "set MLFLOW_TRACKING_URI to the full URI" in capsys.readouterr().err
     monkeypatch.setenv("MLFLOW_TRACKING_URI", full)  # the secret where it lives: the environment
-    assert cli.main(["replay-spool", str(tmp_path / "spool"), "--timeout", "0"]) == 2  # sent there: still down
+    assert replay_spool(str(tmp_path / "spool"), "--timeout", "0") == 2  # sent there: still down
     err = capsys.readouterr().err
     assert "not delivered" in err and SECRET not in err
