@@ -80,7 +80,7 @@ def run_flow(preset: str, overrides: list[str], work: Path) -> float:
 def stage_seconds(work: Path) -> dict[str, float]:
     """Seconds each finished stage took, from its `.done` marker (fine-tunes summed)."""
     out: dict[str, float] = {}
-    for marker in sorted(work.glob("*/*/.done")) + sorted(work.glob("finetune/*/*/.done")):
+    for marker in sorted(work.glob("*/*/.done")) + sorted(work.glob("finetune/*/*/*/.done")):
         info = read_json(marker)
         name = "finetune (sum of tasks)" if info.get("stage") == "finetune" else info.get("stage", marker.parent.name)
         out[name] = out.get(name, 0.0) + float(info.get("seconds", 0.0))
@@ -89,7 +89,7 @@ def stage_seconds(work: Path) -> dict[str, float]:
 
 def spans(work: Path, stage: str) -> list[tuple[float, float]]:
     """(start, end) epoch seconds of every finished directory of `stage`, from the `.done` markers."""
-    markers = work.glob("finetune/*/*/.done") if stage == "finetune" else work.glob(f"{stage}/*/.done")
+    markers = work.glob("finetune/*/*/*/.done") if stage == "finetune" else work.glob(f"{stage}/*/.done")
     return [(i["finished"] - i["seconds"], i["finished"]) for i in map(read_json, markers) if i.get("stage") == stage]
 
 

@@ -125,7 +125,7 @@ def flaky_copy(state: Path, work: Path) -> tuple[Path, bytes]:
 
 def repair_after_first_failure(work: Path, train: Path, good: bytes, stop: threading.Event, record: dict) -> None:
     while not stop.is_set():
-        failed = list(work.glob(f"finetune/*/{FLAKY_TASK}/error.json"))
+        failed = list(work.glob(f"finetune/*/{FLAKY_TASK}/*/error.json"))  # <variant>/<task>/<data>
         if failed:
             train.write_bytes(good)
             record["repaired_after"] = str(failed[0])

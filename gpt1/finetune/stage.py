@@ -2,10 +2,10 @@
 
     gpt1 finetune --task NAME --data PATH --checkpoint DIR --out DIR [--preset P] [--set k=v ...]
 
-The key hashes the starting weights, the tokenizer, the task, its data and the fine-tune settings (not the task
-list nor where the data root is: adding a task or moving a folder re-runs nothing else). A fine-tune cannot resume,
-so an unfinished output of the same key is cleared and run again; metrics.json is written last, and the report
-trusts only finished outputs.
+The key hashes the starting weights, the tokenizer, the task, its data (by content) and the fine-tune settings off
+their default (not the task list, nor where any task's data is: adding a task, giving another task other data or
+adding a setting at its default re-runs nothing else). A fine-tune cannot resume, so an unfinished output of the
+same key is cleared and run again; metrics.json is written last, and the report trusts only finished outputs.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from gpt1.stages.base import (
     add_config_args,
     add_output_args,
     data_key,
+    keyed_settings,
     run_from_args,
 )
 from gpt1.stages.outputs import is_done, mark_done, read_marker
@@ -42,9 +43,10 @@ from gpt1.tasks import TASKS
 from gpt1.tokenizer import bpe
 from gpt1.tracking import runs
 
-# FinetuneConfig fields that are not a fine-tune's settings: which tasks and data a run has, how many seeds it fans
-# out (each fine-tune has its own `seed`): outside every fine-tune's key.
-NOT_FINETUNE_SETTINGS = {"tasks", "data", "task_data", "seeds"}
+# FinetuneConfig fields that are not a fine-tune's settings: which tasks and data a run has and whether it skips a
+# task whose files are missing, how many seeds it fans out (each fine-tune has its own `seed`): outside every
+# fine-tune's key (a task's data is in it by content).
+NOT_FINETUNE_SETTINGS = {"tasks", "data", "task_data", "missing_data", "seeds"}
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ class Job(StageJob):
         return {
             "start": self.checkpoint.key,
             "tokenizer": self.tokenizer.key if self.tokenizer else None,
-            "finetune": self.cfg.finetune.model_dump(exclude=NOT_FINETUNE_SETTINGS - {"task_data"}),
+            "finetune": keyed_settings(self.cfg.finetune, exclude=NOT_FINETUNE_SETTINGS),
             "task": self.task,
             "data": self.data_key,
         }

@@ -51,7 +51,15 @@ from gpt1.pretrain.worker import WORKER
 from gpt1.redact import redact
 from gpt1.runtime import processes
 from gpt1.stages import outputs
-from gpt1.stages.base import Ref, Result, StageJob, add_config_args, add_output_args, run_from_args
+from gpt1.stages.base import (
+    Ref,
+    Result,
+    StageJob,
+    add_config_args,
+    add_output_args,
+    keyed_settings,
+    run_from_args,
+)
 from gpt1.tracking.logger import tracking_uri
 from gpt1.tracking.runs import stage_tags
 
@@ -108,10 +116,9 @@ class Job(StageJob):
         return {
             "shards": self.shards.key,
             "tokenizer": self.tokenizer.key if self.tokenizer else None,
-            "model": self.cfg.model.model_dump(
-                exclude={"vocab_size"}
-            ),  # the vocabulary is the tokenizer's
-            "pretrain": self.cfg.pretrain.model_dump(exclude=RUN_SETTINGS),
+            # the vocabulary is the tokenizer's
+            "model": keyed_settings(self.cfg.model, exclude={"vocab_size"}),
+            "pretrain": keyed_settings(self.cfg.pretrain, exclude=RUN_SETTINGS),
         }
 
     # -- before any compute ------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ A variant is the full run (`full`), an ablation of it (`no_pretrain`, `no_aux_lm
 Table 5 and Fig. 2 left), or a curve point (`step_N`: the headline tasks fine-tuned from the model at update N of
 pre-training, `pretrain.curve_steps`); each is fine-tuned once per seed of `finetune.seeds`, the first seed under
 the variant's own name and the others as `<variant>_seed<S>`. Fine-tunes of a variant share
-`WORK/finetune/<variant key>/<task>`. The recipe (gpt1.recipe.recipe) wires the jobs; this module answers what
-they are.
+`WORK/finetune/<variant key>`, each in `<task>/<data key>`. The recipe (gpt1.recipe.recipe) wires the jobs; this
+module answers what they are.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from gpt1.model.transformer import TRAINING_NAME
 from gpt1.pipeline.plan import Plan
 from gpt1.pretrain.inputs import CURVE, FINAL, curve_point
 from gpt1.report import stage as report
-from gpt1.stages.base import Ref, data_key
+from gpt1.stages.base import Ref, data_key, keyed_settings
 
 # the paper's Table 5 and Fig. 2 (left)
 VARIANTS = (
@@ -120,6 +120,7 @@ class Experiment(Plan):
         self.tokenizer_out: Ref | None = None  # the tokenizer this run trains
         self.shards: Ref | None = None  # the tokenized corpus
         self.model: Ref | None = None  # this run's pre-training
+        self._task_data: dict[str, tuple[str, str]] = {}  # each task's files and key, hashed once
 
     # -- the variants -----------------------------------------------------------------------------------------------
     @property
@@ -165,7 +166,7 @@ class Experiment(Plan):
             assert self.tokenizer is not None
             key = stable_hash(
                 {
-                    "random_init": self.cfg.model.model_dump(exclude={"vocab_size"}),
+                    "random_init": keyed_settings(self.cfg.model, exclude={"vocab_size"}),
                     "tokenizer": self.tokenizer.key,
                 }
             )
@@ -210,27 +211,19 @@ class Experiment(Plan):
 
     # -- folders ----------------------------------------------------------------------------------------------------
     def variant_dir(self, variant: str) -> Path:
-        settings = self.finetune_config(variant).model_dump(exclude=NOT_FINETUNE_SETTINGS)
+        """`WORK/finetune/<variant key>`: keyed by what every task of the variant reads alike (its start, its
+        fine-tune settings, the tokenizer), not by the tasks there are: adding one moves no other."""
+        settings = keyed_settings(self.finetune_config(variant), exclude=NOT_FINETUNE_SETTINGS)
         tokenizer_key = self.tokenizer.key if self.tokenizer else None
-        # Where each task's data is read from is in the key: another data folder gets another folder, never one
-        # holding a result of other inputs. (Its content is in each task's own stage key: files edited in place
-        # are refused there, by name, rather than silently mixing results across a running flow's tasks.)
-        data = {task: self.task_source(task) for task in self.tasks}
-        return (
-            self.work
-            / "finetune"
-            / stable_hash(
-                {
-                    "start": self.start(variant).key,
-                    "finetune": settings,
-                    "tokenizer": tokenizer_key,
-                    "data": data,
-                }
-            )
+        key = stable_hash(
+            {"start": self.start(variant).key, "finetune": settings, "tokenizer": tokenizer_key}
         )
+        return self.work / "finetune" / key
 
     def task_dir(self, task: str, variant: str = "full") -> Path:
-        return self.variant_dir(variant) / task
+        """`<variant folder>/<task>/<data key>`: the task's own data names its folder, so other data (another
+        folder, files edited, a new hub pin) gets another folder and never meets a result of the old."""
+        return self.variant_dir(variant) / task / self.task_data(task)[1]
 
     def report_job(self) -> report.Job:
         """The report of every variant's fine-tunes (failed ones as failed, skipped tasks as not run)."""
@@ -240,6 +233,14 @@ class Experiment(Plan):
             tuple(sorted(self.missing_data().items())),
             self.cfg.report.headline(),
             tracking_uri=self.cfg.tracking.tracking_uri,
+            # this run's folders only: a variant folder also holds the tasks' results on other data
+            tasks=tuple(
+                tuple(
+                    self.task_dir(t, v).relative_to(self.variant_dir(v)).as_posix()
+                    for t in self.variant_tasks(v)
+                )
+                for v in self.variants
+            ),
         )
 
     def report_dir(self) -> Path:
@@ -269,12 +270,16 @@ class Experiment(Plan):
 
     def task_data(self, task: str) -> tuple[str, str]:
         """(where a task's files are, their content key)."""
-        where = self.task_source(task)
-        if self.reads_samples(task):
-            assert self.samples is not None  # as in task_source
-            # not written yet
-            return where, self.samples.inside(f"tasks/{tasks.get(task).folder}").key
-        return where, data_key(where)
+        if task not in self._task_data:
+            where = self.task_source(task)
+            if self.reads_samples(task):
+                assert self.samples is not None  # as in task_source
+                # not written yet
+                key = self.samples.inside(f"tasks/{tasks.get(task).folder}").key
+            else:
+                key = data_key(where)
+            self._task_data[task] = (where, key)
+        return self._task_data[task]
 
     def missing_data(self) -> dict[str, str]:
         """Tasks left out because their files are not there (`finetune.missing_data=skip`), and why."""

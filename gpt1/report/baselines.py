@@ -1,7 +1,7 @@
 """Non-neural baselines: what a linear model on the surface of the text scores on the rows a fine-tune was trained
 and scored on, the bar a fine-tuned score is read against.
 
-    rows = Rows.of(read_json("WORK/finetune/<key>/sst2/metrics.json"))
+    rows = Rows.of(read_json("WORK/finetune/<key>/sst2/<data key>/metrics.json"))
     outcome = score(rows)          # {"method": ..., "metrics": {"accuracy": ..., "primary": ...}, "train_rows": ...}
 
     python -m gpt1.report.baselines --data DIR --tasks cola sst2 [--max-train-examples N]   # a table, no fine-tune

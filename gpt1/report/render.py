@@ -164,19 +164,22 @@ def is_task_dir(path: Path) -> bool:
     return (path / METRICS_FILE).is_file() or (path / ERROR_FILE).is_file()
 
 
-def task_dirs(root: Path) -> list[Path]:
-    """`root` itself when it is a task folder, else the task folders one or two levels below it."""
+def task_dirs(root: Path, only: Sequence[str] | None = None) -> list[Path]:
+    """`root` itself when it is a task folder, else the task folders one or two levels below it; with `only`, those
+    of its folders (relative paths) that hold a result."""
+    if only is not None:
+        return [root / name for name in only if is_task_dir(root / name)]
     if is_task_dir(root):
         return [root]
     found = [p for p in sorted(root.glob("*")) if p.is_dir() and is_task_dir(p)]
     return found or [p for p in sorted(root.glob("*/*")) if p.is_dir() and is_task_dir(p)]
 
 
-def read_run(root: str | os.PathLike, label: str) -> Run:
+def read_run(root: str | os.PathLike, label: str, only: Sequence[str] | None = None) -> Run:
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"results folder {root} does not exist")
-    dirs = task_dirs(root)
+    dirs = task_dirs(root, only)
     if not dirs:
         raise FileNotFoundError(
             f"{root}: no task results ({METRICS_FILE} or {ERROR_FILE}) in it or its sub-folders"
@@ -206,7 +209,12 @@ def read_run(root: str | os.PathLike, label: str) -> Run:
     return run
 
 
-def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -> list[Run]:
+def read_runs(
+    paths: list[str | os.PathLike],
+    labels: list[str] | None = None,
+    tasks: Sequence[Sequence[str]] | None = None,
+) -> list[Run]:
+    """Each results folder as a run; `tasks`: per folder, the task folders to read (default: all there are)."""
     if labels and len(labels) != len(paths):
         raise ValueError(f"--labels: {len(labels)} labels for {len(paths)} results folders")
     runs, seen = [], set()
@@ -218,7 +226,7 @@ def read_runs(paths: list[str | os.PathLike], labels: list[str] | None = None) -
         ):  # the same folder name twice (e.g. two `.../full`): keep both, distinguishable
             label += "'"
         seen.add(label)
-        runs.append(read_run(path, label))
+        runs.append(read_run(path, label, tasks[i] if tasks else None))
     return runs
 
 
@@ -676,11 +684,13 @@ def build_report(
     *,
     not_run: dict[str, str] | None = None,
     headline: tuple[tuple[str, str], ...] | None = None,
+    tasks: Sequence[Sequence[str]] | None = None,
 ) -> dict[str, Path]:
     """Write results.md, results.png and results.json to `out_dir`; returns their paths.
     `not_run`: tasks left out on purpose (e.g. no files found) and why, listed apart from failures.
-    `headline`: the (task, metric) pairs whose mean difference is the comparison's headline (None: every task)."""
-    runs = read_runs(list(results), labels)
+    `headline`: the (task, metric) pairs whose mean difference is the comparison's headline (None: every task).
+    `tasks`: per results folder, the task folders to read (None: every one found)."""
+    runs = read_runs(list(results), labels, tasks)
     score_baselines(runs)
     comparisons = comparison.compare(runs, headline)
     # the curve shows the rest

@@ -25,18 +25,19 @@ from gpt1.stages.base import Result, StageJob, add_output_args, run_from_args
 from gpt1.stages.outputs import ERROR, read_marker
 
 
-def results_key(path: Path) -> str | None:
-    """A results folder keyed by its task outputs' markers (or errors), not by hashing their models' bytes;
-    None while the folder does not exist (a variant none of whose tasks has started)."""
+def results_key(path: Path, only: tuple[str, ...] | None = None) -> str | None:
+    """A results folder (`only`: those of its task folders) keyed by its task outputs' markers (or errors), not by
+    hashing their models' bytes; None while the folder does not exist (a variant none of whose tasks has
+    started)."""
     if not path.is_dir():
         return None
     state = []
-    for task_dir in task_dirs(path):
+    for task_dir in task_dirs(path, only):
         marker = read_marker(task_dir)
         error = task_dir / ERROR
         state.append(
             (
-                task_dir.name,
+                task_dir.relative_to(path).as_posix(),
                 marker.get("key") if marker else None,
                 error.stat().st_mtime if error.is_file() else None,
             )
@@ -63,10 +64,13 @@ class Job(StageJob):
     )
     parent_run_id: str | None = None
     tracking_uri: str | None = None
+    # per results folder, the task folders it reads (relative); None: every one it holds
+    tasks: tuple[tuple[str, ...], ...] | None = None
 
     def identity(self) -> dict:
+        only = self.tasks or [None] * len(self.results)
         return {
-            "results": [results_key(path) for path in self.results],
+            "results": [results_key(path, names) for path, names in zip(self.results, only)],
             "labels": self.labels,
             "not_run": self.not_run,
             "headline": self.headline,
@@ -90,6 +94,7 @@ class Job(StageJob):
             [self.labels[i] for i in ran] if self.labels else None,
             not_run=dict(self.not_run),
             headline=self.headline,
+            tasks=[self.tasks[i] for i in ran] if self.tasks else None,
         )
         if self.parent_run_id:
             log_to_run(out, self.parent_run_id, self.tracking_uri)

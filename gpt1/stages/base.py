@@ -28,9 +28,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
+
+from pydantic import BaseModel
 
 from gpt1.io import sha256_file, sha256_tree, stable_hash
 from gpt1.stages import integrity, outputs
@@ -56,6 +59,13 @@ class Ref:
 
     def __str__(self) -> str:
         return str(self.path)
+
+
+def keyed_settings(section: BaseModel, exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """A config section's settings as a key holds them: the ones the job reads (all but `exclude`), each only while
+    it is not at its default, so that a setting added later, at its default, changes no key and reuses every output
+    made before it existed. (A changed default is a change of the code, like any other: it keeps keys.)"""
+    return section.model_dump(exclude=set(exclude), exclude_defaults=True)
 
 
 def data_key(data: str) -> str:

@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 from gpt1.config import IngestConfig
 from gpt1.data.ingest import ingest
 from gpt1.io import positive_int, stable_hash
-from gpt1.stages.base import Ref, StageJob, add_output_args, data_key, input_key, run_from_args
+from gpt1.stages.base import (
+    Ref,
+    StageJob,
+    add_output_args,
+    data_key,
+    input_key,
+    keyed_settings,
+    run_from_args,
+)
 from gpt1.stages.outputs import read_marker
 from gpt1.tasks import TASKS
 from gpt1.tasks import get as get_task
@@ -73,28 +81,15 @@ class Job(StageJob):
         return cls(source, key, cfg, tuple(tasks) if cfg.task_text or cfg.leak_check else ())
 
     def identity(self) -> dict:
-        d = self.cfg
+        # the source by its content (source_key), not by where it is
         identity = {
             "source": self.source_key,
             "format": ingest.FORMAT_VERSION,
-            "text_column": d.text_column,
-            "val_fraction": d.val_fraction,
-            "split_seed": d.split_seed,
-            "min_doc_chars": d.min_doc_chars,
-            "rows_per_doc": d.rows_per_doc,
-            "unwrap_lines": d.unwrap_lines,
-            "max_documents": d.max_documents,
-            "max_chars": d.max_chars,
+            **keyed_settings(self.cfg, exclude={"source"}),
         }
-        # Only when used, so that a corpus built without them keeps its key.
-        if d.max_doc_chars is not None:
-            identity["max_doc_chars"] = d.max_doc_chars
-        if d.task_text or d.leak_check:
-            identity.update(
-                task_text=d.task_text,
-                leak_check=d.leak_check,
-                tasks=[(t.task, t.key) for t in self.tasks],
-            )
+        # the tasks' files, read only by these two settings
+        if self.cfg.task_text or self.cfg.leak_check:
+            identity["tasks"] = [(t.task, t.key) for t in self.tasks]
         return identity
 
     def input_paths(self) -> dict[str, str]:

@@ -19,7 +19,14 @@ from typing import Any, ClassVar
 from gpt1.config import SPECIAL_TOKENS, TrainTokenizerConfig
 from gpt1.data.ingest.corpus import STATS_FILE, iter_texts, split_files
 from gpt1.io import InputError, read_json, write_json
-from gpt1.stages.base import Ref, Result, StageJob, add_output_args, run_from_args
+from gpt1.stages.base import (
+    Ref,
+    Result,
+    StageJob,
+    add_output_args,
+    keyed_settings,
+    run_from_args,
+)
 from gpt1.tokenizer import bpe
 
 log = logging.getLogger(__name__)
@@ -35,7 +42,7 @@ class Job(StageJob):
     cfg: TrainTokenizerConfig
 
     def identity(self) -> dict:
-        return {"corpus": self.corpus.key, "tokenizer": self.cfg.model_dump()}
+        return {"corpus": self.corpus.key, "tokenizer": keyed_settings(self.cfg)}
 
     def check(self, out: Path) -> None:
         if not split_files(self.corpus.path, "train"):
