@@ -121,16 +121,7 @@ def from_hf_state_dict(
     hf_config means the released model's settings (HF's OpenAIGPTConfig defaults) for what shapes don't give.
     """
     hf_config = hf_config or {}
-    if (
-        hf_config.get("afn", "gelu") != "gelu"
-    ):  # HF maps "gelu" to the tanh approximation, as released
-        raise ValueError(
-            f"HF config afn={hf_config['afn']!r}: GPT-1 uses the tanh-approximation GELU ('gelu')"
-        )
-    if hf_config.get("tie_word_embeddings", True) is False:
-        raise ValueError(
-            "HF config has tie_word_embeddings=false: GPT-1's LM head is tied to the token embedding"
-        )
+    _check_architecture(hf_config)
     src = {k.removeprefix("transformer."): v for k, v in sd.items() if not _HF_BUFFERS.search(k)}
     head = src.pop("lm_head.weight", None)
     for name in ("tokens_embed.weight", "positions_embed.weight"):
@@ -220,6 +211,22 @@ def hf_config_dict(cfg: ModelConfig) -> dict:
     }
 
 
+def _check_architecture(hf_config: dict, path: Path | None = None) -> None:
+    """Refuse a config of another function than GPT-1's (`path`: the config.json it was read from)."""
+    if hf_config.get("afn", "gelu") != "gelu":  # HF's "gelu" is the tanh approximation, as released
+        raise InputError(
+            f"afn={hf_config['afn']!r}: GPT-1 uses the tanh-approximation GELU ('gelu')",
+            file=path,
+            field="afn",
+        )
+    if hf_config.get("tie_word_embeddings", True) is False:
+        raise InputError(
+            "tie_word_embeddings is false: GPT-1's LM head is tied to the token embedding",
+            file=path,
+            field="tie_word_embeddings",
+        )
+
+
 def hf_model_config(hf_config: dict, path: Path) -> ModelConfig:
     """The model a transformers config.json describes, read strictly: every setting present (none is assumed,
     so a config that lost `n_layer` is not read as 12 layers), each valid, named by its config.json name."""
@@ -230,6 +237,7 @@ def hf_model_config(hf_config: dict, path: Path) -> ModelConfig:
             file=path,
             field=missing[0],
         )
+    _check_architecture(hf_config, path)
     settings = {ours: hf_config[hf] for hf, ours in HF_SETTINGS.items()}
     try:
         cfg = ModelConfig.model_validate(settings)

@@ -92,6 +92,9 @@ def test_every_transformers_setting_is_required_and_none_assumed(tmp_path):
     assert load_hf_folder(hf_folder(tmp_path / "complete", model)).config == TINY
     for field in [*HF_SETTINGS, "afn"]:
         refused(load_hf_folder, hf_folder(tmp_path / field, model, **{field: None}), HF_CONFIG, field)
+    # present, but another function than GPT-1's
+    for field, value in (("afn", "relu"), ("tie_word_embeddings", False)):
+        refused(load_hf_folder, hf_folder(tmp_path / f"{field}-{value}", model, **{field: value}), HF_CONFIG, field)
 
 
 def test_each_transformers_size_is_compared_with_the_weights(tmp_path):
