@@ -29,6 +29,7 @@ from gpt1 import tasks
 from gpt1.config import PipelineConfig
 from gpt1.errors import one_line
 from gpt1.io import size_on_disk
+from gpt1.model.transformer import parameter_count
 from gpt1.pretrain.distributed import batch_layout
 from gpt1.recipe.experiment import Experiment, curve_step
 from gpt1.recipe.recipe import plan as plan_run
@@ -325,17 +326,11 @@ def check_work_dir(ctx: Context) -> None:
         )
 
 
-def n_parameters(cfg: PipelineConfig, vocab: int) -> int:
-    m = cfg.model
-    per_block = 4 * m.n_embd * m.n_embd + 2 * m.n_embd * m.d_ff + 9 * m.n_embd + m.d_ff
-    return vocab * m.n_embd + m.n_ctx * m.n_embd + m.n_layer * per_block
-
-
 def estimate_bytes(ctx: Context) -> tuple[int, list[str]]:
     """Bytes the run writes that are not there yet, and what they are (rough, generous)."""
     cfg, plan = ctx.cfg, ctx.plan
     vocab = cfg.train_tokenizer.merges + cfg.train_tokenizer.limit_alphabet * 2 + 4
-    params = n_parameters(cfg, vocab)
+    params = parameter_count(cfg.model.model_copy(update={"vocab_size": vocab}))
     parts: list[tuple[str, int]] = []
     assert plan.corpus is not None  # the recipe plans the ingested corpus in every run
     if not is_done(plan.corpus.path):
@@ -385,7 +380,11 @@ def check_mlflow(ctx: Context) -> None:
     from gpt1.tracking.errors import classify
     from gpt1.tracking.logger import tracking_uri
 
-    uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
+    try:
+        uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
+    except ValueError as err:  # a store that can never work, named with its setting
+        ctx.problem(one_line(err))
+        return
     if uri.startswith("sqlite:///"):
         folder = Path(uri.removeprefix("sqlite:///")).parent
         if not os.access(folder if folder.exists() else folder.parent, os.W_OK):
@@ -394,15 +393,12 @@ def check_mlflow(ctx: Context) -> None:
             f"tracking: {uri} (a local store: set MLFLOW_TRACKING_URI to a server to share runs)"
         )
         return
-    if uri.startswith("http"):
-        try:
-            httpx.get(f"{uri.rstrip('/')}/health", timeout=10.0).raise_for_status()
-        except httpx.HTTPError as err:
-            ctx.problem(
-                f"MLflow server {redact(uri)} is not reachable ({redact(str(err))}): start it, or fix "
-                "MLFLOW_TRACKING_URI (tracking.tracking_uri)"
-            )
-            return
+    if uri.startswith("http") and (down := answers(uri)) is not True:
+        ctx.problem(
+            f"MLflow server {redact(uri)} is not reachable ({redact(down)}): start it, or fix "
+            "MLFLOW_TRACKING_URI (tracking.tracking_uri)"
+        )
+        return
     name = ctx.cfg.tracking.experiment
     try:
         client = MlflowClient(uri)
@@ -417,6 +413,15 @@ def check_mlflow(ctx: Context) -> None:
     if location.startswith("mlflow-artifacts:"):
         check_artifact_store(ctx, uri, location)
     ctx.found.plan.append(f"tracking: experiment {name!r} on {redact(uri)}")
+
+
+def answers(uri: str) -> bool | str:
+    """True when the MLflow server at `uri` answers its health URL, else why not."""
+    try:
+        httpx.get(f"{uri.rstrip('/')}/health", timeout=10.0).raise_for_status()
+    except httpx.HTTPError as err:
+        return str(err) or type(err).__name__
+    return True
 
 
 def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
@@ -438,6 +443,11 @@ def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
             repository.log_artifact(str(probe))
             repository.delete_artifacts()
         except Exception as err:  # the proxy answers 500 for any failure of the store behind it
+            if answers(uri) is not True:
+                ctx.problem(
+                    f"MLflow server {redact(uri)} stopped answering while an artifact was stored: restart it"
+                )
+                return
             status = getattr(err, "get_http_status_code", lambda: None)()
             ctx.problem(
                 f"MLflow server {redact(uri)} could not store an artifact "
