@@ -5,6 +5,7 @@ bucket listed by the checks."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,6 +19,17 @@ from gpt1.runtime.processes import free_port
 from tests.conftest import REPO
 
 STACK = REPO / "infra" / "compose" / "stack.py"
+
+
+def load_stack_module():
+    """infra/compose/stack.py, a script, as a module."""
+    if "stack" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("stack", STACK)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["stack"] = module  # its dataclasses look their module up by name
+        spec.loader.exec_module(module)
+    return sys.modules["stack"]
+
 SECRET_NAMES = ("POSTGRES_PASSWORD", "MINIO_ROOT_PASSWORD", "MLFLOW_ADMIN_PASSWORD", "MLFLOW_FLASK_SECRET_KEY",
                 "PREFECT_API_AUTH_STRING")
 
@@ -90,7 +102,8 @@ class TeamStack:
     def bucket(self, search: dict[str, str] | None = None) -> dict:
         """Every object of the artifact bucket, {key: size}; with `search` ({name: text}), {key: [names]} of the
         objects whose bytes hold one of the texts (read in the S3 client's process, not sent back)."""
-        [python] = (REPO / ".cache" / "stack").glob("s3-standin-*/bin/python")
+        stack = load_stack_module()
+        python = stack.venv_folder("s3-standin", stack.S3_STANDIN_LOCK) / "bin" / "python"
         script = (
             "import json, sys, boto3\n"
             "s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', aws_access_key_id='t',"

@@ -406,6 +406,15 @@ class Postgres(Service):
 
     def prepare(self) -> None:
         root, env = self.root(), self.env()
+        volume = self.mounts()["/var/lib/postgresql/data"]
+        if root != volume:
+            # a cluster kept outside the state folder belongs to it only while the volume says so: a new state
+            # folder at a path used before (its secrets new) must not meet the old cluster and its old password
+            pointer = volume / "cluster-at"
+            if not pointer.exists():
+                shutil.rmtree(root, ignore_errors=True)
+                volume.mkdir(parents=True, exist_ok=True)
+                pointer.write_text(f"{root}\n")
         if (root / "cluster" / "PG_VERSION").exists():
             return
         root.mkdir(parents=True, exist_ok=True)
@@ -616,6 +625,11 @@ def image_kind(spec: dict) -> type[Service]:
 CONTAINER_PORTS = {Postgres: 5432, S3StandIn: 9000}
 
 
+def venv_folder(name: str, lock: Path) -> Path:
+    """Where the venv of `lock` lives: keyed by the lock's bytes, so a changed lock gets a venv of its own."""
+    return REPO / ".cache" / "stack" / f"{name}-{hashlib.sha256(lock.read_bytes()).hexdigest()[:12]}"
+
+
 # -- the stack ------------------------------------------------------------------------------------------------------
 class Stack:
     def __init__(self, state: Path, env_file: Path) -> None:
@@ -650,8 +664,7 @@ class Stack:
     def venv(self, name: str, lock: Path) -> Path:
         """A venv of `lock` alone, installed with hash checking (as the image's Dockerfile does), cached by the
         lock's content under .cache/stack/."""
-        digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
-        venv = REPO / ".cache" / "stack" / f"{name}-{digest}"
+        venv = venv_folder(name, lock)
         if (venv / ".installed").exists():
             return venv
         print(f"stack: installing {lock.relative_to(REPO)} into {venv.relative_to(REPO)} (once)")

@@ -4,7 +4,6 @@ lock, an entrypoint or a health check added to or changed in docker-compose.yaml
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -16,12 +15,10 @@ import yaml
 
 from tests.conftest import REPO
 from tests.integration.test_infra_tools import GOOD_SECRETS, compose_tool
+from tests.team_stack import load_stack_module
 from tests.unit.test_infra_assets import COMPOSE, pins
 
-SPEC = importlib.util.spec_from_file_location("stack", COMPOSE / "stack.py")
-stack_module = importlib.util.module_from_spec(SPEC)
-sys.modules["stack"] = stack_module  # its dataclasses look their module up by name
-SPEC.loader.exec_module(stack_module)
+stack_module = load_stack_module()
 
 
 @pytest.fixture(scope="module")
