@@ -119,7 +119,7 @@ def test_a_failed_write_is_one_line_and_the_rerun_resumes(tmp_path):
     assert failed.returncode == 2, failed.stderr
     last = failed.stderr.strip().splitlines()[-1]
     assert "Traceback" not in failed.stderr and last.startswith("gpt1 tokenize: error: ")
-    assert "writing failed" in last and "re-run the same command to resume" in last
+    assert f"no space left to write {tmp_path / 'out'}" in last and "re-run the same command to resume" in last
     assert not list((tmp_path / "out").rglob(".*.tmp-*"))  # no half-written file left
     resumed = subprocess.run(command, capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
