@@ -515,6 +515,7 @@ def _pretrain_run(plan: Experiment, target: str, parent_run_id: str | None):
                     "config": _parameter(plan.cfg),
                     "work_dir": str(plan.work),
                     "parent_run_id": parent_run_id,
+                    "data_keys": {task: plan.task_data(task)[1] for task in plan.tasks},
                 },
                 flow_run_name=f"pretrain-{key}",
                 tags=[tag],
@@ -571,6 +572,8 @@ def _start_child(
         "parent_run_id": parent_run_id,
         "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
         "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None,
+        # the folders this parent waits on: the child plans them even if a task file changed since
+        "data_keys": {task: plan.task_data(task)[1] for task in plan.tasks},
     }
     # only then: a deployment made before the parameter existed still takes one step
     if len(steps) > 1:
@@ -686,10 +689,16 @@ def gpt1_pipeline(
 
 
 @flow(name="gpt1-pretrain", log_prints=True, result_serializer="json")
-def pretrain_flow(config: dict, work_dir: str = WORK_DIR, parent_run_id: str | None = None) -> str:
+def pretrain_flow(
+    config: dict,
+    work_dir: str = WORK_DIR,
+    parent_run_id: str | None = None,
+    data_keys: dict[str, str] | None = None,
+) -> str:
     """Pre-training of one resolved config, in this flow run's pod (one process per GPU): the GPU-node deployment
-    `gpt1` hands pre-training to. Returns the stage folder (its `final/` holds the weights)."""
-    plan = plan_run(config_from_dict(config), work_dir)
+    `gpt1` hands pre-training to. Returns the stage folder (its `final/` holds the weights). `data_keys`: as
+    finetune_one's."""
+    plan = plan_run(config_from_dict(config), work_dir, data_keys=data_keys)
     name = next(name for name, step in plan.steps.items() if isinstance(step.job, pretrain.Job))
     return str(run_step(plan, name, parent_run_id, log_line=_progress_log(name)).path)
 
@@ -704,14 +713,20 @@ def finetune_one(
     checkpoint: str | None = None,
     tokenizer_dir: str | None = None,
     alongside: list[str] | None = None,
+    data_keys: dict[str, str] | None = None,
 ) -> dict:
     """One task, in this process: the unit the cluster fan-out runs on its own GPU; returns its metrics.
     `checkpoint`: the parent fine-tunes from a given checkpoint (gpt1-finetune-all) instead of its pre-training.
     `alongside`: other fine-tune steps of the same plan (`finetune-<variant>-<task>`) sharing this pod
     (`orchestration.finetunes_per_pod`): all run at once, each in its own process on the pod's GPU, and the
-    flow run returns each one's metrics by step name; it fails, naming them, if any failed."""
+    flow run returns each one's metrics by step name; it fails, naming them, if any failed. `data_keys`: the tasks'
+    content keys the parent planned, so that this run writes the folders the parent waits on."""
     plan = plan_run(
-        config_from_dict(config), work_dir, checkpoint=checkpoint, tokenizer=tokenizer_dir
+        config_from_dict(config),
+        work_dir,
+        checkpoint=checkpoint,
+        tokenizer=tokenizer_dir,
+        data_keys=data_keys,
     )
     names = [finetune_step(variant, task_name), *(alongside or [])]
     log_line = _log_lines()

@@ -12,6 +12,7 @@ module answers what they are.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpt1 import tasks
@@ -111,8 +112,12 @@ class Experiment(Plan):
         work: str | os.PathLike,
         checkpoint: str | os.PathLike | None = None,
         tokenizer: str | os.PathLike | None = None,
+        data_keys: Mapping[str, str] | None = None,
     ):
         super().__init__(Path(work).absolute(), cfg)
+        # each task's content key as the run that started this one planned it: a child flow run of its fan-out
+        # plans the parent's folders even when a task file changed since (a corrupt file repaired for a retry)
+        self.data_keys = dict(data_keys or {})
         self.checkpoint = Ref.to(checkpoint) if checkpoint else None
         self.given_tokenizer = Ref.to(tokenizer) if tokenizer else None
         self.samples: Ref | None = None  # the generated sample books and task files
@@ -277,7 +282,7 @@ class Experiment(Plan):
                 # not written yet
                 key = self.samples.inside(f"tasks/{tasks.get(task).folder}").key
             else:
-                key = data_key(where)
+                key = self.data_keys.get(task) or data_key(where)
             self._task_data[task] = (where, key)
         return self._task_data[task]
 

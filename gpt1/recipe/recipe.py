@@ -13,6 +13,7 @@ command) and one line here.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 from gpt1.config import PipelineConfig
 from gpt1.data.ingest import stage as ingest
@@ -29,15 +30,17 @@ def plan(
     work: str | os.PathLike,
     checkpoint: str | os.PathLike | None = None,
     tokenizer: str | os.PathLike | None = None,
+    data_keys: Mapping[str, str] | None = None,
 ) -> Experiment:
     """The run `cfg` describes, its folders under `work`; with `checkpoint` (and `tokenizer` when it holds none),
-    fine-tunes of that model instead of this run's pre-training."""
+    fine-tunes of that model instead of this run's pre-training; `data_keys`: the tasks' content keys a parent run
+    planned (Experiment)."""
     unknown = sorted(set(cfg.orchestration.retries) - set(stage_jobs()))
     if unknown:
         raise ValueError(
             f"orchestration.retries: unknown stage(s) {unknown}; stages: {list(stage_jobs())}"
         )
-    return recipe(Experiment(cfg, work, checkpoint, tokenizer))
+    return recipe(Experiment(cfg, work, checkpoint, tokenizer, data_keys))
 
 
 def recipe(x: Experiment) -> Experiment:

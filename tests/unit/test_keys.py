@@ -74,3 +74,18 @@ def test_adding_a_task_moves_only_what_reads_it(tmp_path):
             assert any(p == c or c in p.parents or p in c.parents for p in reads for c in changed), (task, name)
             changed.append(step.out)
         assert any(name.endswith(f"-{task}") for name in plan.planned if name not in without), task
+
+
+def test_a_child_run_given_its_parents_data_keys_plans_the_parents_folders(tmp_path):
+    """A fan-out's child flow run plans again from the config; a task file repaired between the parent's plan and a
+    retry must not send the child to another folder than the one the parent waits on (the parent passes its keys)."""
+    data = tmp_path / "SST-2"
+    data.mkdir()
+    (data / "train.tsv").write_text("sentence\tlabel\nbroken\tmaybe\n")
+    cfg = load_config("smoke", [f"finetune.task_data={{sst2: {data}}}"])
+    parent = recipe.plan(cfg, tmp_path / "work")
+    (data / "train.tsv").write_text("sentence\tlabel\nrepaired\t1\n")
+    keys = {task: parent.task_data(task)[1] for task in parent.tasks}
+    assert planned(recipe.plan(cfg, tmp_path / "work", data_keys=keys)) == planned(parent)
+    # without them the child plans by the files' new content: the comparison above can fail
+    assert planned(recipe.plan(cfg, tmp_path / "work"))["finetune-full-sst2"] != planned(parent)["finetune-full-sst2"]
