@@ -88,7 +88,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: venv lint
-	$(BIN)/python -m pytest -q tests/unit tests/integration tests/e2e
+	$(BIN)/python -m pytest -q --durations=30 tests/unit tests/integration tests/e2e
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from gpt1.config import load_config
 from tests.conftest import REPO, fresh_shell_env
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,9 @@ def test_runs_and_params_are_in_postgres_and_flow_runs_in_prefects_database(read
     [[runs]] = team_stack.psql("mlflow", f"select count(*) from runs where experiment_id = {experiment_id}")
     [[params]] = team_stack.psql("mlflow", "select count(*) from params p join runs r on p.run_uuid = r.run_uuid "
                                            f"where r.experiment_id = {experiment_id}")
-    assert int(runs) >= 2 * 12 + 5 and int(params) > int(runs), (runs, params)  # fine-tunes, stages, parent
+    smoke = load_config("smoke")  # a run per fine-tune of each variant, per stage, and the parent
+    assert int(runs) > len(smoke.finetune.tasks) * (1 + len(smoke.orchestration.ablations)), runs
+    assert int(params) > int(runs), (runs, params)
     name = re.search(r"flow run (\S+): Completed", said["python scripts/watch_run.py gpt1/smoke"])[1]
     assert team_stack.psql("prefect", f"select state_type from flow_run where name = '{name}'") == [["COMPLETED"]]
 
@@ -75,7 +78,9 @@ def test_artifacts_and_registered_models_are_in_the_bucket(readme_run, team_stac
     client = MlflowClient(team_stack.client_env["MLFLOW_TRACKING_URI"])
     with credentials(team_stack):
         models = client.search_registered_models(filter_string="name LIKE 'gpt1-smoke-%'")
-        assert len(models) == 12, [m.name for m in models]
+        smoke = load_config("smoke")  # a model per task and variant: the full recipe and each ablation
+        wanted = len(smoke.finetune.tasks) * (1 + len(smoke.orchestration.ablations))
+        assert len(models) == wanted, [m.name for m in models]
         for model in models:
             champion = client.get_model_version_by_alias(model.name, "champion")
             prefix = champion.source.split("mlflow-artifacts:/", 1)[-1].lstrip("/")
@@ -194,3 +199,54 @@ def auth_config_file(port: int) -> Path:
                 if item.startswith(b"MLFLOW_AUTH_CONFIG_PATH="):
                     return Path(item.split(b"=", 1)[1].decode())
     raise AssertionError(f"no MLflow server with basic auth runs on port {port}")
+
+
+# What a team gets wrong, each as the environment of a new shell: (what changes, words the one line must hold).
+WRONG_SETTINGS = {
+    "mlflow password wrong": ({"MLFLOW_TRACKING_PASSWORD": "not-the-password"}, "MLFLOW_TRACKING_PASSWORD"),
+    "mlflow login missing": ({"MLFLOW_TRACKING_USERNAME": None, "MLFLOW_TRACKING_PASSWORD": None},
+                             "MLFLOW_TRACKING_USERNAME"),
+    "prefect auth wrong": ({"PREFECT_API_AUTH_STRING": "admin:not-the-password"}, "PREFECT_API_AUTH_STRING"),
+    "prefect auth missing": ({"PREFECT_API_AUTH_STRING": None}, "PREFECT_API_AUTH_STRING: none"),
+    "mlflow unreachable": ({"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"}, "MLFLOW_TRACKING_URI"),
+    "prefect unreachable": ({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "PREFECT_API_URL"),
+}
+
+
+def preflight(team_stack, tmp_path, changes: dict) -> subprocess.CompletedProcess:
+    env = {**fresh_shell_env(), **team_stack.client_env, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return subprocess.run(["gpt1", "preflight", "--preset", "smoke", "--work", str(tmp_path / "work")], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_SETTINGS))
+def test_preflight_names_the_server_and_the_setting_to_fix(team_stack, tmp_path, case):
+    changes, words = WRONG_SETTINGS[case]
+    done = preflight(team_stack, tmp_path, changes)
+    problems = [line for line in done.stdout.splitlines() if line.startswith("problem: ")]
+    assert done.returncode == 2 and len(problems) == 1, done.stdout + done.stderr
+    assert words in problems[0] and "127.0.0.1:" in problems[0], problems
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_preflight_names_a_bucket_that_does_not_exist(team_stack, tmp_path):
+    """The S3 server up without the bucket (its recording moved aside), then with it again."""
+    recording = team_stack.state / "volumes" / "minio" / "recording.jsonl"
+    aside = recording.with_suffix(".aside")
+    team_stack.run("stop", "minio")
+    recording.rename(aside)
+    try:
+        team_stack.run("start", "minio")
+        done = preflight(team_stack, tmp_path, {})
+    finally:
+        team_stack.run("stop", "minio")
+        aside.replace(recording)
+        team_stack.run("start", "minio")
+    assert done.returncode == 2 and "could not store an artifact" in done.stdout, done.stdout + done.stderr
+    assert "MLFLOW_ARTIFACTS_DESTINATION" in done.stdout and "Traceback" not in done.stdout + done.stderr
+    assert preflight(team_stack, tmp_path, {}).returncode == 0
