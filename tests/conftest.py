@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,31 @@ def shared_path(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared data not available: {path}")
     return path
+
+
+def overriding(base: Iterable[str], change: Iterable[str]) -> list[str]:
+    """`key=value` overrides: `base` with `change` in place of its settings of the same keys. Two overrides that set
+    one key differently are refused naming both (gpt1.config), so a test's change replaces the base's setting of a
+    key (or of a section holding it, or of a key inside it) rather than adding a second one."""
+    from gpt1.config import Setting
+
+    def keys(item: str) -> list[tuple]:
+        """What the item sets: its key, or each key inside its mapping value."""
+        def leaves(path: tuple, value) -> Iterator[tuple]:
+            if isinstance(value, dict) and value:
+                for key, inner in value.items():
+                    yield from leaves((*path, str(key)), inner)
+            else:
+                yield path
+
+        setting = Setting.parse(item)
+        return list(leaves(tuple(setting.key.split(".")), setting.value))
+
+    change = list(change)
+    changed = [key for item in change for key in keys(item)]
+    overlaps = lambda a, b: a[: len(b)] == b or b[: len(a)] == a  # noqa: E731
+    kept = [item for item in base if not any(overlaps(a, b) for a in keys(item) for b in changed)]
+    return [*kept, *change]
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from gpt1.data.tokenize import stage as shards
 from gpt1.data.train_tokenizer import stage as tokenizer
 from gpt1.stages.base import Ref
 from gpt1.stages.outputs import DONE, is_done
+from tests.conftest import overriding
 
 TINY = [
     "model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128",
@@ -82,12 +83,13 @@ fi
 
 
 def plan_for(work: Path, extra: list[str] = ()) -> P.Experiment:
-    return recipe.plan(load_config("smoke", [*TINY, *extra]), work)
+    return recipe.plan(load_config("smoke", overriding(TINY, extra)), work)
 
 
 def slurm_job(shards_ref: Ref, tokenizer_ref: Ref, extra: list[str] = (), **kwargs) -> pretrain.Job:
-    """The pretrain stage of `TINY` + `extra` on these inputs, submitted to Slurm (one node)."""
-    return pretrain.Job(shards_ref, tokenizer_ref, load_config("smoke", [*TINY, *extra]), resume="auto",
+    """The pretrain stage of `TINY` with `extra` in place of what it sets, on these inputs, submitted to Slurm (one
+    node)."""
+    return pretrain.Job(shards_ref, tokenizer_ref, load_config("smoke", overriding(TINY, extra)), resume="auto",
                         launcher="slurm", nnodes=1, **kwargs)
 
 
