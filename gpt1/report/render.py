@@ -164,6 +164,12 @@ def is_task_dir(path: Path) -> bool:
     return (path / METRICS_FILE).is_file() or (path / ERROR_FILE).is_file()
 
 
+def task_of(path: Path) -> str:
+    """The task a task folder holds, by its path: `<task>` or the pipeline's `<task>/<data key>` (an error.json,
+    unlike metrics.json, does not name its task)."""
+    return next((part for part in reversed(path.parts) if part in REGISTRY), path.name)
+
+
 def task_dirs(root: Path, only: Sequence[str] | None = None) -> list[Path]:
     """`root` itself when it is a task folder, else the task folders one or two levels below it; with `only`, those
     of its folders (relative paths) that hold a result."""
@@ -191,10 +197,10 @@ def read_run(root: str | os.PathLike, label: str, only: Sequence[str] | None = N
             not done.is_file() or failed.stat().st_mtime >= done.stat().st_mtime
         ):
             error = read_json(failed)
-            run.errors[error.get("task", path.name)] = error.get("error", "unknown error")
+            run.errors[error.get("task", task_of(path))] = error.get("error", "unknown error")
             continue
         result = read_json(done)
-        task = result.get("task", path.name)
+        task = result.get("task", task_of(path))
         if task not in REGISTRY:
             log.warning("%s: unknown task %r, skipped", done, task)
             continue
