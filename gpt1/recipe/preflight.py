@@ -433,8 +433,9 @@ def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
 
     from gpt1.redact import redact
 
+    # this run's server: an mlflow-artifacts: location resolves against the tracking URI given, else the process's
     repository = get_artifact_repository(
-        f"{location.rstrip('/')}/gpt1-preflight/{uuid.uuid4().hex}"
+        f"{location.rstrip('/')}/gpt1-preflight/{uuid.uuid4().hex}", tracking_uri=uri
     )
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp, "probe.txt")
