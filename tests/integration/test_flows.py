@@ -41,7 +41,7 @@ from gpt1.config import PretrainConfig, load_config
 from gpt1.runtime.processes import free_port
 from gpt1.io import read_json, sha256_file, sha256_tree
 from gpt1.stages.outputs import DONE, is_done
-from tests.conftest import REPO
+from tests.conftest import REPO, overriding
 
 BIN = Path(sys.executable).parent
 EXPERIMENT = load_config("smoke").tracking.experiment
@@ -64,11 +64,12 @@ BASE = ["orchestration.ablations=[no_pretrain]"]  # the shared run: fine-tunes f
 
 # -- helpers --------------------------------------------------------------------------------------------------
 def overrides(uri: str, extra: list[str] = ()) -> list[str]:
-    return [*TINY, f"tracking.tracking_uri={uri}", *extra]
+    """TINY on this store, with `extra` in place of what it sets of the same keys."""
+    return overriding([*TINY, f"tracking.tracking_uri={uri}"], extra)
 
 
 def plan_for(work: Path, extra: list[str] = ()) -> P.Experiment:
-    return recipe.plan(load_config("smoke", [*TINY, *extra]), work)
+    return recipe.plan(load_config("smoke", overriding(TINY, extra)), work)
 
 
 def run_flow(work: Path, uri: str, extra: list[str] = ()):
@@ -370,11 +371,12 @@ def test_no_pretrain_key_hashes_model_tokenizer_and_finetuning_not_pretraining(t
     for name in ("checkpoint", "other"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "weights").write_text(name)
-    given = recipe.plan(load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "checkpoint")
+    cfg = load_config("smoke", overriding(TINY, BASE))
+    given = recipe.plan(cfg, tmp_path, checkpoint=tmp_path / "checkpoint")
     assert not given.from_random_init("no_pretrain")
     assert given.variant_dir("no_pretrain") != plan_for(tmp_path, BASE).variant_dir("no_pretrain")
     assert given.variant_dir("no_pretrain") != recipe.plan(
-        load_config("smoke", [*TINY, *BASE]), tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
+        cfg, tmp_path, checkpoint=tmp_path / "other").variant_dir("no_pretrain")
 
 
 def test_the_fan_out_submits_the_likely_longest_fine_tunes_first(tmp_path):
@@ -456,7 +458,7 @@ def test_the_no_pretrain_deployment_runs_no_pretraining(base):
     from flows.pipeline import gpt1_pipeline
 
     extra = [*BASE, "pretrain.max_steps=31"]
-    plan = recipe.plan(P.variant_config(load_config("smoke", [*TINY, *extra]), "no_pretrain"), base.work)
+    plan = recipe.plan(P.variant_config(load_config("smoke", overriding(TINY, extra)), "no_pretrain"), base.work)
     assert not plan.dir("pretrain").exists()
     state = gpt1_pipeline(preset="smoke", overrides=overrides(base.uri, extra), variant="no_pretrain",
                           work_dir=str(base.work), return_state=True)
@@ -490,7 +492,7 @@ def test_the_cli_keys_a_stage_as_the_plan_does(base):
     job = plan.finetune_job("full", "sst2")
     argv = ["finetune", "--task", "sst2", "--data", job.data, "--checkpoint", str(job.checkpoint.path),
             "--tokenizer", str(job.tokenizer.path), "--out", str(plan.task_dir("sst2")), "--preset", "smoke",
-            *(f"--set={o}" for o in TINY), *(f"--set={o}" for o in BASE), "--expect-key", job.key()]
+            *(f"--set={o}" for o in overriding(TINY, BASE)), "--expect-key", job.key()]
     assert main(argv) == 0 and done_markers(base.work) == before
 
 
