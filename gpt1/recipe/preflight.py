@@ -378,7 +378,7 @@ def check_mlflow(ctx: Context) -> None:
 
     from gpt1.redact import redact
     from gpt1.tracking.errors import classify
-    from gpt1.tracking.logger import tracking_uri
+    from gpt1.tracking.logger import experiment_id, tracking_uri
 
     try:
         uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
@@ -402,11 +402,10 @@ def check_mlflow(ctx: Context) -> None:
     name = ctx.cfg.tracking.experiment
     try:
         client = MlflowClient(uri)
-        experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+        experiment = experiment_id(client, name)
         # a write: credentials, permissions
-        client.set_experiment_tag(experiment_id, "gpt1.preflight", ctx.cfg.preset)
-        location = client.get_experiment(experiment_id).artifact_location
+        client.set_experiment_tag(experiment, "gpt1.preflight", ctx.cfg.preset)
+        location = client.get_experiment(experiment).artifact_location
     except Exception as err:  # whatever the store raised: classified, named in one line
         ctx.problem(classify(err, uri).message)
         return

@@ -100,6 +100,23 @@ def flush_timeout() -> float:
         return DEFAULT_FLUSH_TIMEOUT
 
 
+def experiment_id(client, name: str) -> str:
+    """The id of experiment `name`, created when missing. Two runs starting together (a schedule's firing beside a
+    manual run, two rehearsal flows) both find none and both create it: the loser takes the winner's."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception as err:
+        if getattr(err, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+            raise
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
 def tracking_uri(uri: str | None = None) -> str:
     """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory.
 
@@ -330,8 +347,7 @@ class RunLogger:
         if self.run_id is not None:
             return True
         try:
-            exp = self.client.get_experiment_by_name(self.experiment)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(self.experiment)
+            exp_id = experiment_id(self.client, self.experiment)
             tags = redact(dict(self.tags))
             if self.parent_run_id:
                 tags["mlflow.parentRunId"] = self.parent_run_id

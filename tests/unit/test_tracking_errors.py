@@ -156,3 +156,32 @@ def test_a_store_that_can_never_work_is_refused_naming_the_setting(uri, monkeypa
                                  "sqlite:///mlflow.db", "sqlite:////abs/mlflow.db", "mysql://u@host/db"])
 def test_valid_stores_are_kept(uri):
     assert load_config("smoke", [f"tracking.tracking_uri={uri}"]).tracking.tracking_uri == uri
+
+
+def test_two_runs_creating_one_experiment_together_both_get_its_id():
+    """Both found no experiment and both create it (two rehearsal flows' preflights on PostgreSQL): the store refuses
+    the second with RESOURCE_ALREADY_EXISTS, which takes the first's id instead of failing as an invalid request."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import PERMISSION_DENIED, RESOURCE_ALREADY_EXISTS
+
+    from gpt1.tracking.logger import experiment_id
+
+    class RacingClient:
+        def __init__(self) -> None:
+            self.made: str | None = None
+
+        def get_experiment_by_name(self, name):
+            return None if self.made is None else type("Experiment", (), {"experiment_id": self.made})()
+
+        def create_experiment(self, name):
+            self.made = "7"  # the other run's create landed first
+            raise MlflowException(f"Experiment(name={name}) already exists", error_code=RESOURCE_ALREADY_EXISTS)
+
+    assert experiment_id(RacingClient(), "gpt1-rehearse") == "7"
+
+    class RefusingClient(RacingClient):
+        def create_experiment(self, name):
+            raise MlflowException("no", error_code=PERMISSION_DENIED)
+
+    with pytest.raises(MlflowException):
+        experiment_id(RefusingClient(), "gpt1-rehearse")
