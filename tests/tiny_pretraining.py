@@ -18,6 +18,7 @@ import pytest
 from gpt1.io import write_json
 from gpt1.pretrain.outputs import read_metrics
 from gpt1.runtime.processes import free_port
+from tests.conftest import overriding
 
 TIMEOUT = 900
 MODEL = ["model.n_ctx=32", "model.n_layer=2", "model.n_embd=32", "model.n_head=2", "model.d_ff=128"]
@@ -64,7 +65,8 @@ def pretrain_args(data: Path, out: Path, *extra: str, steps: int = 8, sets: list
     args = [sys.executable, "-m", "gpt1.cli", "pretrain", "--preset", "smoke", "--shards", str(data / "shards"),
             "--out", str(out), "--tokenizer", str(data / "tokenizer"), "--task-data", str(data / "sample" / "tasks"),
             "--probe-examples", "8", "--max-steps", str(steps), "--save-every", "3"]
-    for item in [*MODEL, *RECIPE, *sets]:
+    # `sets` in place of the shared settings of the same keys: two settings of one key that differ are refused
+    for item in overriding([*MODEL, *RECIPE], list(sets)):
         args += ["--set", item]
     return args + list(extra)
 

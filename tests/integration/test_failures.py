@@ -24,8 +24,6 @@ from gpt1.io import read_json, sha256_file, write_json
 from gpt1.runtime.processes import alive
 from gpt1.stages.integrity import FOLDER_FIELD
 from gpt1.stages.outputs import DONE
-import tiny_pretraining
-from tests.conftest import overriding
 from tiny_pretraining import data, env, pretrain_args, workers_of  # noqa: F401 - `data` is a fixture
 
 TIMEOUT = 900
@@ -190,17 +188,14 @@ def test_two_finetunes_into_one_folder_never_mix_and_a_killed_ones_results_do_no
 
 
 @pytest.mark.slow
-def test_pre_training_that_diverges_stops_at_that_update_and_keeps_the_last_finite_checkpoint(data, tmp_path,  # noqa: F811
-                                                                                              monkeypatch):
+def test_pre_training_that_diverges_stops_at_that_update_and_keeps_the_last_finite_checkpoint(data, tmp_path):  # noqa: F811
     """lr 1e30: the first update blows the weights up, a later loss is NaN. The run stops with one line naming the
     update and the checkpoint kept, every checkpoint on disk holds finite weights, and no final model is written."""
     from gpt1.pretrain.checkpoint import COMPLETE, WeightsOnlyLoads
 
     out = tmp_path / "run"
-    # in place of the recipe's lr and warm-up, not beside them: two settings of one key that differ are refused
-    diverging = overriding(tiny_pretraining.RECIPE, ["pretrain.lr=1e30", "pretrain.warmup_steps=1"])
-    monkeypatch.setattr(tiny_pretraining, "RECIPE", diverging)
-    argv = [*pretrain_args(data, out, steps=8), "--save-every", "1"]
+    argv = [*pretrain_args(data, out, steps=8, sets=["pretrain.lr=1e30", "pretrain.warmup_steps=1"]),
+            "--save-every", "1"]
     done = subprocess.run(argv, env=env(), capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     last = done.stderr.strip().splitlines()[-1]
