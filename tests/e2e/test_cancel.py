@@ -64,20 +64,26 @@ def shell(env: dict, commands: str, timeout: float) -> subprocess.CompletedProce
     return subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def server(env: dict):
+    """Prefect's settings for the session's server, its API auth included."""
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+
+    return temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{env['GPT1_PREFECT_PORT']}/api",
+                               PREFECT_API_AUTH_STRING: env.get("PREFECT_API_AUTH_STRING")})
+
+
 def prefect(env: dict):
     """A Prefect client of the session's server."""
     from prefect import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{env['GPT1_PREFECT_PORT']}/api"}):
+    with server(env):
         return get_client(sync_client=True)
 
 
 def start_run(env: dict) -> str:
-    from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect.deployments import run_deployment
 
-    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{env['GPT1_PREFECT_PORT']}/api"}):
+    with server(env):
         return str(run_deployment(f"gpt1/{POOL}", parameters={"overrides": OVERRIDES}, timeout=0).id)
 
 
@@ -111,7 +117,7 @@ def held_locks(work: Path) -> list[str]:
     return held
 
 
-def test_a_cancelled_run_stops_cleanly_and_the_next_one_takes_over(stand):
+def test_a_cancelled_run_stops_cleanly_and_the_next_one_takes_over(stand, monkeypatch):
     env, work = stand
     first = start_run(env)
     checkpoints = lambda: list(work.glob("pretrain/*/checkpoints/step-*/COMPLETE"))  # noqa: E731
@@ -133,6 +139,8 @@ def test_a_cancelled_run_stops_cleanly_and_the_next_one_takes_over(stand):
 
     from mlflow.tracking import MlflowClient
 
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):  # the stack's MLflow asks for a login
+        monkeypatch.setenv(name, env[name])
     mlflow = MlflowClient(f"http://127.0.0.1:{env['GPT1_MLFLOW_PORT']}")
     experiment = mlflow.get_experiment_by_name("gpt1-smoke")
     [parent] = mlflow.search_runs([experiment.experiment_id], f"tags.`prefect.flow_run_id` = '{first}'")

@@ -83,7 +83,10 @@ def test_artifacts_and_registered_models_are_in_the_bucket(readme_run, team_stac
         assert len(models) == wanted, [m.name for m in models]
         for model in models:
             champion = client.get_model_version_by_alias(model.name, "champion")
-            prefix = champion.source.split("mlflow-artifacts:/", 1)[-1].lstrip("/")
+            source = champion.source  # a logged model's URI (models:/m-...) stands for its artifact location
+            if source.startswith("models:/"):
+                source = client.get_logged_model(source.removeprefix("models:/")).artifact_location
+            prefix = source.split("mlflow-artifacts:/", 1)[-1].lstrip("/")
             assert any(key.startswith(prefix) for key in objects), (model.name, champion.source)
 
 

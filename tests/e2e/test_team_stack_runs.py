@@ -265,11 +265,20 @@ def mlflow_record(team_stack, flow_run_id: str) -> dict[str, dict]:
 
 
 def differences(record: dict, reference: dict) -> dict:
-    """Where a run's record differs from the reference's: {run name: what differs}."""
+    """Where a run's record differs from the reference's: {run name: {what: (missing, extra)}} for params and files,
+    {metric: (its count, the reference's)} for metrics."""
     found = {}
     for name in sorted(set(record) | set(reference)):
-        mine, theirs = record.get(name), reference.get(name)
-        if mine != theirs:
-            found[name] = {k: (mine or {}).get(k) for k in ("metrics", "params", "files")
-                           if (mine or {}).get(k) != (theirs or {}).get(k)}
+        mine, theirs = record.get(name) or {}, reference.get(name) or {}
+        differ = {}
+        for what in ("params", "files"):
+            have, want = set(mine.get(what, [])), set(theirs.get(what, []))
+            if have != want:
+                differ[what] = {"missing": sorted(want - have), "extra": sorted(have - want)}
+        counts, wanted = mine.get("metrics", {}), theirs.get("metrics", {})
+        if counts != wanted:
+            differ["metrics"] = {k: (counts.get(k), wanted.get(k)) for k in set(counts) | set(wanted)
+                                 if counts.get(k) != wanted.get(k)}
+        if differ or (name in record) != (name in reference):
+            found[name] = differ or {"run": "missing" if name not in record else "extra"}
     return found
