@@ -515,7 +515,7 @@ def _pretrain_run(plan: Experiment, target: str, parent_run_id: str | None):
                     "config": _parameter(plan.cfg),
                     "work_dir": str(plan.work),
                     "parent_run_id": parent_run_id,
-                    "data_keys": {task: plan.task_data(task)[1] for task in plan.tasks},
+                    "data_keys": _data_keys(plan),
                 },
                 flow_run_name=f"pretrain-{key}",
                 tags=[tag],
@@ -558,6 +558,12 @@ def _parameter(cfg: PipelineConfig) -> dict:
     return redact(cfg.model_dump(mode="json"))
 
 
+def _data_keys(plan: Experiment) -> dict[str, str]:
+    """Each task's content key as this run planned it: a child flow run given them plans the folders this run waits
+    on, even if a task file changed since."""
+    return {task: plan.task_data(task)[1] for task in plan.tasks}
+
+
 def _start_child(
     plan: Experiment, steps: list[str], target: str, parent_run_id: str | None, suffix: str
 ) -> FlowRun:
@@ -572,8 +578,7 @@ def _start_child(
         "parent_run_id": parent_run_id,
         "checkpoint": str(plan.checkpoint.path) if plan.checkpoint else None,
         "tokenizer_dir": str(plan.given_tokenizer.path) if plan.given_tokenizer else None,
-        # the folders this parent waits on: the child plans them even if a task file changed since
-        "data_keys": {task: plan.task_data(task)[1] for task in plan.tasks},
+        "data_keys": _data_keys(plan),
     }
     # only then: a deployment made before the parameter existed still takes one step
     if len(steps) > 1:

@@ -393,7 +393,7 @@ def check_mlflow(ctx: Context) -> None:
             f"tracking: {uri} (a local store: set MLFLOW_TRACKING_URI to a server to share runs)"
         )
         return
-    if uri.startswith("http") and (down := answers(uri)) is not True:
+    if uri.startswith("http") and (down := unreachable(uri)):
         ctx.problem(
             f"MLflow server {redact(uri)} is not reachable ({redact(down)}): start it, or fix "
             "MLFLOW_TRACKING_URI (tracking.tracking_uri)"
@@ -414,13 +414,13 @@ def check_mlflow(ctx: Context) -> None:
     ctx.found.plan.append(f"tracking: experiment {name!r} on {redact(uri)}")
 
 
-def answers(uri: str) -> bool | str:
-    """True when the MLflow server at `uri` answers its health URL, else why not."""
+def unreachable(uri: str) -> str | None:
+    """Why the MLflow server at `uri` does not answer its health URL; None when it does."""
     try:
         httpx.get(f"{uri.rstrip('/')}/health", timeout=10.0).raise_for_status()
     except httpx.HTTPError as err:
         return str(err) or type(err).__name__
-    return True
+    return None
 
 
 def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
@@ -443,7 +443,7 @@ def check_artifact_store(ctx: Context, uri: str, location: str) -> None:
             repository.log_artifact(str(probe))
             repository.delete_artifacts()
         except Exception as err:  # the proxy answers 500 for any failure of the store behind it
-            if answers(uri) is not True:
+            if unreachable(uri):
                 ctx.problem(
                     f"MLflow server {redact(uri)} stopped answering while an artifact was stored: restart it"
                 )
