@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 POOL = "cancel-check"
 # A small model pre-trained for long enough to be stopped mid-way (a minute or more, longer than a cancellation
 # takes to arrive), checkpointed every 100 updates: what a re-run resumes from.
-STEPS = 10000
+STEPS = 3000
 OVERRIDES = ["model.n_layer=1", "model.n_embd=64", "model.n_head=2", "model.d_ff=128", "model.n_ctx=64",
              "train_tokenizer.merges=300", f"pretrain.max_steps={STEPS}", "pretrain.global_batch_size=8",
              "pretrain.save_every=100",
