@@ -87,8 +87,12 @@ lint: venv
 	$(BIN)/ruff check
 	$(BIN)/mypy
 
+# On TEST_WORKERS pytest-xdist workers, by group (tests/conftest.py): a file's tests together, and the tests of the
+# team stack, or of the fresh demo clone, each on one worker, the longest groups handed out first.
+TEST_WORKERS ?= 2
 test: venv lint
-	$(BIN)/python -m pytest -q --durations=30 tests/unit tests/integration tests/e2e
+	$(BIN)/python -m pytest -q --durations=30 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder \
+	    tests/unit tests/integration tests/e2e
 
 test-unit: venv
 	$(BIN)/python -m pytest -q tests/unit

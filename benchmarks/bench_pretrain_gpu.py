@@ -255,8 +255,10 @@ def batch(cfg, device: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 
 def rates(cfg, seconds: float, peak: float, datasheet: float | None) -> dict:
     tokens_per_s = cfg.pretrain.micro_batch_size * cfg.model.n_ctx / seconds
-    achieved = tokens_per_s * flops_per_token(cfg.model)
-    return {"step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s, "mfu_vs_matmul_peak": achieved / peak,
+    flops = flops_per_token(cfg.model)
+    achieved = tokens_per_s * flops
+    return {"step_ms": 1e3 * seconds, "tokens_per_s": tokens_per_s, "flops_per_token": flops,
+            "mfu_vs_matmul_peak": achieved / peak,
             "mfu_vs_datasheet": achieved / datasheet if datasheet else None}
 
 

@@ -19,6 +19,26 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("GPT1_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
+# Fixtures started once per run whose tests must therefore share one pytest-xdist worker (`make test` runs two).
+# In the order their groups are handed out: the longest first, so neither is the run's tail.
+ONE_WORKER_FIXTURES = {"team_stack": "team-stack", "services": "team-stack", "fresh_demo": "fresh-demo"}
+GROUP = pytest.StashKey[int]()  # an item's place in that order
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (`--dist loadgroup`)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test runs on the worker of its group: the team stack's or the fresh demo's when it uses either, else its
+    file's (so a file's module fixtures are built once). On xdist's workers those two groups come first."""
+    groups = list(dict.fromkeys(ONE_WORKER_FIXTURES.values()))
+    for item in items:
+        group = next((name for fixture, name in ONE_WORKER_FIXTURES.items() if fixture in item.fixturenames),
+                     str(item.path.relative_to(REPO)))
+        item.add_marker(pytest.mark.xdist_group(group))
+        item.stash[GROUP] = groups.index(group) if group in groups else len(groups)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.stash[GROUP])
+
+
 def shared_path(*parts: str) -> Path:
     """A path under ../shared/data, or skip the test when that data is not on this machine."""
     path = SHARED_DATA.joinpath(*parts)

@@ -19,6 +19,12 @@ from gpt1.runtime.processes import free_port
 from tests.conftest import REPO
 
 STACK = REPO / "infra" / "compose" / "stack.py"
+# The smoke recipe at a size where a run takes a few minutes on two cores, every stage, task and variant kept: the
+# checks on the stack are about where a run's records land, not its scores (those are `make demo`'s, tests/e2e).
+TINY_SMOKE = ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "train_tokenizer.merges=200",
+              "pretrain.max_steps=40", "pretrain.global_batch_size=4", "pretrain.eval_every=20",
+              "pretrain.probe_every=40", "pretrain.probe_max_examples=4", "pretrain.save_every=20",
+              "finetune.max_train_examples=32", "finetune.max_eval_examples=16", "finetune.epochs=1"]
 
 
 def load_stack_module():

@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import urllib.request
@@ -19,6 +20,7 @@ import pytest
 
 from gpt1.config import load_config
 from tests.conftest import REPO, fresh_shell_env
+from tests.team_stack import TINY_SMOKE
 
 pytestmark = pytest.mark.slow
 
@@ -32,14 +34,18 @@ def readme_stack_block() -> list[str]:
 @pytest.fixture(scope="module")
 def readme_run(team_stack, tmp_path_factory):
     """The README block in a fresh shell, pointed at the session's stack (its state, env file and ports instead
-    of .stack/ and infra/compose/.env); its last line, `make stack-down`, is left to the fixture's end."""
+    of .stack/ and infra/compose/.env), `gpt1/smoke` at the tiny size (tests/team_stack.py); its last line,
+    `make stack-down`, is left to the fixture's end."""
     commands = readme_stack_block()
     assert commands[0].startswith("make stack") and commands[-1].startswith("make stack-down"), commands
     state = tmp_path_factory.mktemp("rehearse-state")
     env = {**fresh_shell_env(), **{k: v for k, v in team_stack.process_env.items() if k.startswith("GPT1_STACK_")},
            "GPT1_STACK_STATE": str(team_stack.state), "GPT1_STACK_ENV_FILE": str(team_stack.env_file),
            "GPT1_STATE": str(state), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    lines = [line.replace(".stack/env", "$GPT1_STACK_STATE/env") for line in commands[:-1]]
+    tiny = shlex.quote(json.dumps({"overrides": TINY_SMOKE}))
+    lines = [line.replace(".stack/env", "$GPT1_STACK_STATE/env").replace("watch_run.py gpt1/smoke",
+                                                                      f"watch_run.py gpt1/smoke --params {tiny}")
+             for line in commands[:-1]]
     script = "set -e\n" + "".join(f"echo '+++ {i}'\n{line}\n" for i, line in enumerate(lines))
     done = subprocess.run(["bash", "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
     said = dict(zip(commands, re.split(r"^\+\+\+ \d+$", done.stdout, flags=re.M)[1:]))

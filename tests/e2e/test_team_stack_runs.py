@@ -29,6 +29,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.team_stack import TINY_SMOKE
 
 pytestmark = pytest.mark.slow
 
@@ -38,12 +39,8 @@ TASKS = ("sst2", "cola")
 
 
 def tiny_overrides(data: Path) -> list[str]:
-    """The smoke recipe at a size where a run takes a minute or two on two cores, on a task folder of our own."""
-    return ["model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.d_ff=64", "model.n_ctx=32",
-            "train_tokenizer.merges=200", "pretrain.max_steps=40", "pretrain.global_batch_size=4",
-            "pretrain.eval_every=20", "pretrain.probe_every=40", "pretrain.probe_max_examples=4",
-            "pretrain.save_every=20", f"finetune.tasks=[{','.join(TASKS)}]", "finetune.max_train_examples=32",
-            "finetune.max_eval_examples=16", "finetune.epochs=1", "orchestration.ablations=[]",
+    """The tiny smoke recipe at a shorter context, on two tasks of a task folder of our own, with no ablation."""
+    return [*TINY_SMOKE, "model.n_ctx=32", f"finetune.tasks=[{','.join(TASKS)}]", "orchestration.ablations=[]",
             f"finetune.data={data}"]
 
 

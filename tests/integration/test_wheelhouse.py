@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,15 @@ CACHE = REPO / ".cache" / "wheelhouse-test" / f"py{PYTHON_VERSION}"  # downloads
 NO_NETWORK = {"http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",  # a closed port
               "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "no_proxy": "",
               "HF_HUB_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def host_torch(python: str) -> list[str]:
+    """The command that gives the host venv the torch of this one, from where `make venv` took it (this machine's
+    wheels, pip's find-links): uv, which `make venv` installs, links it from its cache in a second."""
+    links = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"], capture_output=True, text=True).stdout
+    return [str(Path(sys.prefix) / "bin" / "uv"), "pip", "install", "--python", python, "-q",
+            *(["--find-links", links.strip()] if links.strip() else []), f"torch=={version('torch')}"]
 
 
 def wheelhouse(*args: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -77,8 +87,7 @@ def test_a_fresh_venv_with_only_torch_gets_gpt1_from_the_wheelhouse_offline_and_
     venv = tmp_path / "host"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
-    torch_only = subprocess.run([python, "-m", "pip", "install", "-q", "torch==2.13.0"], capture_output=True,
-                                text=True, timeout=1200)  # the host's torch (here from this machine's wheels)
+    torch_only = subprocess.run(host_torch(python), capture_output=True, text=True, timeout=1200)
     assert torch_only.returncode == 0, torch_only.stderr[-2000:]
 
     parts = [tmp_path / "part-1", tmp_path / "part-2"]
