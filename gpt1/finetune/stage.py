@@ -6,6 +6,7 @@ The key hashes the starting weights, the tokenizer, the task, its data (by conte
 their default (not the task list, nor where any task's data is: adding a task, giving another task other data or
 adding a setting at its default re-runs nothing else). A fine-tune cannot resume, so an unfinished output of the
 same key is cleared and run again; metrics.json is written last, and the report trusts only finished outputs.
+The training code (torch, MLflow) is imported where a job runs, so declaring the stage (`gpt1 --help`) stays fast.
 """
 
 from __future__ import annotations
@@ -16,18 +17,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from gpt1.config import Override, PipelineConfig, Setting, load_config
-from gpt1.finetune.predict import MODEL_DIR
-from gpt1.finetune.train import (
-    METRICS_FILE,
-    PREDICTIONS_DIR,
-    FinetuneRun,
-    ablation_name,
-    finetune,
-    log_finished,
-    registered_model_name,
-)
 from gpt1.io import read_json, write_json
-from gpt1.model.transformer import CONFIG_NAME
+from gpt1.model.files import CONFIG_NAME
 from gpt1.stages.base import (
     Ref,
     Result,
@@ -91,6 +82,8 @@ class Job(StageJob):
         return self.run_name or f"finetune-{self.task}"
 
     def build(self, out: Path) -> dict:
+        from gpt1.finetune.train import FinetuneRun, ablation_name, finetune, registered_model_name
+
         cfg = self.cfg
         if (
             self.random_init is not None
@@ -128,6 +121,8 @@ class Job(StageJob):
         metrics, tagged `gpt1.cached=true`."""
         if not parent_run_id or metrics_of(result.path).get("parent_run_id") == parent_run_id:
             return
+        from gpt1.finetune.train import log_finished
+
         cfg = self.cfg
         log_finished(
             result.path,
@@ -154,6 +149,8 @@ def write_random_init(start: Ref, model_config: dict) -> None:
 
 
 def metrics_of(out: Path) -> dict:
+    from gpt1.finetune.train import METRICS_FILE
+
     return read_json(out / METRICS_FILE)
 
 
@@ -214,6 +211,9 @@ def job_from_args(args: argparse.Namespace) -> Job:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from gpt1.finetune.predict import MODEL_DIR
+    from gpt1.finetune.train import METRICS_FILE, PREDICTIONS_DIR
+
     result = run_from_args(job_from_args(args), args)
     metrics = metrics_of(result.path)
     scores = ", ".join(f"{k} {v:.2f}" for k, v in metrics["metrics"].items())

@@ -87,10 +87,10 @@ from gpt1.finetune.rows import check_not_training_rows, evenly_spaced, sources_d
 from gpt1.finetune.serving import log_model
 from gpt1.io import InputError, read_json, sha256_file, write_json, write_text
 from gpt1.model import optim
+from gpt1.model.files import TRAINING_NAME
 from gpt1.model.losses import task_loss
 from gpt1.model.transformer import (
     GPT1,
-    TRAINING_NAME,
     WEIGHTS_NAME,
     GPT1ForTask,
     TaskHead,

@@ -49,20 +49,18 @@ from gpt1.io import (
     write_error,
     write_json,
 )
+from gpt1.model.files import (
+    CONFIG_NAME,
+    EARLIER_CONFIG_NAME,
+    EARLIER_WEIGHTS_NAME,
+    WEIGHTS_NAME,
+)
 from gpt1.model.losses import Average, lm_loss
 from gpt1.stages.base import verify_input
 from gpt1.stages.integrity import verify_beside
 
-# Our own file names: transformers' names (model.safetensors, config.json) in our layout made
-# `OpenAIGPTLMHeadModel.from_pretrained` load such a folder with its block weights missing and no error. Folders written
-# under those names by earlier versions still load (`model_files`); `gpt1.model.convert` writes the transformers layout.
-WEIGHTS_NAME = "gpt1.safetensors"
 # Far above any GPT-1-sized model in fp32; a larger file is not weights this pipeline can hold in memory.
 MAX_WEIGHTS_BYTES = 64 << 30
-CONFIG_NAME = "gpt1_config.json"
-# beside weights gpt1 pretrain wrote: their pre-training (steps, tokens_seen), written last
-TRAINING_NAME = "training.json"
-_EARLIER_WEIGHTS_NAME, _EARLIER_CONFIG_NAME = "model.safetensors", "config.json"
 
 # Config fields that say how the model runs, never what it computes: a saved config may leave them out (a folder
 # written before one existed runs with its default).
@@ -427,7 +425,7 @@ def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
     A transformers folder (config.json with a `model_type`) is refused with the command that imports it.
     """
     directory = Path(directory)
-    config, earlier_config = directory / CONFIG_NAME, directory / _EARLIER_CONFIG_NAME
+    config, earlier_config = directory / CONFIG_NAME, directory / EARLIER_CONFIG_NAME
     if config.exists() or not earlier_config.is_file():
         return config, directory / WEIGHTS_NAME
     try:
@@ -440,7 +438,7 @@ def model_files(directory: str | os.PathLike) -> tuple[Path, Path]:
             f"`gpt1 convert --from hf {directory} --out DIR`",
             file=earlier_config,
         )
-    return earlier_config, directory / _EARLIER_WEIGHTS_NAME
+    return earlier_config, directory / EARLIER_WEIGHTS_NAME
 
 
 def missing_model_files(directory: Path, weights: bool = True) -> str | None:

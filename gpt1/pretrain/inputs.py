@@ -18,7 +18,6 @@ import os
 from pathlib import Path
 
 from gpt1.config import PipelineConfig, PretrainConfig
-from gpt1.pretrain.checkpoint import CheckpointManager, files_problem, read_meta, refusal
 from gpt1.tokenizer import bpe
 
 log = logging.getLogger("gpt1.pretrain")  # these checks speak in the pre-training log
@@ -97,6 +96,13 @@ def task_data_source(cfg: PipelineConfig, task_data: str | None) -> str | None:
 
 def resume_point(out: Path, resume: str | None, model_cfg: dict) -> Path | None:
     """The checkpoint to resume from (None: start fresh); refuses an OUT with checkpoints when not resuming."""
+    from gpt1.pretrain.checkpoint import (
+        CheckpointManager,
+        files_problem,
+        read_meta,
+        refusal,
+    )  # torch: only to run
+
     latest = CheckpointManager(out / CHECKPOINTS).latest_complete()
     if resume is None:
         if latest is not None:

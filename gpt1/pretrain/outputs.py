@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.io import read_json, size_on_disk
-from gpt1.model.transformer import TRAINING_NAME
+from gpt1.model.files import TRAINING_NAME
 from gpt1.pretrain.inputs import FINAL
 from gpt1.stages.outputs import IDENTITY
 from gpt1.tracking.logger import RunLogger, start_run

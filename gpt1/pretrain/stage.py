@@ -10,7 +10,8 @@ infra/multinode/slurm (slurm.py). The training loop itself is worker.py.
 Resumable in place: OUT keeps its checkpoints, and a run of the same key with `--resume auto` continues from the
 latest complete one (without --resume an unfinished OUT is refused rather than silently restarted). The workers
 hold OUT's lock with their launcher and stop when it dies (`gpt1.runtime.processes.exit_with_parent`), so a
-killed `gpt1 pretrain` never leaves a worker training on beside a new run.
+killed `gpt1 pretrain` never leaves a worker training on beside a new run. torch, DeepSpeed and MLflow are
+imported where a job runs, so declaring the stage (`gpt1 --help`) stays fast.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ from gpt1 import errors
 from gpt1.config import Override, PipelineConfig, Setting, load_config
 from gpt1.data.tokenize import BlockReader, load_manifest, verify_shards
 from gpt1.io import write_json, write_text
-from gpt1.model.transformer import TRAINING_NAME, compile_problem, memory_problem
+from gpt1.model.files import TRAINING_NAME
 from gpt1.pretrain import slurm
-from gpt1.pretrain.checkpoint import recut_needed
 from gpt1.pretrain.distributed import deepspeed_config, device_type, worker_command
 from gpt1.pretrain.inputs import (
     FINAL,
@@ -45,9 +45,6 @@ from gpt1.pretrain.inputs import (
     task_data_source,
     total_steps,
 )
-from gpt1.pretrain.outputs import log_finished
-from gpt1.pretrain.preemption import read_notice
-from gpt1.pretrain.worker import WORKER
 from gpt1.redact import redact
 from gpt1.runtime import processes
 from gpt1.stages import outputs
@@ -124,6 +121,9 @@ class Job(StageJob):
     # -- before any compute ------------------------------------------------------------------------------------
     def check(self, out: Path) -> tuple[PipelineConfig, str | None]:
         """Everything a worker would trip on, before OUT is touched: (resolved config, probe task data)."""
+        from gpt1.model.transformer import compile_problem, memory_problem
+        from gpt1.pretrain.checkpoint import recut_needed
+
         # first: a GPU job without CUDA stops in seconds, before the shards are hashed
         device = device_type()
         # a tracking store MLflow never opens stops now, not after training
@@ -200,6 +200,9 @@ class Job(StageJob):
         return args
 
     def build(self, out: Path) -> dict:
+        from gpt1.pretrain.preemption import read_notice
+        from gpt1.pretrain.worker import WORKER
+
         worker_args = self.prepare(out)
         if self.launcher == "slurm":
             return {"slurm_job": self.submit_to_slurm(out)}
@@ -259,6 +262,8 @@ class Job(StageJob):
         `gpt1.cached=true` (a pre-training that ran logged its own run)."""
         if not parent_run_id or not result.cached:
             return
+        from gpt1.pretrain.outputs import log_finished
+
         cfg = self.cfg
         log_finished(
             result.path,

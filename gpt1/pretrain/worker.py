@@ -65,7 +65,7 @@ from gpt1.config import PipelineConfig, config_from_dict, flatten
 from gpt1.errors import PREEMPTED, Diverged, Preempted, exit_code
 from gpt1.io import read_json, sha256_file, sha256_tree, write_json, write_text
 from gpt1.model import optim
-from gpt1.model.transformer import TRAINING_NAME
+from gpt1.model.files import TRAINING_NAME
 from gpt1.pretrain.cadence import Cadence
 from gpt1.pretrain.inputs import (
     CHECKPOINTS,

@@ -20,7 +20,7 @@ from gpt1.config import FinetuneConfig, PipelineConfig
 from gpt1.finetune import stage as finetune
 from gpt1.finetune.stage import NOT_FINETUNE_SETTINGS
 from gpt1.io import size_on_disk, stable_hash
-from gpt1.model.transformer import TRAINING_NAME
+from gpt1.model.files import TRAINING_NAME
 from gpt1.pipeline.plan import Plan
 from gpt1.pretrain.inputs import CURVE, FINAL, curve_point
 from gpt1.report import stage as report

@@ -22,7 +22,8 @@ from safetensors.torch import load_file, save_file
 from gpt1.config import ModelConfig
 from gpt1.finetune.predict import HEAD_NAME, load_task_model, save_task_model
 from gpt1.io import InputError, read_json, write_json
-from gpt1.model.transformer import CONFIG_NAME, GPT1, TRAINING_NAME, WEIGHTS_NAME, GPT1ForTask
+from gpt1.model.files import CONFIG_NAME, TRAINING_NAME, WEIGHTS_NAME
+from gpt1.model.transformer import GPT1, GPT1ForTask
 from gpt1.stages import integrity
 from gpt1.stages.base import Ref, input_key
 from gpt1.stages.outputs import DONE, mark_done
