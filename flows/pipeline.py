@@ -72,6 +72,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 from pydantic import StringConstraints
 
+from flows.prefect_api import RESULTS_ARTIFACT, REUSED
 from flows.preflight import run_checks
 from gpt1.config import PipelineConfig, available_presets, config_from_dict, load_config
 from gpt1.finetune import stage as finetune
@@ -229,6 +230,8 @@ def step_task(
         if _cancelling():  # its processes were stopped because the flow run is being cancelled
             return Cancelled(message=f"{name}: stopped, its flow run was cancelled")
         raise
+    if result.cached:  # scripts/watch_run.py marks the step reused from this line
+        get_run_logger().info(f"{name}: {REUSED} ({result.path})")
     if isinstance(step.job, report.Job):
         _publish_report(plan, result.path)
     return str(result.path)
@@ -276,7 +279,7 @@ def _progress_log(name: str) -> Callable[[str], None]:
 
 def _publish_report(plan: Experiment, folder) -> None:
     """The results table as artifacts of the flow run: markdown, and a table of every score."""
-    key = f"results-{_slug(plan.cfg.preset)}"
+    key = f"{RESULTS_ARTIFACT}{_slug(plan.cfg.preset)}"
     create_markdown_artifact(
         (folder / REPORT_MD).read_text(encoding="utf-8"),
         key=key,

@@ -2,12 +2,18 @@
 
 The server's `/api/health` answers without credentials, so a health check alone passes with a wrong or missing
 PREFECT_API_AUTH_STRING and the first real call fails with Prefect's own traceback (`PrefectHTTPStatusError ...
-401`). Preflight, scripts/watch_run.py and scripts/schedule.py ask here first. Imports Prefect only.
+401`). Preflight, scripts/watch_run.py and scripts/schedule.py ask here first. Imports Prefect only. Also the words
+the pipeline's flow run writes for its follower (scripts/watch_run.py) to read.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# A step's log line when an earlier run's output served it: "<step>: reused, up to date (<its folder>)".
+REUSED = "reused, up to date"
+# The key of the flow run's results markdown: this, then the preset's slug.
+RESULTS_ARTIFACT = "results-"
 
 
 def api_problem(client: Any) -> str | None:

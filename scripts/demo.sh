@@ -33,8 +33,6 @@ status=0
 "$BIN/python" scripts/watch_run.py gpt1/smoke --params "$params" | tee "$STATE/logs/last-run.log" || status=$?
 echo
 say "smoke pipeline finished in $(( $(date +%s) - started )) s (exit $status)"
-report=$(ls -t "$GPT1_WORK_DIR"/report/*/results.md 2>/dev/null | head -1 || true)
-[[ -n $report ]] && cat "$report"
 # The experiment's saved runs view (gpt1.tracking.runs), read over MLflow's REST API: no mlflow import to wait for.
 view=$(curl -fsS -m 10 "$MLFLOW_TRACKING_URI/api/2.0/mlflow/experiments/get-by-name?experiment_name=gpt1-smoke" \
   | python3 -c '

@@ -5,12 +5,13 @@
     make watch RUN=gpt1/smoke [PARAMS='{...}']        make watch RUN=crimson-falcon
 
 It prints what `prefect deployment run --watch` does not: who is picking the run up and why it waits (no worker on
-the pool, Late), each step as it starts and ends with its own time, pre-training's step, loss and ETA, fine-tunes'
-epochs, each score as it lands, warnings and errors; and when nothing new happened for QUIET seconds, what is still
-running and how far it is. A deployment or flow run that does not exist is named with the command that creates it.
+the pool, Late), each step as it starts and ends with its own time (or as reused, when an earlier run's output
+served), pre-training's step, loss and ETA, fine-tunes' epochs, each score as it lands, warnings and errors; and
+when nothing new happened for QUIET seconds, what is still running and how far it is; at the end, the results table
+the run published. A deployment or flow run that does not exist is named with the command that creates it.
 Everything is read from the Prefect API (the flow run, its child flow runs, their task runs and logs), so it works
-for any worker and imports none of the library (only flows.prefect_api). Exit code: 0 when the flow run completes, 1 when it ends otherwise,
-2 when there is nothing to follow (no server, deployment or flow run).
+for any worker and imports none of the library (only flows.prefect_api). Exit code: 0 when the flow run completes, 1
+when it ends otherwise, 2 when there is nothing to follow (no server, deployment or flow run).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from flows.prefect_api import RESULTS_ARTIFACT, REUSED, api_problem
 
 REPO = Path(__file__).resolve().parents[1]
 STEP = re.compile(r"step (\d+)/(\d+) loss ([\d.]+).*?(?:ETA (\S+))?$")
@@ -52,6 +55,7 @@ class Follower:
         self.progress: dict = {}  # task run id -> its latest progress, for the quiet-time summary
         self.progress_said: dict = {}  # task run id -> when its last progress line was said
         self.compile_said = False
+        self.reused: set = set()  # task run ids whose step an earlier run's output served
         self.first_step: tuple[float, int] | None = None
         self.said = time.monotonic()
 
@@ -71,7 +75,8 @@ class Follower:
         if state == "RUNNING":
             self.say(f"> {run.name}")
         elif state == "COMPLETED":
-            self.say(f"  {run.name} done" + (f" ({seconds:.0f} s)" if seconds is not None else ""))
+            how = "reused" if run.id in self.reused else f"{seconds:.0f} s" if seconds is not None else None
+            self.say(f"  {run.name} done" + (f" ({how})" if how else ""))
             self.progress.pop(run.id, None)
         elif state in ("FAILED", "CRASHED"):
             self.say(f"  {run.name} FAILED: {run.state.message or state}")
@@ -83,7 +88,10 @@ class Follower:
     def log(self, record) -> None:
         message, owner = record.message, getattr(record, "task_run_id", None)
         name = self.names.get(owner, "")
-        if step := STEP.search(message):
+        if name and message.startswith(f"{name}: {REUSED}"):
+            self.reused.add(owner)
+            self.say(f"  {name} {REUSED}")
+        elif step := STEP.search(message):
             done, total, loss, eta = int(step[1]), int(step[2]), float(step[3]), step[4]
             now = time.monotonic()
             if self.first_step is None:
@@ -228,6 +236,15 @@ def parent_run_link(client, flow_run_id) -> str | None:
     return link[1] if link else None
 
 
+def results_markdown(client, flow_run_id) -> str | None:
+    """The results table the flow run published (flows.pipeline, its report step), as markdown."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterType
+
+    found = client.read_artifacts(artifact_filter=ArtifactFilter(
+        type=ArtifactFilterType(any_=["markdown"]), flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return next((str(a.data) for a in found if (a.key or "").startswith(RESULTS_ARTIFACT)), None)
+
+
 def follow(client, run, follower: Follower, pool_name: str | None) -> object:
     """Print the run's story until it ends; returns its last state."""
     from prefect.client.schemas.filters import (FlowRunFilter, FlowRunFilterId, FlowRunFilterParentFlowRunId,
@@ -293,8 +310,6 @@ def main() -> int:
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
 
-    from flows.prefect_api import api_problem
-
     follower = Follower(time.monotonic())
     try:
         with get_client(sync_client=True) as client:
@@ -316,12 +331,15 @@ def main() -> int:
             follower.say(f"flow run {where} (Prefect UI: {ui}/runs/flow-run/{run.id})")
             run = follow(client, run, follower, pool_name)
             link = parent_run_link(client, run.id)
+            results = results_markdown(client, run.id)
     except CannotFollow as why:
         print(f"watch_run: {why}", file=sys.stderr)
         return 2
     follower.say(f"flow run {run.name}: {run.state.name}" + (f" ({run.state.message})" if run.state.message else ""))
     if link:
         follower.say(f"MLflow: {link}")
+    if results:
+        print(f"\n{results}", flush=True)
     return 0 if run.state.is_completed() else 1
 
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from flows.prefect_api import REUSED
 from tests.conftest import fresh_shell_env
 
 pytestmark = pytest.mark.slow
@@ -43,4 +44,5 @@ def test_every_command_after_make_demo_runs_as_written_in_a_fresh_shell(fresh_de
     assert re.search(r"\b(positive|negative)\b", predict), predict  # a prediction in words, not "1"
     [rerun] = [text for command, text in by_command.items() if "watch_run.py" in command]
     assert "finetune-full-sst2 done" in rerun and "pretrain step" not in rerun, rerun[-3000:]  # pre-training reused
+    assert f"pretrain {REUSED}" in rerun and "| ours: full |" in rerun, rerun[-3000:]  # said so; the table at the end
     assert re.search(r"flow run \S+: Completed", rerun), rerun[-3000:]

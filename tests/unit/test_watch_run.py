@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
+from uuid import uuid4
 
 from tests.conftest import REPO
 
@@ -45,3 +46,22 @@ def test_a_fine_tune_seen_only_when_finished_is_timed_from_its_state(capsys):
     follower.task_run(task_run("a", "finetune-full-rte", "COMPLETED", 0, 40))
     follower.log(log("a", 10))  # its logs arrive after it finished: no late start line
     assert lines(capsys) == ["  finetune-full-rte done (40 s)"]
+
+
+def test_a_step_an_earlier_run_served_is_said_reused_not_timed(capsys):
+    """The flow logs `<step>: reused, ...` (flows.prefect_api.REUSED) for a step whose output was already there."""
+    follower = watch_run.Follower(start=0.0)
+    follower.task_run(task_run("a", "pretrain", "RUNNING", 0))
+    follower.log(log("a", 1, f"pretrain: {watch_run.REUSED} (/work/pretrain/abc)"))
+    follower.log(log("a", 1, f"finetune-full-rte: {watch_run.REUSED} (another step's line)"))
+    follower.task_run(task_run("a", "pretrain", "COMPLETED", 0, 2))
+    assert lines(capsys) == ["> pretrain", f"  pretrain {watch_run.REUSED}", "  pretrain done (reused)"]
+
+
+def test_the_results_table_is_the_flow_runs_results_markdown():
+    artifacts = [SimpleNamespace(key="mlflow-parent-run", data="[run](http://x)"),
+                 SimpleNamespace(key=f"{watch_run.RESULTS_ARTIFACT}smoke", data="| ours: full |")]
+    client = SimpleNamespace(read_artifacts=lambda artifact_filter: artifacts)
+    run_id = uuid4()
+    assert watch_run.results_markdown(client, run_id) == "| ours: full |"
+    assert watch_run.results_markdown(SimpleNamespace(read_artifacts=lambda artifact_filter: artifacts[:1]), run_id) is None
