@@ -50,7 +50,7 @@ Next, in any shell (the servers keep running until \`make down\`):
   source $STATE/env                      # PREFECT_API_URL, MLFLOW_TRACKING_URI, PATH with gpt1
   prefect deployment ls
   gpt1 --help
-  python -c "import mlflow, pandas; m = mlflow.pyfunc.load_model('models:/gpt1-smoke-sst2@champion'); print(m.predict(pandas.DataFrame([{'sentence': 'a delightful, moving film'}])))"
+  python -c "import mlflow, pandas; m = mlflow.pyfunc.load_model('models:/gpt1-smoke-sst2@champion'); print(m.predict(pandas.DataFrame([{'sentence': 'what a delightful film !'}])))"
   python $ROOT/scripts/watch_run.py gpt1/smoke --params '{"overrides": ["finetune.tasks=[sst2,rte]", "finetune.lr=1e-4"]}'   # redoes only what the change touches
 NEXT
 say "done"

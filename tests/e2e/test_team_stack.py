@@ -99,7 +99,7 @@ def test_artifacts_and_registered_models_are_in_the_bucket(readme_run, team_stac
 def test_the_champion_loads_with_credentials_and_is_refused_without(readme_run, team_stack):
     script = ("import mlflow, pandas\n"
               "m = mlflow.pyfunc.load_model('models:/gpt1-smoke-sst2@champion')\n"
-              "print(m.predict(pandas.DataFrame([{'sentence': 'a delightful, moving film'}])))\n")
+              "print(m.predict(pandas.DataFrame([{'sentence': 'what a delightful film !'}])))\n")
     env = {**os.environ, **team_stack.client_env}
     loaded = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert loaded.returncode == 0 and re.search(r"\b(positive|negative)\b", loaded.stdout), loaded.stderr[-2000:]
