@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
@@ -25,16 +26,19 @@ ONE_WORKER_FIXTURES = {"team_stack": "team-stack", "services": "team-stack", "fr
 GROUP = pytest.StashKey[int]()  # an item's place in that order
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups (`--dist loadgroup`)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test runs on the worker of its group: the team stack's or the fresh demo's when it uses either, else its
-    file's (so a file's module fixtures are built once). On xdist's workers those two groups come first."""
+    """Each test runs on the worker of its group (`--dist loadgroup`): the team stack's or the fresh demo's when it
+    uses either, else its file's (so a file's module fixtures are built once). On xdist's workers those two groups
+    come first."""
     groups = list(dict.fromkeys(ONE_WORKER_FIXTURES.values()))
     for item in items:
         group = next((name for fixture, name in ONE_WORKER_FIXTURES.items() if fixture in item.fixturenames),
                      str(item.path.relative_to(REPO)))
-        item.add_marker(pytest.mark.xdist_group(group))
         item.stash[GROUP] = groups.index(group) if group in groups else len(groups)
+        if getattr(config.option, "loadgroup", False):  # set on xdist's workers by `--dist loadgroup`
+            # xdist's scheduler groups tests by an `@group` suffix of their ids; xdist 3.8 writes it (for an
+            # `xdist_group` mark) to `item._nodeid`, which pytest 9 no longer reads, so it is written here.
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: item.stash[GROUP])
 
