@@ -4,12 +4,17 @@
 
 A run that could not reach its tracking server before its retries ran out wrote what was left to
 `DIR/mlflow-undelivered-<run>-....json` (GPT1_MLFLOW_SPOOL_DIR): its calls in the order they were made. Each file is
-replayed through a `RunLogger` attached to its run (or creating it, with the recorded name, tags and parent, when
-the server was never reached), so the calls arrive in order, metrics at their original steps and timestamps, models
-built again from their folders, and a server that goes down during the replay only queues the rest.
+replayed through a `RunLogger` attached to its run, so the calls arrive where a live delivery would have put them:
+in order, metrics at their original steps and timestamps, artifacts at their paths in that run, models built again
+from their folders; a server that goes down during the replay only queues the rest. A file of a run that was never
+created names no run id: its run is found as a live logger finds it (gpt1.tracking.logger.RunLogger), by the run key
+it recorded (the server stored a create whose answer was lost), else as the run of the same step, whatever its
+status (a later attempt of the step made it), else created with the recorded name, tags and parent. The recorded
+end is not applied to a run that ended after the file was written: the later attempt that ended it had the last word.
 
 Afterwards a file whose calls were all delivered moves to DIR/replayed/; one with calls left is replaced by a new
-spool file of what is left (with the run id, once the run exists), so replaying again never sends a call twice.
+spool file of what is left (with the run id, once the run exists), so replaying again never sends a call twice. A
+file whose leftovers could not be written stays as it is and counts as not delivered.
 `--tracking-uri` sends to another server than the one recorded (e.g. the same store behind a new address).
 
 Before anything is sent, every call of a file is checked: a file that is not a spool file is an error (exit 2), as
@@ -36,7 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpt1.io import InputError, read_json
-from gpt1.tracking.logger import RunLogger, tracking_uri
+from gpt1.tracking.logger import ANY_STATUS, RunLogger, tracking_uri
 from gpt1.tracking.models import log_files_model, register_model
 from gpt1.tracking.runs import publish_runs_view
 
@@ -202,14 +207,26 @@ def replay_file(
         spool_dir=path.parent,
         flush_timeout=timeout,
         code_tags=False,
+        # the key its run was created with, if it was (older spool files have none: only the step is looked for)
+        run_key=spool.get("run_key"),
+        # the calls belong to their step's run even when a later attempt has finished it
+        continues=ANY_STATUS,
     )
     run.model_ids.update(spool.get("model_ids") or {})
     calls = [call for i, call in enumerate(spool["calls"]) if i not in skipped]
     for call in calls:
         if call["call"] != "end":
             replay_call(run, call)
-    ends = [call["status"] for call in calls if call["call"] == "end"]
-    left = run.end(ends[-1]) if ends else run.deliver()
+    ends = [call for call in calls if call["call"] == "end"]
+    if ends:
+        written = ends[-1].get("unless_ended_after", spool.get("written"))
+        left = run.end(ends[-1]["status"], unless_ended_after=written)
+    else:
+        left = run.deliver()
+    if left is None and run.pending:
+        # neither delivered nor written anew (the spool folder refused the file): this file is still their record
+        log.warning("%s: %d call(s) not delivered; the file is kept", path.name, run.pending)
+        return len(calls), path
     if left is None:  # all delivered: keep the file as the record of what was sent, out of the way
         (path.parent / REPLAYED).mkdir(exist_ok=True)
         shutil.move(str(path), path.parent / REPLAYED / path.name)

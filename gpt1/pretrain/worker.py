@@ -251,7 +251,7 @@ class Pretraining:
 
     # -- tracking --------------------------------------------------------------------------------------
     def _start_tracking(self, resumed: bool) -> None:
-        from gpt1.tracking.logger import RunLogger
+        from gpt1.tracking.logger import INTERRUPTED, RunLogger
         from gpt1.tracking.runs import monitor_system, stage_tags
 
         # the config this run resolved to, credentials redacted (the tracking URI's come from the environment)
@@ -268,6 +268,8 @@ class Pretraining:
             parent_run_id=self.args.parent_run_id,
             run_id=self.run_id,
             tags=tags,
+            # a resumed attempt whose checkpoint names no run (written before the run existed) goes on with it
+            continues=INTERRUPTED,
         )
         monitor_system(run)
         environment = {f"env.{name}": value for name, value in versions().items()}

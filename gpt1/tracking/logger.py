@@ -13,15 +13,20 @@ Each MLflow request is attempted once (short timeout, no long HTTP retry loop); 
 in order on a later call or `flush()`, so an unreachable tracking server costs nothing but a warning, and the run
 catches up when the server returns. While the server is down, logging calls only queue (a retry at most every 1, 2,
 4 ... 30 s), so a server that hangs cannot slow training. Runs nest through the `mlflow.parentRunId` tag
-(pipeline -> stage -> task) and can be re-attached by id (pre-training resume). A logger may be shared by threads.
+(pipeline -> stage -> task) and can be re-attached by id (pre-training resume). A run that could not be created yet
+(server down) is created, or found, once the server answers, and every call made meanwhile goes to it; finding
+comes first, so that a create whose answer was lost is not repeated and an attempt that resumes an interrupted
+step (its checkpoint written before the run existed) continues that step's run (`RunLogger`). A logger may be
+shared by threads.
 
 Ending a run (`end()`), and the exit of a process that still holds undelivered calls or buffered metrics, keep
 retrying with backoff for up to `flush_timeout` seconds (argument, else $GPT1_MLFLOW_FLUSH_TIMEOUT, else 120; once
 one wait for a server has run out, later ones in the same process try once). What still cannot be delivered is
 written as JSON (every undelivered call's params, metrics with step and timestamp, tags, artifact paths, status; one
-entry per `log_metrics` call, buffered ones included) to `spool_dir` (argument, else $GPT1_MLFLOW_SPOOL_DIR) when
-one is set, and reported in a warning either way; `gpt1 replay-spool DIR` (gpt1.pipeline.replay) delivers such
-files later.
+entry per `log_metrics` call, buffered ones included; the run's id, or, when it was never created, its run key,
+name, parent and tags, by which a replay finds or creates it) to `spool_dir` (argument, else
+$GPT1_MLFLOW_SPOOL_DIR) when one is set, and reported in a warning either way; `gpt1 replay-spool DIR`
+(gpt1.pipeline.replay) delivers such files later.
 
 Design choices:
 - Every run created here is tagged with the code that ran (`code_version`): `gpt1.version`, and when the package is a
@@ -46,8 +51,9 @@ import re
 import subprocess
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -76,6 +82,15 @@ METRICS_PER_REQUEST = 1000
 _MAX_RETRY_DELAY = 30.0  # seconds between attempts while a server stays down
 _BUSY_RETRY = 0.5  # seconds the background sender waits when another thread is delivering the same run's calls
 _MAX_DIGEST_LEN = 36  # MLflow's limit on a dataset digest
+
+# Finding the run a logger's calls belong to before creating one (`RunLogger._existing_run`):
+RUN_KEY_TAG = "gpt1.run_key"  # a key each created run is tagged with, chosen before the create request is sent
+# What makes runs the same step of one flow run, beside their name and parent: gpt1.tracking.runs' stage tags
+STEP_TAGS = ("gpt1.stage", "gpt1.key", "gpt1.cached")
+# The statuses of an earlier attempt's run that a new attempt of the step continues: it was interrupted (stopped
+# to be resumed: KILLED; or its process died: RUNNING). A FINISHED or FAILED run is a result of its own.
+INTERRUPTED = frozenset({"RUNNING", "KILLED"})
+ANY_STATUS = frozenset({"RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"})
 
 # Process-wide: loggers holding undelivered calls or buffered metrics (drained at exit), and servers a bounded wait
 # already gave up on.
@@ -267,6 +282,19 @@ class RunLogger:
     `log_metrics` call as its own request, in the calling thread. A run created here is tagged with `code_version()`
     unless `code_tags` is False (a replay, whose tags already name the code that logged).
 
+    Without `run_id`, the run is found or created when the server first answers (until then every call queues), in
+    this order (`_existing_run`):
+    - the run tagged `gpt1.run_key` = `run_key` (default: a new key; a replay passes the spool's): a create request
+      whose answer was lost (a server killed or timing out after it stored the run) made it, and is not repeated;
+    - for a stage run (a parent and a `gpt1.key` tag) of a step that resumes (`continues`: the statuses of an
+      earlier attempt's run to go on with; pre-training passes `INTERRUPTED`, a stage that restarts passes none),
+      the newest run of the same step: same name, parent and stage tags (`STEP_TAGS`). An attempt that resumes the
+      step (a Prefect task retry of pre-training, whose checkpoint was written before the run existed) thus
+      continues the run the interrupted attempt logged to, instead of starting a second run of the same step;
+    - else a new run.
+    A continued run keeps what it has: params it already holds are not sent again, and one whose value changed
+    is sent as a tag of the same name (MLflow refuses to change a logged param).
+
     Everything it writes (params, tags, texts, dataset sources, log lines, the spool file) has its credentials
     redacted (gpt1.redact). A failure that retrying cannot mend (gpt1.tracking.errors: refused credentials, an
     unknown run, a store MLflow refuses) stops delivery at once and is said once; the calls wait for the spool."""
@@ -285,6 +313,8 @@ class RunLogger:
         flush_timeout: float | None = None,
         metrics_interval: float | None = None,
         code_tags: bool = True,
+        run_key: str | None = None,
+        continues: Collection[str] = (),
     ):
         self.name = name
         self.experiment = experiment
@@ -328,6 +358,12 @@ class RunLogger:
         self.model_ids: dict[str, str] = {}  # logged model name -> MLflow model id, once delivered
         # an existing run continued (resumed training), not a new one
         self.reattached = run_id is not None
+        # tags the run this logger creates (`_existing_run`)
+        self.run_key = run_key or uuid.uuid4().hex
+        # the store may hold a run with this key: a replay's, or once a create request has been sent
+        self._key_used = run_key is not None
+        self.continues = frozenset(continues)
+        self._logged_params: dict[str, str] = {}  # the params a continued run already holds
         # Stopped by `end()` before the run is terminated: gpt1.tracking.runs' system metrics sampler, set by its
         # `monitor_system`.
         self.system_metrics: _Finishing | None = None
@@ -344,20 +380,68 @@ class RunLogger:
         return self._client
 
     def _ensure_run(self) -> bool:
+        """True once the run is known: found in the store or created (see the class docstring). Calls made before
+        only queue, and are sent to that run."""
         if self.run_id is not None:
             return True
         try:
             exp_id = experiment_id(self.client, self.experiment)
-            tags = redact(dict(self.tags))
-            if self.parent_run_id:
-                tags["mlflow.parentRunId"] = self.parent_run_id
-            run = self.client.create_run(exp_id, run_name=self.name, tags=tags)
-            self.run_id, self._experiment_id = run.info.run_id, exp_id
-            return True
+            run = self._existing_run(exp_id) or self._create_run(exp_id)
         # a server down or refusing the credentials: keep going, without the run for now
         except Exception as err:
             self._failed(err, f"could not create MLflow run {self.name!r}")
             return False
+        self.run_id, self._experiment_id = run.info.run_id, exp_id
+        return True
+
+    def _create_run(self, exp_id: str):
+        tags = redact(dict(self.tags))
+        tags[RUN_KEY_TAG] = self.run_key
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        # from here on the run may exist even when this request seems to fail: look for it before creating again
+        self._key_used = True
+        return self.client.create_run(exp_id, run_name=self.name, tags=tags)
+
+    def _existing_run(self, exp_id: str):
+        """The run this logger's calls belong to when the store already has it (None: create one): the one with
+        this logger's run key, else an interrupted run of the same step, which this attempt continues."""
+        if self._key_used and (ours := self._search(exp_id, {RUN_KEY_TAG: self.run_key})):
+            return ours[0]
+        step = {key: redact(str(self.tags[key])) for key in STEP_TAGS if key in self.tags}
+        if not self.parent_run_id or "gpt1.key" not in step or not self.continues:
+            return None  # not a stage run: no step to continue
+        for run in self._search(exp_id, {"mlflow.parentRunId": self.parent_run_id, **step}):
+            if run.info.run_name == self.name and run.info.status in self.continues:
+                self._continue(run)
+                return run
+        return None
+
+    def _search(self, exp_id: str, tags: dict[str, str]) -> list:
+        """The experiment's runs with these tag values, newest first."""
+        clauses = []
+        for key, value in tags.items():
+            quote = '"' if "'" in value else "'"
+            # MLflow's filter syntax has no escapes: such a value cannot be matched
+            if quote in value:
+                return []
+            clauses.append(f"tags.`{key}` = {quote}{value}{quote}")
+        return list(
+            self.client.search_runs(
+                [exp_id], " and ".join(clauses), order_by=["attributes.start_time DESC"]
+            )
+        )
+
+    def _continue(self, run) -> None:
+        """Log on to an earlier attempt's run of this step; what it holds stays."""
+        log.info(
+            "MLflow run %s: continuing run %s of this step (left %s by an earlier attempt)",
+            self.name,
+            run.info.run_id,
+            run.info.status,
+        )
+        self.reattached = True
+        self._logged_params = dict(run.data.params)
 
     @property
     def experiment_id(self) -> str:
@@ -435,7 +519,21 @@ class RunLogger:
         return lambda: self.client.log_batch(self.run_id, metrics=items)
 
     def _params_request(self, items: list) -> Callable[[], Any]:
-        return lambda: self.client.log_batch(self.run_id, params=items)
+        from mlflow.entities import RunTag
+
+        def send() -> None:
+            # decided when sent: only then is it known whether the run is a continued one (`_continue`)
+            logged = self._logged_params
+            new = [p for p in items if p.key not in logged]
+            changed = [
+                RunTag(p.key, p.value) for p in items if logged.get(p.key, p.value) != p.value
+            ]
+            if new:
+                self.client.log_batch(self.run_id, params=new)
+            if changed:  # MLflow refuses to change a logged param, and would stop the run's delivery for good
+                self.client.log_batch(self.run_id, tags=changed)
+
+        return send
 
     def _flush_once(self) -> bool:
         """One pass: send the metric buffer, then replay queued calls in order until one fails."""
@@ -685,20 +783,34 @@ class RunLogger:
 
         self.submit("log_model", send, {"model": name, **record})
 
-    def end(self, status: str = "FINISHED") -> Path | None:
+    def end(
+        self, status: str = "FINISHED", *, unless_ended_after: float | None = None
+    ) -> Path | None:
         """Terminate the run; undelivered calls are retried for up to `flush_timeout()` seconds, then spooled
-        (`deliver`)."""
+        (`deliver`). `unless_ended_after` (a replay: when the spooled end was recorded, epoch seconds): leave the
+        run as it is if it ended after that, since a later attempt of its step ended it then."""
         if not self.enabled:
             return None
         if self.system_metrics is not None:
             self.system_metrics.finish()
             self.system_metrics = None
-        self.submit(
-            "end",
-            lambda: self.client.set_terminated(self.run_id, status=status),
-            {"status": status},
-        )
+        record: dict[str, Any] = {"status": status}
+        if unless_ended_after is not None:  # a replay that is spooled again keeps the time
+            record["unless_ended_after"] = unless_ended_after
+        self.submit("end", lambda: self._terminate(status, unless_ended_after), record)
         return self.deliver()
+
+    def _terminate(self, status: str, unless_ended_after: float | None) -> None:
+        if unless_ended_after is not None:
+            ended = self.client.get_run(self.run_id).info.end_time  # ms; None while it runs
+            if ended is not None and ended / 1000 > unless_ended_after:
+                log.info(
+                    "MLflow run %s: left as it is, not %s: it ended after this end was recorded",
+                    self.name,
+                    status,
+                )
+                return
+        self.client.set_terminated(self.run_id, status=status)
 
     def deliver(self) -> Path | None:
         """Everything logged so far delivered, retrying for up to `flush_timeout()` seconds; what is still left is
@@ -761,6 +873,8 @@ class RunLogger:
                     "experiment": self.experiment,
                     "run_name": self.name,
                     "run_id": self.run_id,
+                    # with the name, parent and tags: how a replay finds the run when `run_id` is None
+                    "run_key": self.run_key,
                     "parent_run_id": self.parent_run_id,
                     "tags": self.tags,
                     "model_ids": self.model_ids,
