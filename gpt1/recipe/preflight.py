@@ -404,7 +404,7 @@ def check_mlflow(ctx: Context) -> None:
         client = MlflowClient(uri)
         experiment = experiment_id(client, name)
         # a write: credentials, permissions
-        client.set_experiment_tag(experiment, "gpt1.preflight", ctx.cfg.preset)
+        tag_experiment(client, experiment, "gpt1.preflight", ctx.cfg.preset)
         location = client.get_experiment(experiment).artifact_location
     except Exception as err:  # whatever the store raised: classified, named in one line
         ctx.problem(classify(err, uri).message)
@@ -412,6 +412,17 @@ def check_mlflow(ctx: Context) -> None:
     if location.startswith("mlflow-artifacts:"):
         check_artifact_store(ctx, uri, location)
     ctx.found.plan.append(f"tracking: experiment {name!r} on {redact(uri)}")
+
+
+def tag_experiment(client, experiment: str, key: str, value: str) -> None:
+    """Set an experiment tag. Flows started together each write it: on PostgreSQL, MLflow inserts a new tag and the
+    second of two concurrent inserts fails on the table's key; written again, it updates the row the first made."""
+    try:
+        client.set_experiment_tag(experiment, key, value)
+    except Exception as err:  # noqa: BLE001 - only the insert race is retried; anything else is raised as it was
+        if "UniqueViolation" not in str(err):
+            raise
+        client.set_experiment_tag(experiment, key, value)
 
 
 def unreachable(uri: str) -> str | None:
