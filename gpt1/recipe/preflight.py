@@ -378,7 +378,7 @@ def check_mlflow(ctx: Context) -> None:
 
     from gpt1.redact import redact
     from gpt1.tracking.errors import classify
-    from gpt1.tracking.logger import experiment_id, tracking_uri
+    from gpt1.tracking.logger import experiment_id, tag_experiment, tracking_uri
 
     try:
         uri = tracking_uri(ctx.cfg.tracking.tracking_uri)
@@ -412,17 +412,6 @@ def check_mlflow(ctx: Context) -> None:
     if location.startswith("mlflow-artifacts:"):
         check_artifact_store(ctx, uri, location)
     ctx.found.plan.append(f"tracking: experiment {name!r} on {redact(uri)}")
-
-
-def tag_experiment(client, experiment: str, key: str, value: str) -> None:
-    """Set an experiment tag. Flows started together each write it: on PostgreSQL, MLflow inserts a new tag and the
-    second of two concurrent inserts fails on the table's key; written again, it updates the row the first made."""
-    try:
-        client.set_experiment_tag(experiment, key, value)
-    except Exception as err:  # noqa: BLE001 - only the insert race is retried; anything else is raised as it was
-        if "UniqueViolation" not in str(err):
-            raise
-        client.set_experiment_tag(experiment, key, value)
 
 
 def unreachable(uri: str) -> str | None:

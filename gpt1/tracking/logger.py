@@ -132,6 +132,18 @@ def experiment_id(client, name: str) -> str:
         return found.experiment_id
 
 
+def tag_experiment(client, experiment: str, key: str, value: str) -> None:
+    """Set an experiment tag. Processes that start together write the same one (each flow's preflight, each
+    report's runs view): on PostgreSQL, MLflow inserts a new tag, and the second of two concurrent inserts fails on
+    the table's key; written again, it updates the row the first made."""
+    try:
+        client.set_experiment_tag(experiment, key, value)
+    except Exception as err:
+        if "UniqueViolation" not in str(err):
+            raise
+        client.set_experiment_tag(experiment, key, value)
+
+
 def tracking_uri(uri: str | None = None) -> str:
     """Explicit uri, else $MLFLOW_TRACKING_URI, else a local SQLite store in the working directory.
 

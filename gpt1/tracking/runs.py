@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from gpt1.config import PipelineConfig, flatten
 from gpt1.io import stable_hash
 from gpt1.tracking.errors import classify
-from gpt1.tracking.logger import RunLogger
+from gpt1.tracking.logger import RunLogger, tag_experiment
 
 if TYPE_CHECKING:
     from mlflow.data.dataset_source import DatasetSource
@@ -162,7 +162,8 @@ def runs_view(client, experiment_id: str, name: str, columns: list[str]) -> str:
     key hashes the view, so saving the same view again replaces it rather than adding another."""
     state = _view_state(columns)
     now = int(time.time() * 1000)
-    client.set_experiment_tag(
+    tag_experiment(
+        client,
         experiment_id,
         RUNS_VIEW_TAG + stable_hash(state),
         json.dumps({"name": name, "createdAt": now, "updatedAt": now, "state": json.dumps(state)}),
@@ -293,7 +294,8 @@ def publish_runs_view(run: RunLogger, name: str, columns: list[str]) -> None:
         run.client.set_tag(run.run_id, "gpt1.runs_view", link)
         note = run.client.get_experiment(run.experiment_id).tags.get("mlflow.note.content")
         if note is None or note.startswith(_VIEW_NOTE):
-            run.client.set_experiment_tag(
+            tag_experiment(
+                run.client,
                 run.experiment_id,
                 "mlflow.note.content",
                 f"{_VIEW_NOTE}({link}): the pipeline runs with their headline metrics.",

@@ -1,10 +1,10 @@
-"""Preflight's write probe on a shared experiment: two flows' preflights writing the same tag at once."""
+"""An experiment tag written by processes that start together (each flow's preflight, each report's runs view)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpt1.recipe.preflight import tag_experiment
+from gpt1.tracking.logger import tag_experiment
 
 
 class RacingClient:
